@@ -1,0 +1,131 @@
+"""Engine errors. One base; narrow subclasses; messages say what to do next.
+
+Cancellation and a lost lease derive from BaseException on purpose: a stray
+``except Exception`` in unit code must not swallow them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class KeepstepError(Exception):
+    """Base of every engine error a user can cause or see."""
+
+    hint: str = ""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        if hint is not None:
+            self.hint = hint
+
+    def __str__(self) -> str:
+        base = super().__str__()
+        return f"{base}\n  → {self.hint}" if self.hint else base
+
+
+class ProjectError(KeepstepError):
+    """The project folder or one of its files is missing or malformed."""
+
+
+class PlanValidationError(KeepstepError):
+    """A plan failed validation; ``errors`` lists every problem found."""
+
+    def __init__(self, errors: list[Any]) -> None:
+        self.errors = list(errors)
+        lines = "\n".join(f"  - {e}" for e in self.errors)
+        super().__init__(f"plan.toml has {len(self.errors)} problem(s):\n{lines}")
+
+
+class SourceError(KeepstepError):
+    """A source is missing, unreadable or not approved."""
+
+
+class ConfigError(KeepstepError):
+    """keepstep.toml is missing a field or has a wrong value."""
+
+
+# --- models -----------------------------------------------------------------
+
+
+class ModelError(KeepstepError):
+    """A model call failed. ``error_class`` is the engine's classification."""
+
+    error_class: str = "permanent"
+    retryable: bool = False
+
+
+class TransientModelError(ModelError):
+    error_class = "transient"
+    retryable = True
+
+
+class RateLimited(ModelError):
+    error_class = "rate_limited"
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after: float | None = None, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.retry_after = retry_after
+
+
+class QuotaExhausted(ModelError):
+    error_class = "quota_exhausted"
+    hint = "the provider account is out of quota: top it up or switch model, then resume"
+
+
+class AuthError(ModelError):
+    error_class = "auth"
+    hint = "check the API key (`keepstep keys set PROVIDER`) or its environment variable"
+
+
+class InvalidOutput(ModelError):
+    error_class = "invalid_output"
+    retryable = True
+
+
+class PermanentModelError(ModelError):
+    error_class = "permanent"
+
+
+class MissingKeyError(ModelError):
+    error_class = "auth"
+
+
+class UnknownModelError(ModelError):
+    error_class = "permanent"
+
+
+# --- run control ------------------------------------------------------------
+
+
+class BudgetExhausted(KeepstepError):
+    """A budget limit would be exceeded; the unit is blocked, not failed."""
+
+    def __init__(self, message: str, *, figures: dict[str, Any] | None = None):
+        super().__init__(
+            message,
+            hint="record a decision to raise the limit (`keepstep budget raise RUN --calls N "
+            "--reason ...`), then resume",
+        )
+        self.figures = figures or {}
+
+
+class LeaseLost(BaseException):
+    """This executor's lease was fenced; it must stop and leave its output as an orphan."""
+
+
+class RunCancelled(BaseException):
+    """Cancellation was requested; stop at the next safe point."""
+
+
+class RecoveryError(KeepstepError):
+    """Recovery could not proceed and needs a person."""
+
+
+class ApprovalError(KeepstepError):
+    """An approval, decision or resume token was refused."""
+
+
+class SideEffectError(KeepstepError):
+    """An external action could not be confirmed or performed."""

@@ -1,0 +1,165 @@
+"""The artifact store: attempt directories, durable staging, sealing, checks.
+
+Layout: ``<root>/<run>/<unit>/<attempt>/<name>``, where an attempt id
+``U07/a2`` maps to ``<unit>=U07``, ``<attempt>=a2``. A staged file is written
+to a temporary name, flushed and fsynced, renamed into place, and its
+directory fsynced, so after a crash a file is either whole or absent (a
+leftover ``.tmp`` marks an interrupted write). Files are never overwritten.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Iterable, Iterator
+from pathlib import Path, PurePosixPath
+
+from .errors import ArtifactImmutable, UnsafeArtifactName
+from .hashing import file_sha256, sha256_hex
+from .models import ArtifactEntry, ArtifactProblem
+
+_SAFE_PART = re.compile(r"^[A-Za-z0-9._@+=-]+$")
+_ID_PART = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def safe_name(name: str) -> PurePosixPath:
+    """Validate an artifact name: relative, no '..', no odd characters."""
+    if not name or "\\" in name or "\x00" in name or name.startswith("/"):
+        raise UnsafeArtifactName(f"unsafe artifact name {name!r}")
+    p = PurePosixPath(name)
+    if p.is_absolute() or any(part in ("", ".", "..") for part in p.parts):
+        raise UnsafeArtifactName(f"unsafe artifact name {name!r}")
+    if any(not _SAFE_PART.match(part) or part.endswith(".tmp") for part in p.parts):
+        raise UnsafeArtifactName(f"unsafe artifact name {name!r}")
+    return p
+
+
+def _check_id(value: str, what: str) -> None:
+    if not _ID_PART.match(value) or value in (".", ".."):
+        raise UnsafeArtifactName(f"unsafe {what} {value!r} for an artifact path")
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ArtifactStore:
+    def __init__(self, root: Path, *, durable: bool = True) -> None:
+        self.root = Path(root)
+        self.durable = durable
+
+    # -- paths ---------------------------------------------------------------
+    def attempt_dir(self, run_id: str, attempt_id: str) -> Path:
+        unit, _, attempt = attempt_id.partition("/")
+        for value, what in ((run_id, "run id"), (unit, "unit id"), (attempt, "attempt")):
+            _check_id(value, what)
+        return self.root / run_id / unit / attempt
+
+    def relpath(self, run_id: str, attempt_id: str, name: str) -> str:
+        return str(PurePosixPath(run_id, *attempt_id.split("/"), *safe_name(name).parts))
+
+    def path_of(self, entry: ArtifactEntry) -> Path:
+        return self.root / entry.path
+
+    # -- writing -------------------------------------------------------------
+    def _mkdirs(self, directory: Path) -> None:
+        missing = []
+        d = directory
+        while not d.exists():
+            missing.append(d)
+            d = d.parent
+        directory.mkdir(parents=True, exist_ok=True)
+        if self.durable:
+            for created in reversed(missing):
+                fsync_dir(created.parent)
+
+    def stage(
+        self,
+        run_id: str,
+        attempt_id: str,
+        name: str,
+        data: bytes,
+        *,
+        media_type: str,
+        producer_version: str,
+        created_at: str,
+        source_ids: Iterable[str] = (),
+        validators: dict | None = None,
+        schema_version: int = 1,
+    ) -> ArtifactEntry:
+        """Write one file durably into the attempt directory and describe it."""
+        rel = safe_name(name)
+        target = self.attempt_dir(run_id, attempt_id).joinpath(*rel.parts)
+        if target.exists():
+            raise ArtifactImmutable(f"{target} already exists")
+        self._mkdirs(target.parent)
+        tmp = target.with_name(target.name + ".tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            if self.durable:
+                os.fsync(fh.fileno())
+        os.rename(tmp, target)
+        if self.durable:
+            fsync_dir(target.parent)
+        return ArtifactEntry(
+            unit=attempt_id.partition("/")[0],
+            attempt_id=attempt_id,
+            name=str(rel),
+            path=self.relpath(run_id, attempt_id, name),
+            media_type=media_type,
+            size=len(data),
+            sha256=sha256_hex(data),
+            schema_version=schema_version,
+            source_ids=sorted(source_ids),
+            validators=validators or {},
+            producer_version=producer_version,
+            created_at=created_at,
+        )
+
+    def seal(self, entries: Iterable[ArtifactEntry]) -> None:
+        """Make committed files read-only (a guard against accidental edits)."""
+        for entry in entries:
+            p = self.path_of(entry)
+            if p.exists():
+                p.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+
+    def read(self, entry: ArtifactEntry) -> bytes:
+        return self.path_of(entry).read_bytes()
+
+    # -- checking ------------------------------------------------------------
+    def verify(self, entries: Iterable[ArtifactEntry]) -> list[ArtifactProblem]:
+        problems = []
+        for e in entries:
+            p = self.path_of(e)
+            if not p.is_file():
+                problems.append(
+                    ArtifactProblem(path=e.path, unit=e.unit, attempt_id=e.attempt_id,
+                                    problem="missing", expected_sha256=e.sha256)
+                )
+                continue
+            actual = file_sha256(str(p))
+            if actual != e.sha256:
+                problems.append(
+                    ArtifactProblem(path=e.path, unit=e.unit, attempt_id=e.attempt_id,
+                                    problem="changed", expected_sha256=e.sha256,
+                                    actual_sha256=actual)
+                )
+        return problems
+
+    def attempt_dirs(self, run_id: str) -> Iterator[tuple[str, str, Path, list[str]]]:
+        """(unit, attempt_id, directory, files) for every attempt directory of a run."""
+        run_root = self.root / run_id
+        if not run_root.is_dir():
+            return
+        for unit_dir in sorted(p for p in run_root.iterdir() if p.is_dir()):
+            for att_dir in sorted(p for p in unit_dir.iterdir() if p.is_dir()):
+                files = sorted(
+                    str(f.relative_to(att_dir)) for f in att_dir.rglob("*") if f.is_file()
+                )
+                yield unit_dir.name, f"{unit_dir.name}/{att_dir.name}", att_dir, files

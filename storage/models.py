@@ -1,0 +1,178 @@
+"""Typed rows the storage layer returns. Plain data: no engine rules here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class Head(BaseModel):
+    run_id: str
+    branch_id: str
+    version: int
+    hash: str
+
+
+class Checkpoint(BaseModel):
+    run_id: str
+    branch_id: str
+    version: int
+    parent_branch: str | None
+    parent_version: int | None
+    parent_hash: str
+    kind: str
+    schema_version: int
+    unit: str | None = None
+    attempt: str | None = None
+    fencing_token: int | None = None
+    delta: dict[str, Any]
+    state_hash: str
+    created_at: str
+    hash: str
+
+
+class ArtifactEntry(BaseModel):
+    """One manifest row: a committed file of an attempt."""
+
+    unit: str
+    attempt_id: str
+    name: str
+    path: str  # relative to the artifact root
+    media_type: str
+    size: int
+    sha256: str
+    schema_version: int = 1
+    source_ids: list[str] = Field(default_factory=list)
+    validators: dict[str, Any] = Field(default_factory=dict)
+    producer_version: str
+    created_at: str
+    checkpoint_version: int | None = None
+
+
+class Claim(BaseModel):
+    run_id: str
+    branch_id: str
+    unit: str
+    attempt_id: str
+    attempt_no: int
+    fencing_token: int
+    owner: str
+    expires_at: float
+    claimed_at_version: int
+
+
+class Lease(BaseModel):
+    run_id: str
+    branch_id: str
+    unit: str
+    attempt_id: str
+    owner: str
+    fencing_token: int
+    expires_at: float
+    renewed_at: float
+    progress: str | None
+    progress_at: float
+
+
+class Attempt(BaseModel):
+    attempt_id: str
+    run_id: str
+    branch_id: str
+    unit: str
+    attempt_no: int
+    executor: str
+    fencing_token: int
+    status: str
+    claimed_at_version: int
+    started_at: str
+    ended_at: str | None = None
+    error_class: str | None = None
+    message: str | None = None
+
+
+class UnitStatus(BaseModel):
+    """A runtime status (blocked, failed, cancelled…): an event-backed row, not a checkpoint."""
+
+    unit: str
+    status: str
+    reason: str
+    details: dict[str, Any] = Field(default_factory=dict)
+    updated_at: str
+
+
+class Event(BaseModel):
+    seq: int
+    run_id: str
+    branch_id: str
+    ts: str
+    kind: str
+    unit: str | None = None
+    attempt_id: str | None = None
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class EventIn(BaseModel):
+    kind: str
+    unit: str | None = None
+    attempt_id: str | None = None
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelCall(BaseModel):
+    call_id: str
+    run_id: str
+    branch_id: str
+    unit: str
+    attempt_id: str
+    round: int
+    model: str
+    request_hash: str
+    status: str  # reserved | settled
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
+    latency_ms: int = 0
+    outcome: str | None = None
+    error_class: str | None = None
+    safe_message: str | None = None
+    response_artifact: str | None = None
+    reserved_at: str
+    settled_at: str | None = None
+
+
+class Budget(BaseModel):
+    limits: dict[str, float] = Field(default_factory=dict)
+    used: dict[str, float] = Field(default_factory=dict)
+
+    def left(self) -> dict[str, float]:
+        return {k: v - self.used.get(k, 0) for k, v in self.limits.items()}
+
+
+class ChainProblem(BaseModel):
+    version: int
+    branch_id: str
+    problem: str
+
+
+class ChainReport(BaseModel):
+    ok: bool
+    checked: int
+    problems: list[ChainProblem] = Field(default_factory=list)
+
+
+class ArtifactProblem(BaseModel):
+    path: str
+    unit: str
+    attempt_id: str
+    problem: str  # "missing" | "changed"
+    expected_sha256: str
+    actual_sha256: str | None = None
+
+
+class OrphanAttempt(BaseModel):
+    run_id: str
+    unit: str
+    attempt_id: str
+    directory: str
+    files: list[str]
