@@ -96,6 +96,10 @@ class UnknownModelError(ModelError):
     error_class = "permanent"
 
 
+class KeyringUnavailable(KeepstepError):
+    """No usable OS keyring: a key cannot be stored there (the environment still works)."""
+
+
 # --- run control ------------------------------------------------------------
 
 

@@ -20,8 +20,11 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from . import offline_rules as rules
+
+_T = TypeVar("_T")
 
 MODEL_NAME = "keepstep-offline"
 HEURISTIC_NOTICE = (
@@ -108,16 +111,19 @@ def verify_claim(quote: str, passage: str) -> tuple[bool, str]:
 
 def _task_verify(payload: dict) -> dict:
     results = []
-    for claim in _require(payload, "claims", list):
+    for claim in _dicts(payload, "claims"):
         ok, reason = verify_claim(str(claim.get("quote", "")), str(claim.get("passage", "")))
         results.append({"id": claim.get("id"), "supported": ok, "reason": reason})
     return {"results": results}
 
 
 # --- synthesize ------------------------------------------------------------------------
-def _strength(item: dict) -> tuple[int, str]:
-    # More figures first (more concrete), then id for a stable order.
-    return (-len(item.get("figures") or []), str(item["id"]))
+def _strength(item: dict, topic: str) -> tuple[int, int, int, str]:
+    # Most on-topic first, then quotable on its own, then more concrete (more figures);
+    # the id makes the order total and therefore stable.
+    quote = str(item.get("quote", ""))
+    return (-rules.topic_hits(quote, topic), 0 if rules.reads_standalone(quote) else 1,
+            -len(item.get("figures") or []), str(item["id"]))
 
 
 def _task_synthesize(payload: dict) -> dict:
@@ -131,19 +137,21 @@ def _task_synthesize(payload: dict) -> dict:
         topic = item.get("topic") if item.get("topic") in by_topic else rules.classify_topic(
             str(item.get("quote", "")))
         by_topic[topic].append(item)
-    for items in by_topic.values():
-        items.sort(key=_strength)
+    for topic, items in by_topic.items():
+        items.sort(key=lambda item, t=topic: _strength(item, t))
 
-    # One finding per topic in audience order; top up from the largest groups if < 3 topics.
+    # One finding per topic in audience order; with fewer than 3 topics, top up with further
+    # slices of the topics that have the most evidence left, so no id is cited twice.
     groups: list[tuple[str, list[dict]]] = [
         (t, by_topic[t][:_IDS_PER_FINDING]) for t in order if by_topic[t]]
-    extra = sorted(((t, by_topic[t][_IDS_PER_FINDING:]) for t in order),
-                   key=lambda pair: (-len(pair[1]), order.index(pair[0])))
-    for topic, rest in extra:
-        if len(groups) >= _MIN_FINDINGS:
+    used = {t: min(len(by_topic[t]), _IDS_PER_FINDING) for t in order}
+    while len(groups) < _MIN_FINDINGS:
+        left = [(len(by_topic[t]) - used[t], t) for t in order if len(by_topic[t]) > used[t]]
+        if not left:
             break
-        if rest:
-            groups.append((topic, rest[:_IDS_PER_FINDING]))
+        topic = min(left, key=lambda pair: (-pair[0], order.index(pair[1])))[1]
+        groups.append((topic, by_topic[topic][used[topic]:used[topic] + _IDS_PER_FINDING]))
+        used[topic] += len(groups[-1][1])
     groups = groups[:_MAX_FINDINGS]
 
     audience_label = audience or "general reader"
@@ -218,6 +226,11 @@ def check_ranking(risks: list[dict], known_evidence_ids: Iterable[str] | None = 
 
 
 def _task_rank(payload: dict) -> dict:
+    """Rank risks by keyword rules (score = likelihood x impact, 1-25).
+
+    Round 1 with more than 5 candidates adds one risk that cites no evidence, as an
+    ungrounded generator would; round >= 2 with feedback drops the risks it names.
+    """
     audience = _audience_key(payload.get("audience"))
     evidence = _unique_evidence(_require(payload, "evidence", list))
     round_no = payload.get("round", 1)
@@ -229,11 +242,14 @@ def _task_rank(payload: dict) -> dict:
         candidates.append({"key": key, "title": title, "score": likelihood * impact,
                            "evidence_ids": []})
     risks = _number(candidates)
-    feedback = [str(f) for f in payload.get("feedback") or []]
+    raw_feedback = payload.get("feedback") or []
+    feedback = [raw_feedback] if isinstance(raw_feedback, str) else [str(f) for f in raw_feedback]
     revisions: list[str] = []
     if round_no >= 2 and feedback:
-        # Feedback names risks by their id in the previous round, which this deterministic
-        # generator reproduces exactly, so the ids line up.
+        # Feedback names risks by their round-1 id, which this deterministic generator
+        # reproduces exactly, so the ids line up. Generated rankings are always sorted, in
+        # range and cite only given evidence, so the unsupported risk is the only thing the
+        # check can flag: dropping it makes round 2 clean and the loop stops there.
         flagged = {m for f in feedback for m in re.findall(r"\bR\d+\b", f)}
         kept = []
         for risk, cand in zip(risks, sorted(candidates, key=lambda r: (-r["score"], r["key"]))):
@@ -249,7 +265,7 @@ def _task_rank(payload: dict) -> dict:
 def _task_check(payload: dict) -> dict:
     known = {str(i) for i in _require(payload, "evidence_ids_known", list)}
     problems: list[str] = []
-    for n, claim in enumerate(_require(payload, "claims", list), start=1):
+    for n, claim in enumerate(_dicts(payload, "claims"), start=1):
         label = f"claim {claim.get('id', n)}"
         ids = [str(i) for i in claim.get("evidence_ids") or []]
         if not ids:
@@ -287,13 +303,20 @@ def _task_summarise(payload: dict) -> dict:
 
 
 # --- dispatch --------------------------------------------------------------------------
-def _require(payload: dict, key: str, kind: type) -> object:
+def _require(payload: dict, key: str, kind: type[_T]) -> _T:
     value = payload.get(key)
     if not isinstance(value, kind):
         # One exception type for every bad payload keeps the provider wrapper's mapping simple.
         raise ValueError(  # noqa: TRY004
             f"{payload.get('task')}: payload needs '{key}' as {kind.__name__}")
     return value
+
+
+def _dicts(payload: dict, key: str) -> list[dict]:
+    items = _require(payload, key, list)
+    if not all(isinstance(item, dict) for item in items):
+        raise ValueError(f"{payload.get('task')}: every item of '{key}' must be an object")
+    return items
 
 
 def _unique_evidence(items: list) -> list[dict]:

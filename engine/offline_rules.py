@@ -22,31 +22,34 @@ TOPICS: tuple[str, ...] = (
 # Keyword lists per topic. Order in TOPICS breaks ties, so classification is stable.
 TOPIC_KEYWORDS: dict[str, tuple[str, ...]] = {
     "market": (
-        "market", "households", "growth", "cagr", "demand", "penetration", "forecast",
-        "addressable", "installed base", "population", "capex", "investment", "replace",
-        "billion", "million",
+        "market", "growth", "cagr", "demand", "penetration", "forecast", "scenario",
+        "addressable", "installed base", "population", "capital", "spending", "budget",
+        "billion", "per euro", "krona", "exchange rate", "policy rate", "inflation", "revenue",
     ),
     "regulation": (
-        "regulator", "regulation", "nwsa", "mandate", "directive", "ministry", "law",
-        "type approval", "certification", "certified", "compliance", "licence", "notice",
-        "consultation", "data protection", "privacy", "must", "requirement", "grant",
+        "regulat", "authority", "nwsa", "mandate", "directive", "ministry", "law", "fine",
+        "type approval", "institute", "compliance", "licence", "notice", "consultation",
+        "data protection", "privacy", "personal data", "consent", "must", "grant", "customs",
+        "import duty", "value added tax", "ruling", "security", "deadline",
     ),
     "competition": (
-        "competitor", "rival", "aquilon", "hydrasense", "kestrel", "incumbent",
-        "market share", "share of", "tender wins", "won", "launched", "feature",
+        "competitor", "rival", "aquilon", "hydrasense", "kestrel", "incumbent", "challenger",
+        "market share", "of installed smart", "of the installed smart", "awarded", "exhibitors", "partnership", "prototype",
     ),
     "pricing": (
-        "price", "priced", "pricing", "cost", "discount", "margin", "nvk", "per unit",
-        "fee", "subscription", "rebate", "list price", "per meter", "per month",
+        "price", "priced", "pricing", "cost", "discount", "margin", "nvk", "fee",
+        "subscription", "rebate", "charges", "paid", "pay", "bill",
     ),
     "customer": (
-        "customer", "respondents", "survey", "interview", "said", "told us", "utility buyers",
-        "procurement", "complaint", "household", "participants", "prefer", "asked",
+        "customer", "respondents", "survey", "interview", "told us", "buyer", "procurement",
+        "complaint", "household", "participants", "residents", "serves", "connections",
+        "utility will tender", "tender could follow", "prefer", "asked",
     ),
     "operations": (
-        "distributor", "logistics", "warehouse", "installation", "installer", "lead time",
-        "shipping", "freight", "support", "field", "delivery", "stock", "duty", "import",
-        "port", "staff", "battery", "coverage", "network",
+        "distributor", "distribution", "logistics", "warehouse", "pallet", "installation",
+        "installer", "installed", "crew", "lead time", "transit", "freight", "delivery",
+        "support", "service", "stock", "depot", "port", "battery", "coverage", "signal",
+        "network", "reading", "reads", "pilot", "minimum order", "minimum annual",
     ),
 }
 
@@ -165,15 +168,37 @@ def figures(sentence: str) -> list[str]:
     return FIGURE_RE.findall(sentence)
 
 
+# Keywords match at a word start ("installer" also hits "installers", "fine" not "define").
+_KEYWORD_RES: dict[str, re.Pattern[str]] = {
+    kw: re.compile(r"\b" + re.escape(kw)) for kws in TOPIC_KEYWORDS.values() for kw in kws
+}
+
+
 def classify_topic(sentence: str) -> str:
     """Topic with the most keyword hits; ties go to the earlier topic in TOPICS."""
-    lowered = sentence.lower()
     best, best_hits = TOPICS[0], 0
     for topic in TOPICS:
-        hits = sum(1 for kw in TOPIC_KEYWORDS[topic] if kw in lowered)
+        hits = topic_hits(sentence, topic)
         if hits > best_hits:
             best, best_hits = topic, hits
     return best
+
+
+def topic_hits(sentence: str, topic: str) -> int:
+    """How many of ``topic``'s keywords occur in ``sentence`` (0 for an unknown topic)."""
+    lowered = sentence.lower()
+    return sum(1 for kw in TOPIC_KEYWORDS.get(topic, ()) if _KEYWORD_RES[kw].search(lowered))
+
+
+# Sentences opening with these lean on the previous sentence, so they read badly when quoted
+# on their own in a finding.
+_DEPENDENT_OPENERS = re.compile(r"^(it|its|this|that|these|those|they|their|of these|such)\b",
+                                re.IGNORECASE)
+
+
+def reads_standalone(sentence: str) -> bool:
+    """False when the sentence opens with a pronoun that refers back to earlier text."""
+    return not _DEPENDENT_OPENERS.match(sentence.strip())
 
 
 def normalise(text: str) -> str:
@@ -190,9 +215,10 @@ def normalise(text: str) -> str:
 # (key, title, keywords, impact 1-5). Likelihood comes from how many statements match.
 RISK_RULES: tuple[tuple[str, str, tuple[str, ...], int], ...] = (
     ("certification", "Type approval delays market entry",
-     ("type approval", "certification", "certified"), 5),
+     ("type approval", "metrology", "institute", "expedited"), 5),
     ("price_war", "Incumbent price cuts squeeze margins",
-     ("price cut", "undercut", "cut its price", "cut list prices", "cheaper"), 4),
+     ("price cut", "undercut", "cut the price", "cut list prices", "cheaper", "lower-priced"),
+     4),
     ("procurement", "Utility budgets and tenders slip",
      ("budget", "postpone", "delayed", "freeze", "deferred"), 4),
     ("distribution", "Distributor terms limit reach and margin",
@@ -208,7 +234,7 @@ RISK_RULES: tuple[tuple[str, str, tuple[str, ...], int], ...] = (
     ("coverage", "Network coverage gaps in rural areas",
      ("coverage", "signal"), 2),
     ("currency", "Currency swings erode margin",
-     ("exchange rate", "currency", "krona"), 2),
+     ("exchange rate", "currency", "krona", "per euro", "hedg"), 2),
 )
 # Audiences weigh impact differently; +1 impact (capped at 5) for the risks they care about.
 AUDIENCE_RISK_WEIGHT: dict[str, frozenset[str]] = {

@@ -129,6 +129,12 @@ class ArtifactStore:
             if p.exists():
                 p.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
 
+    def seal_dir(self, directory: str | Path) -> None:
+        """Quarantine an attempt directory in place: every file read-only."""
+        for f in Path(directory).rglob("*"):
+            if f.is_file():
+                f.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+
     def read(self, entry: ArtifactEntry) -> bytes:
         return self.path_of(entry).read_bytes()
 

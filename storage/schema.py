@@ -145,6 +145,8 @@ def m001_initial(db: Database) -> None:
         CREATE TRIGGER events_no_update BEFORE UPDATE ON events
             WHEN NEW.payload != '{}' OR NEW.kind != OLD.kind OR NEW.ts != OLD.ts
               OR NEW.run_id != OLD.run_id OR NEW.seq != OLD.seq
+              OR NEW.branch_id != OLD.branch_id
+              OR NEW.unit IS NOT OLD.unit OR NEW.attempt_id IS NOT OLD.attempt_id
             BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
         CREATE TABLE model_calls (
             call_id TEXT PRIMARY KEY,

@@ -746,6 +746,23 @@ class SQLiteStore:
                 self._fence(db, run_id, branch_id, lease, ts)
         return expired
 
+    def fence_lease(self, run_id: str, branch_id: str, unit: str, fencing_token: int,
+                    reason: str) -> bool:
+        """Take a lease away before expiry (its owner is known to be dead)."""
+        ts = _iso(self.now())
+        with self._write() as db:
+            row = self._q1(
+                "SELECT * FROM leases WHERE run_id = ? AND branch_id = ? AND unit = ? "
+                "AND fencing_token = ?", [run_id, branch_id, unit, fencing_token],
+            )
+            if row is None:
+                return False
+            self._fence(db, run_id, branch_id, Lease(**row), ts)
+            self._append_events(db, run_id, branch_id, ts, [EventIn(
+                kind="lease.owner_dead", unit=unit, attempt_id=row["attempt_id"],
+                payload={"owner": row["owner"], "reason": reason})])
+            return True
+
     def current_token(self) -> int:
         return self._q1("SELECT last_token FROM fencing WHERE id = 1")["last_token"]
 

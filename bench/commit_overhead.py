@@ -1,0 +1,168 @@
+"""What keepstep's commit protocol costs per unit, against the raw durable primitives it needs.
+
+The protocol for one unit is two SQLite transactions (claim, commit) and one durable file
+(write + fsync(file) + fsync(dir)), so the baseline is ``2 × txn + 1 × file``. Both sides run
+interleaved, iteration by iteration, in one temporary directory on the same disk.
+
+    python bench/commit_overhead.py [--n 200] [--size 20480] [--dir PATH]
+
+Not a test: it prints figures and a ratio against the goal (keepstep ≤ 1.5 × baseline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from keepstep.storage import SQLiteStore
+
+GOAL = 1.5
+RUN = "BENCH"
+
+
+def raw_transaction(path: Path) -> Callable[[int], None]:
+    """One BEGIN IMMEDIATE … INSERT … COMMIT on a plain WAL, synchronous=FULL connection."""
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+
+    def step(i: int) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO t (v) VALUES (?)", [f"row {i}"])
+        conn.execute("COMMIT")
+
+    return step
+
+
+def raw_durable_file(directory: Path, payload: bytes) -> Callable[[int], None]:
+    """Write a new file, fsync it, fsync its directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def step(i: int) -> None:
+        with open(directory / f"f{i}.bin", "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    return step
+
+
+def keepstep_unit(store: SQLiteStore, payload: bytes,
+                  phases: dict[str, list[float]]) -> Callable[[int], None]:
+    """claim → stage one artifact → commit_checkpoint, as the engine does for one unit."""
+    store.create_run(RUN, {"plan": "bench"})
+
+    def step(i: int) -> None:
+        unit = f"U{i:05d}"
+        t0 = time.perf_counter()
+        head = i  # every iteration commits exactly one checkpoint
+        claim = store.claim(RUN, "main", unit, expected_version=head, owner="bench",
+                            lease_seconds=60)
+        t1 = time.perf_counter()
+        entry = store.artifacts.stage(RUN, claim.attempt_id, "out.json", payload,
+                                      media_type="application/json", producer_version="bench",
+                                      created_at="2024-01-01T00:00:00+00:00")
+        t2 = time.perf_counter()
+        store.commit_checkpoint(RUN, "main", head, {f"unit/{unit}": {"sha256": entry.sha256}},
+                                [entry], claim.fencing_token, unit=unit,
+                                attempt_id=claim.attempt_id)
+        t3 = time.perf_counter()
+        phases["claim"].append(t1 - t0)
+        phases["stage"].append(t2 - t1)
+        phases["commit"].append(t3 - t2)
+
+    return step
+
+
+def timed(step: Callable[[int], None], i: int) -> float:
+    t0 = time.perf_counter()
+    step(i)
+    return time.perf_counter() - t0
+
+
+def ms(values: list[float]) -> tuple[float, float]:
+    return statistics.median(values) * 1e3, statistics.fmean(values) * 1e3
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=200, help="iterations of each (default 200)")
+    parser.add_argument("--size", type=int, default=20 * 1024, help="artifact bytes (20 KB)")
+    parser.add_argument("--dir", default=None, help="parent of the temp dir (default: system)")
+    parser.add_argument("--warmup", type=int, default=5)
+    args = parser.parse_args(argv)
+    payload = os.urandom(args.size // 2).hex().encode()[: args.size]
+
+    with tempfile.TemporaryDirectory(prefix="keepstep-bench-", dir=args.dir) as tmp:
+        base = Path(tmp)
+        txn = raw_transaction(base / "raw.db")
+        durable_file = raw_durable_file(base / "raw-files", payload)
+        store = SQLiteStore(base / ".keepstep")
+        phases: dict[str, list[float]] = {"claim": [], "stage": [], "commit": []}
+        unit = keepstep_unit(store, payload, phases)
+        samples: dict[str, list[float]] = {"txn": [], "file": [], "keepstep": []}
+        try:
+            total = args.warmup + args.n
+            for i in range(total):
+                # Interleaved so that disk and cache drift hit both sides alike.
+                t_txn = timed(txn, i)
+                t_file = timed(durable_file, i)
+                t_unit = timed(unit, i)
+                if i >= args.warmup:
+                    samples["txn"].append(t_txn)
+                    samples["file"].append(t_file)
+                    samples["keepstep"].append(t_unit)
+            for k in phases:
+                del phases[k][: args.warmup]
+        finally:
+            store.close()
+
+    baseline = [2 * a + b for a, b in zip(samples["txn"], samples["file"])]
+    txn_med, txn_mean = ms(samples["txn"])
+    file_med, file_mean = ms(samples["file"])
+    base_med, base_mean = ms(baseline)
+    ks_med, ks_mean = ms(samples["keepstep"])
+    ratio_med, ratio_mean = ks_med / base_med, ks_mean / base_mean
+
+    print(f"keepstep commit overhead — n={args.n} (+{args.warmup} warm-up), "
+          f"artifact {args.size} bytes, {platform.system()} {platform.machine()}, "
+          f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}")
+    print(f"temp dir under: {args.dir or tempfile.gettempdir()}")
+    print()
+    print(f"{'':44}{'median ms':>11}{'mean ms':>11}")
+    rows = [
+        ("raw: 1 SQLite txn (WAL, synchronous=FULL)", txn_med, txn_mean),
+        ("raw: 1 file 20 KB + fsync(file) + fsync(dir)", file_med, file_mean),
+        ("baseline = 2 × txn + 1 × file", base_med, base_mean),
+        ("keepstep: claim + stage + commit_checkpoint", ks_med, ks_mean),
+    ]
+    for label, med, mean in rows:
+        print(f"{label:44}{med:11.3f}{mean:11.3f}")
+    print()
+    print("keepstep phases:")
+    for name, values in phases.items():
+        med, mean = ms(values)
+        print(f"  {name:42}{med:11.3f}{mean:11.3f}")
+    print()
+    verdict = "meets" if ratio_med <= GOAL else "MISSES"
+    print(f"ratio keepstep / baseline: median {ratio_med:.2f}×, mean {ratio_mean:.2f}× "
+          f"(goal ≤ {GOAL}×: {verdict} the goal on medians)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Gates in the run loop: which gated units may run, asking again when a decision
+no longer applies, and answering from the command line (``--approve gate=choice``)."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from .errors import ApprovalError
+from .state import RunFacts, UnitState
+
+if TYPE_CHECKING:
+    from .plan import Gate
+    from .project import Run
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def bound_object(run: Run, gate: Gate, facts: RunFacts | None = None) -> dict[str, Any]:
+    """What an approval of this gate binds to, as the run stands now."""
+    if gate.binds.startswith("artifact:"):
+        uid = gate.binds.split(":", 1)[1]
+        records = facts.records if facts is not None else run.facts_records()
+        rec = records.get(uid)
+        return {"artifact_unit": uid,
+                "artifact": sorted(o.sha256 for o in rec.outputs.values()) if rec else None}
+    info = facts.plan_info if facts is not None else run.plan_info
+    return {"plan_n": int(info.get("n", 1)), "contract_hash": info.get("contract_hash", "")}
+
+
+def option_estimates(run: Run, gate: Gate, facts: RunFacts) -> list[dict[str, Any]]:
+    """Per option: what it reuses, what it redoes, and the estimated cost (from the ledger)."""
+    from .invalidation import downstream_of
+
+    plan = run.plan
+    redo = sorted(downstream_of(plan, [gate.unit]) | {gate.unit})
+    current = sorted(u for u in plan.unit_map() if facts.is_current(u))
+    calls = run.store.calls(run.run_id)
+    per_unit: dict[str, list] = {}
+    for c in calls:
+        per_unit.setdefault(c.unit, []).append(c)
+    kinds = {u.id: u.kind.value for u in plan.units}
+    by_kind: dict[str, list[int]] = {}
+    for uid, cs in per_unit.items():
+        by_kind.setdefault(kinds.get(uid, ""), []).append(len(cs))
+    est_calls = sum(
+        len(per_unit[u]) if u in per_unit else
+        round(sum(by_kind.get(kinds[u], [0])) / max(1, len(by_kind.get(kinds[u], [0]))))
+        for u in redo
+    )
+    audience = run.project.files.contract.audience
+    out = []
+    for label in gate.options or ["approve"]:
+        keeps = label == audience or not gate.options
+        out.append({
+            "label": label,
+            "reuse": current,
+            "redo": redo if keeps else [],
+            "estimate": {"calls": est_calls if keeps else 0, "cost": 0.0},
+            "note": "runs the gated unit and what follows" if keeps else
+                    f"needs contract.md's audience changed to {label!r} first (a plan change)",
+        })
+    return out
+
+
+def gates_open(run: Run, facts: RunFacts, *, approve: dict[str, str] | None = None,
+               ask: bool = False) -> dict[str, bool]:
+    """unit id -> whether its gate currently has an applying approval.
+
+    With ``ask`` (the run loop), a gate whose unit is otherwise ready gets an
+    approval request (a new one when the old decision no longer applies), and a
+    ``--approve`` answer is recorded as a decision.
+    """
+    from . import approvals
+
+    out: dict[str, bool] = {}
+    plan = run.plan
+    units = plan.unit_map()
+    for gate in plan.gates:
+        if gate.unit not in units:
+            continue
+        state = facts.effective_state(gate.unit)
+        if state not in (UnitState.pending, UnitState.invalidated):
+            out[gate.unit] = True
+            continue
+        obj = bound_object(run, gate, facts)
+        status = approvals.gate_status(run.store, run.run_id, run.branch_id, gate, obj, facts.now)
+        if status.open:
+            out[gate.unit] = True
+            continue
+        out[gate.unit] = False
+        deps_ready = all(facts.is_current(d.unit) for d in units[gate.unit].depends_on)
+        if not (ask and deps_ready):
+            continue
+        if status.request is None:
+            approvals.request_gate(run.store, run.run_id, run.branch_id, gate, bound_object=obj,
+                                   options=option_estimates(run, gate, facts), now=facts.now)
+        answer = (approve or {}).get(gate.id)
+        if answer is not None:
+            record_choice(run, gate, answer, who="command line (--approve)", facts=facts)
+            out[gate.unit] = True
+    return out
+
+
+def record_choice(run: Run, gate: Gate, answer: str, *, who: str, token: str | None = None,
+                  facts: RunFacts | None = None) -> Any:
+    from . import approvals
+
+    labels = {slug(o): o for o in gate.options}
+    choice = labels.get(slug(answer), answer if not gate.options else None)
+    if choice is None:
+        raise ApprovalError(f"gate {gate.id!r} has no option {answer!r}",
+                            hint="choose one of: " + ", ".join(gate.options))
+    audience = run.project.files.contract.audience
+    if gate.options and audience in gate.options and choice != audience:
+        raise ApprovalError(
+            f"contract.md says audience = {audience!r}; approving {choice!r} would not match it",
+            hint=f"to change the audience, edit contract.md (audience = {choice!r}), resume to "
+            "see the preview, then approve",
+        )
+    return approvals.decide(run.store, run.run_id, gate.id, choice, who=who,
+                            bound_object=bound_object(run, gate, facts),
+                            expires_days=gate.expires_days, token=token)
+
+
+def pending_approvals(run: Run) -> list[dict[str, Any]]:
+    from . import approvals
+
+    out = []
+    for req in approvals.pending_requests(run.store, run.run_id, run.branch_id):
+        data = req.model_dump(mode="json") if hasattr(req, "model_dump") else dict(req)
+        data.setdefault("gate", data.get("gate_id"))
+        out.append(data)
+    return out

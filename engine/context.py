@@ -1,0 +1,112 @@
+"""What a unit kind may do while it runs: the UnitContext contract.
+
+A kind is a function ``run(ctx: UnitContext) -> KindOutcome``. It reads its
+dependencies' committed artifacts and its approved sources, calls models only
+through ``ctx.call_model`` (budgeted, ledgered, replayable), stages outputs
+with ``ctx.write`` and returns validator results. It never touches storage or
+changes a state: only the orchestrator does that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
+
+from keepstep.storage.models import Event
+
+from .plan import Plan, Unit
+from .project_files import Contract, InputSnapshot, SourceEntry
+
+
+class ValidatorResult(BaseModel):
+    name: str
+    passed: bool
+    detail: str = ""
+
+
+class KindOutcome(BaseModel):
+    """What a kind returns: validator results, and optional facts for the checkpoint."""
+
+    validators: list[ValidatorResult] = Field(default_factory=list)
+    facts: dict[str, Any] = Field(default_factory=dict)  # small, e.g. {"evidence_count": 14}
+    rounds: int = 1
+
+    @property
+    def passed(self) -> bool:
+        return all(v.passed for v in self.validators)
+
+
+class UnitContext(Protocol):
+    run_id: str
+    branch_id: str
+    unit: Unit
+    attempt_id: str
+    plan: Plan
+    contract: Contract
+    snapshot: InputSnapshot
+
+    def sources_for_unit(self) -> list[SourceEntry]:
+        """Approved sources named by the unit's ``source:`` and ``group:`` inputs, by id."""
+        ...
+
+    def source_text(self, source_id: str) -> str:
+        """Text of an approved source (read from the project folder, never copied to the DB)."""
+        ...
+
+    def dep_bytes(self, unit_id: str, name: str) -> bytes:
+        """A committed artifact of a dependency, by output name (hash-checked on read)."""
+        ...
+
+    def dep_json(self, unit_id: str, name: str) -> Any: ...
+
+    def template_text(self, name: str) -> str:
+        """A template from the project's ``templates/`` folder (``template:<name>`` input)."""
+        ...
+
+    def call_model(self, payload: dict[str, Any], *, round: int = 1,
+                   expect_json: bool = True) -> dict[str, Any]:
+        """One model call through the gateway; returns the parsed JSON response.
+
+        Raises BudgetExhausted before the call when the budget would be passed,
+        and the classified ModelError subclasses on provider failures.
+        """
+        ...
+
+    def write(self, name: str, data: bytes | str | dict[str, Any] | list[Any], *,
+              media_type: str | None = None, source_ids: list[str] | None = None) -> str:
+        """Stage an output into the attempt directory; returns its sha256."""
+        ...
+
+    def decision_events(self) -> list[Event]:
+        """Decision events of the run so far (plan changes, approvals, budget raises…)."""
+        ...
+
+    def safe_point(self, progress: str | None = None) -> None:
+        """Check for cancellation, a lost lease and the unit's time limit (raises)."""
+        ...
+
+
+KindFn = Callable[[UnitContext], KindOutcome]
+
+
+class KindSpec(BaseModel):
+    """A kind's declaration: the validators it applies and whether it calls models."""
+
+    name: str
+    uses_model: bool
+    validators: list[str]
+    default_outputs: list[str]
+    description: str
+
+
+REGISTRY: dict[str, tuple[KindSpec, KindFn]] = {}
+
+
+def register(spec: KindSpec) -> Callable[[KindFn], KindFn]:
+    def deco(fn: KindFn) -> KindFn:
+        REGISTRY[spec.name] = (spec, fn)
+        return fn
+
+    return deco

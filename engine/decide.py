@@ -1,0 +1,113 @@
+"""decide(plan, facts) -> Decision: the pure heart of scheduling and recovery.
+
+No I/O: everything it needs is in RunFacts, so it can be tested exhaustively.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import networkx as nx
+from pydantic import BaseModel, Field
+
+from .plan import Plan
+from .state import RunFacts, UnitState
+
+
+class DecisionKind(StrEnum):
+    claim = "claim"  # claim ``unit`` next
+    done = "done"  # every required final unit is current and the final validator passed
+    waiting = "waiting"  # nothing to claim now, but another executor holds a live lease
+    blocked = "blocked"  # nothing can move without a person (reasons say why)
+
+
+class Decision(BaseModel):
+    kind: DecisionKind
+    unit: str | None = None
+    ready: list[str] = Field(default_factory=list)
+    reasons: list[str] = Field(default_factory=list)
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons)
+
+
+_ORDER_CACHE: dict[str, list[str]] = {}
+
+
+def topo_order(plan: Plan) -> list[str]:
+    """Units in dependency order, ties broken by plan order (deterministic)."""
+    key = plan.fingerprint()
+    order = _ORDER_CACHE.get(key)
+    if order is None:
+        index = {u.id: i for i, u in enumerate(plan.units)}
+        order = list(nx.lexicographical_topological_sort(plan.graph(), key=lambda n: index[n]))
+        if len(_ORDER_CACHE) > 32:
+            _ORDER_CACHE.clear()
+        _ORDER_CACHE[key] = order
+    return order
+
+
+def waiting_on_gate(plan: Plan, facts: RunFacts) -> list[str]:
+    """Units whose dependencies are current but whose gate has no applying approval."""
+    out = []
+    units = plan.unit_map()
+    for uid in topo_order(plan):
+        if plan.gate_for(uid) is None or facts.gates_open.get(uid, False):
+            continue
+        if facts.effective_state(uid) not in (UnitState.pending, UnitState.invalidated):
+            continue
+        if all(facts.is_current(d.unit) for d in units[uid].depends_on):
+            out.append(uid)
+    return out
+
+
+def ready_units(plan: Plan, facts: RunFacts) -> list[str]:
+    """Units that may be claimed now: not current, not running/blocked/failed, deps current,
+    gate (if any) approved."""
+    units = plan.unit_map()
+    out = []
+    for uid in topo_order(plan):
+        if facts.effective_state(uid) not in (UnitState.pending, UnitState.invalidated):
+            continue
+        if not all(facts.is_current(d.unit) for d in units[uid].depends_on):
+            continue
+        if plan.gate_for(uid) is not None and not facts.gates_open.get(uid, False):
+            continue
+        out.append(uid)
+    return out
+
+
+def final_passed(plan: Plan, facts: RunFacts) -> bool:
+    return all(
+        facts.is_current(uid) and facts.records[uid].validators_passed
+        for uid in plan.required_units()
+    )
+
+
+def decide(plan: Plan, facts: RunFacts) -> Decision:
+    ready = ready_units(plan, facts)
+    if ready:
+        return Decision(kind=DecisionKind.claim, unit=ready[0], ready=ready)
+    if plan.required_units() and final_passed(plan, facts):
+        return Decision(kind=DecisionKind.done, reasons=["every required final unit is current "
+                                                         "and the final validator passed"])
+    running = sorted(u.id for u in plan.units if facts.effective_state(u.id) == UnitState.running)
+    reasons: list[str] = []
+    for uid in sorted(facts.statuses):
+        st = facts.statuses[uid]
+        if uid in plan.unit_map() and st.status in ("blocked", "failed", "cancelled"):
+            reasons.append(f"{uid} {st.status}: {st.reason}")
+    for uid in waiting_on_gate(plan, facts):
+        gate = plan.gate_for(uid)
+        reasons.append(f"{uid} waits for approval of gate {gate.id!r}" if gate else uid)
+    for uid in plan.required_units():
+        rec = facts.records.get(uid)
+        if rec is not None and rec.state == UnitState.succeeded and not rec.validators_passed:
+            reasons.append(f"{uid} is current but its final validator did not pass")
+    if running:
+        return Decision(kind=DecisionKind.waiting,
+                        reasons=[f"running elsewhere: {', '.join(running)}"] + reasons)
+    if not reasons:
+        reasons = ["nothing is ready but the run is not done"]
+    return Decision(kind=DecisionKind.blocked, reasons=reasons)

@@ -1,0 +1,152 @@
+"""Helpers shared by the unit kinds: JSON bytes, citations, dependency lookups, templates.
+
+Everything here is a pure function; kinds stay deterministic by going through it
+(sorted keys, natural id order, one citation format that the audit can parse back).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from ..context import UnitContext, ValidatorResult
+from ..plan import Unit, UnitKind
+
+JSON = "application/json"
+MARKDOWN = "text/markdown"
+CSV = "text/csv"
+
+# What every evidence item carries (the intake schema step publishes the same list).
+EVIDENCE_REQUIRED = ("id", "source_id", "quote", "figures")
+
+# Evidence ids look like "A1-e3"; documents cite them as "[A1-e3, A1-e4] (sources: A1)".
+EVIDENCE_ID_RE = re.compile(r"\b[A-Za-z][A-Za-z0-9]*-e\d+\b")
+SOURCES_CITE_RE = re.compile(r"\(sources?: ([^)]*)\)")
+_PLACEHOLDER_RE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_DETAIL_PROBLEMS = 5
+
+
+def dump_json(value: Any) -> bytes:
+    """Readable, byte-stable JSON: sorted keys, two-space indent, UTF-8, final newline."""
+    return (json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def natural_key(value: str) -> tuple[Any, ...]:
+    """Sort key putting "A2-e10" after "A2-e9" (plain string order would not)."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", value))
+
+
+def collapse_ws(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def quote_in_text(quote: str, text: str) -> bool:
+    """The quote occurs verbatim in the text, line breaks and repeated spaces aside."""
+    q = collapse_ws(quote)
+    return bool(q) and q in collapse_ws(text)
+
+
+def result(name: str, problems: list[str], ok: str = "") -> ValidatorResult:
+    """A validator result: passed when there are no problems; detail names the first few."""
+    if not problems:
+        return ValidatorResult(name=name, passed=True, detail=ok)
+    shown = "; ".join(problems[:_DETAIL_PROBLEMS])
+    more = f" (+{len(problems) - _DETAIL_PROBLEMS} more)" if len(problems) > _DETAIL_PROBLEMS else ""
+    return ValidatorResult(name=name, passed=False, detail=f"{len(problems)} problem(s): {shown}{more}")
+
+
+def structure_problems(items: Any, required: Iterable[str], what: str) -> list[str]:
+    """Missing fields and duplicate ids in a list of dicts that must each carry ``required``."""
+    if not isinstance(items, list):
+        return [f"{what} is not a list"]
+    problems: list[str] = []
+    seen: set[str] = set()
+    for n, item in enumerate(items, start=1):
+        if not isinstance(item, dict):
+            problems.append(f"{what} #{n} is not an object")
+            continue
+        label = str(item.get("id") or f"#{n}")
+        missing = [f for f in required if item.get(f) in (None, "")]
+        if missing:
+            problems.append(f"{what} {label} lacks {', '.join(missing)}")
+        if "figures" in item and not isinstance(item["figures"], list):
+            problems.append(f"{what} {label}: figures is not a list")
+        if label in seen:
+            problems.append(f"{what} {label} appears twice")
+        seen.add(label)
+    return problems
+
+
+# --- the plan around a unit ------------------------------------------------------------
+def dep_units(ctx: UnitContext, *kinds: UnitKind) -> list[Unit]:
+    """The unit's dependencies of the given kinds (all when none given), by id."""
+    units = ctx.plan.unit_map()
+    deps = [units[d.unit] for d in ctx.unit.depends_on if d.unit in units]
+    if kinds:
+        deps = [u for u in deps if u.kind in kinds]
+    return sorted(deps, key=lambda u: natural_key(u.id))
+
+
+def dep_with_param(ctx: UnitContext, kind: UnitKind, key: str, value: str) -> Unit | None:
+    """The first dependency of ``kind`` whose ``params[key] == value`` (e.g. intake step)."""
+    return next((u for u in dep_units(ctx, kind) if u.params.get(key) == value), None)
+
+
+def unit_source_ids(unit: Unit, groups: dict[str, str]) -> set[str]:
+    """Approved sources a unit names through its ``source:`` and ``group:`` inputs."""
+    wanted = set(unit.input_refs("group"))
+    ids = {sid for sid, g in groups.items() if g in wanted}
+    return ids | {s for s in unit.input_refs("source") if s in groups}
+
+
+def evidence_index(items: Iterable[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """id -> {source_id, group, topic}: what documents need to cite without the quote."""
+    return {
+        str(e["id"]): {"source_id": str(e.get("source_id", "")), "group": str(e.get("group", "")),
+                       "topic": str(e.get("topic", ""))}
+        for e in items if isinstance(e, dict) and e.get("id") is not None
+    }
+
+
+def cite(ids: Iterable[str], index: dict[str, dict[str, str]]) -> str:
+    """``[A1-e1, A1-e2] (sources: A1)`` — evidence ids, then the sources they come from."""
+    ids = sorted({str(i) for i in ids}, key=natural_key)
+    if not ids:
+        return "(no evidence cited)"
+    sources = sorted({index[i]["source_id"] for i in ids if i in index and index[i]["source_id"]},
+                     key=natural_key)
+    text = "[" + ", ".join(ids) + "]"
+    return text + (f" (sources: {', '.join(sources)})" if sources else "")
+
+
+def cited_evidence_ids(text: str) -> set[str]:
+    return set(EVIDENCE_ID_RE.findall(text))
+
+
+def cited_source_ids(text: str) -> set[str]:
+    ids: set[str] = set()
+    for group in SOURCES_CITE_RE.findall(text):
+        ids |= {p.strip() for p in group.split(",") if p.strip()}
+    return ids
+
+
+def notices(*docs: Any) -> list[str]:
+    """The distinct ``notice`` strings of model-made artifacts, sorted."""
+    return sorted({str(d["notice"]) for d in docs if isinstance(d, dict) and d.get("notice")})
+
+
+# --- templates -------------------------------------------------------------------------
+def fill_template(template: str, values: dict[str, str]) -> tuple[str, list[str]]:
+    """Replace ``{{ name }}`` placeholders; returns the text and the unknown names (kept)."""
+    unknown: list[str] = []
+
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name in values:
+            return values[name]
+        unknown.append(name)
+        return match.group(0)
+
+    return _PLACEHOLDER_RE.sub(sub, template), sorted(set(unknown))

@@ -1,0 +1,281 @@
+"""The run loop: decide, claim, execute, commit — until done, blocked or cancelled."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from keepstep.storage import (
+    CheckpointConflict,
+    EventIn,
+    LeaseHeld,
+    StaleFencingToken,
+    StorageError,
+    crash_point,
+)
+
+from .decide import Decision, DecisionKind, decide
+from .errors import (
+    AuthError,
+    BudgetExhausted,
+    KeepstepError,
+    LeaseLost,
+    ModelError,
+    QuotaExhausted,
+    RunCancelled,
+)
+from .executor import (
+    AttemptResult,
+    ExecContext,
+    Heartbeat,
+    ReplayMiss,
+    UnitTimedOut,
+    blocked_reason,
+    build_record,
+    input_fingerprints,
+    verify_staged,
+)
+from .kinds import get_kind
+from .plan import UnitKind
+from .state import UnitState, unit_key
+
+if TYPE_CHECKING:
+    from .project import Run
+
+RETRYABLE_OUTCOMES = ("failed", "timed_out")
+
+
+class RunLoop:
+    def __init__(
+        self,
+        run: Run,
+        *,
+        cancel: threading.Event | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        approve: dict[str, str] | None = None,
+        replay: dict[str, str] | None = None,
+        max_units: int | None = None,
+    ) -> None:
+        self.run = run
+        self.store = run.store
+        self.cancel = cancel
+        self.on_event = on_event
+        self.approve = dict(approve or {})
+        self.replay = replay
+        self.max_units = max_units
+        self.executed: list[AttemptResult] = []
+
+    def emit(self, kind: str, **payload: Any) -> None:
+        if self.on_event is not None:
+            try:
+                self.on_event({"kind": kind, **payload})
+            except Exception:  # a display callback must never break the run
+                pass
+
+    # -- the loop --------------------------------------------------------------
+    def loop(self) -> Decision:
+        last_blocked: str | None = None
+        while True:
+            if self.cancel is not None and self.cancel.is_set():
+                raise RunCancelled("cancelled before the next unit")
+            facts = self.run.facts(approve=self.approve, ask=True)
+            plan = self.run.plan
+            d = decide(plan, facts)
+            self.emit("decision", decision=d.kind.value, unit=d.unit, reasons=d.reasons,
+                      head=facts.head_version)
+            if d.kind == DecisionKind.claim:
+                if self.max_units is not None and len(self.executed) >= self.max_units:
+                    return d
+                result = self.run_unit(d.unit, facts)
+                if result is None:
+                    continue
+                self.executed.append(result)
+                self.emit("attempt", unit=result.unit, attempt=result.attempt_id,
+                          outcome=result.outcome, detail=result.detail)
+                if result.outcome == "orphaned":
+                    return Decision(kind=DecisionKind.blocked,
+                                    reasons=[f"{result.attempt_id}: {result.detail}"])
+                continue
+            if d.kind == DecisionKind.done:
+                if not self.store.events(self.run.run_id, branch_id=self.run.branch_id,
+                                         kinds=["run.done"], after_seq=self.run.last_seq("plan")):
+                    self.store.append_event(self.run.run_id, "run.done",
+                                            branch_id=self.run.branch_id,
+                                            payload={"head": facts.head_version})
+                return d
+            if d.reason != last_blocked:
+                self.store.append_event(self.run.run_id, f"run.{d.kind.value}",
+                                        branch_id=self.run.branch_id,
+                                        payload={"reasons": d.reasons})
+            return d
+
+    # -- one unit ----------------------------------------------------------------
+    def run_unit(self, unit_id: str, facts: Any) -> AttemptResult | None:
+        run = self.run
+        store = self.store
+        plan = run.plan
+        unit = plan.unit_map()[unit_id]
+        policy = run.project.files.config.policy
+        try:
+            claim = store.claim(run.run_id, run.branch_id, unit_id,
+                                expected_version=facts.head_version, owner=run.executor_id,
+                                lease_seconds=policy.lease_seconds)
+        except (CheckpointConflict, LeaseHeld):
+            return None  # someone else moved; decide again from the new head
+        self.emit("claimed", unit=unit_id, attempt=claim.attempt_id, token=claim.fencing_token)
+        started = run.clock()
+        lease_lost = threading.Event()
+        ctx = ExecContext(
+            store=store, run_id=run.run_id, branch_id=run.branch_id, plan=plan,
+            plan_n=run.plan_n, unit=unit, claim=claim, files=run.project.files,
+            snapshot=run.snapshot, records=facts.records, gateway=run.gateway(),
+            model=run.model_for(unit), api_base=run.project.files.config.api_base,
+            replay=self.replay, cancel=self.cancel, lease_lost=lease_lost,
+            deadline=started + unit.timeout_minutes * 60, clock=run.clock,
+            decision_events=run.decision_events,
+        )
+        hb = Heartbeat(store, claim, interval=policy.heartbeat_seconds,
+                       lease_seconds=policy.lease_seconds, progress=lambda: ctx.progress,
+                       on_event=self.on_event)
+        # The heartbeat's "lost" flag and the context's are one and the same.
+        hb.lost = lease_lost
+        hb.start()
+        try:
+            return self._execute(ctx, claim, unit, facts)
+        finally:
+            hb.stop()
+            store.add_usage(run.run_id, {"wall_time_s": max(0.0, run.clock() - started)},
+                            branch_id=run.branch_id)
+
+    def _execute(self, ctx: ExecContext, claim: Any, unit: Any, facts: Any) -> AttemptResult:
+        run, store = self.run, self.store
+        aid = claim.attempt_id
+        try:
+            _spec, fn = get_kind(unit.kind.value)
+            outcome = fn(ctx)
+            ctx.safe_point("staged")
+            crash_point("unit.after_stage")
+            crash_point(f"unit.after_stage:{unit.id}")
+            store.set_attempt_status(run.run_id, aid, "staged", only_if=["claimed"])
+            problems = verify_staged(store, ctx.staged)
+            if problems:
+                return self._fail(claim, unit, "failed", "staged files did not verify: "
+                                  + "; ".join(problems), "integrity")
+            crash_point("unit.after_verify")
+            if not outcome.passed and unit.kind != UnitKind.audit:
+                failed = [v.name for v in outcome.validators if not v.passed]
+                return self._fail(claim, unit, "failed", "validators failed: "
+                                  + ", ".join(failed), "invalid_output")
+            ctx.safe_point("verified")
+            record = build_record(ctx, outcome, input_fingerprints(
+                unit, run.project.files, run.snapshot, run.templates, run.versions))
+            version = self._commit(ctx, claim, record)
+            store.artifacts.seal(ctx.staged)
+            return AttemptResult(unit.id, aid, "committed", version=version)
+        except (BudgetExhausted, QuotaExhausted, AuthError) as exc:
+            status, reason, details = blocked_reason(exc)
+            store.set_attempt_status(run.run_id, aid, "blocked", error_class=details["kind"],
+                                     message=reason)
+            store.release_lease(run.run_id, run.branch_id, unit.id, claim.fencing_token)
+            store.set_unit_status(run.run_id, run.branch_id, unit.id, status, reason, details,
+                                  attempt_id=aid)
+            return AttemptResult(unit.id, aid, "blocked", reason)
+        except UnitTimedOut as exc:
+            return self._fail(claim, unit, "timed_out", str(exc).splitlines()[0], "timeout")
+        except (LeaseLost, StaleFencingToken) as exc:
+            store.set_attempt_status(run.run_id, aid, "fenced", message=str(exc).splitlines()[0])
+            store.append_event(run.run_id, "attempt.fenced", branch_id=run.branch_id,
+                               unit=unit.id, attempt_id=aid,
+                               payload={"reason": "lease taken over; output left as an orphan"})
+            return AttemptResult(unit.id, aid, "orphaned", "lease lost; output is an orphan")
+        except RunCancelled:
+            store.set_attempt_status(run.run_id, aid, "cancelled", message="cancelled")
+            store.release_lease(run.run_id, run.branch_id, unit.id, claim.fencing_token)
+            store.append_event(run.run_id, "attempt.cancelled", branch_id=run.branch_id,
+                               unit=unit.id, attempt_id=aid)
+            raise
+        except ReplayMiss as exc:
+            return self._fail(claim, unit, "failed", str(exc).splitlines()[0], "replay", final=True)
+        except ModelError as exc:
+            return self._fail(claim, unit, "failed", f"{exc.error_class}: "
+                              f"{str(exc).splitlines()[0]}", exc.error_class,
+                              final=not exc.retryable)
+        except KeepstepError as exc:
+            return self._fail(claim, unit, "failed", str(exc).splitlines()[0], "error", final=True)
+
+    def _fail(self, claim: Any, unit: Any, attempt_status: str, message: str, error_class: str,
+              *, final: bool = False) -> AttemptResult:
+        """Record a failed attempt; retry within bounds, then mark the unit failed."""
+        run, store = self.run, self.store
+        aid = claim.attempt_id
+        store.set_attempt_status(run.run_id, aid, attempt_status, error_class=error_class,
+                                 message=message[:500])
+        store.release_lease(run.run_id, run.branch_id, unit.id, claim.fencing_token)
+        tries = [a for a in store.attempts(run.run_id, unit.id)
+                 if a.status in RETRYABLE_OUTCOMES and a.branch_id == run.branch_id]
+        rec = run.facts_records().get(unit.id)
+        if rec is not None:
+            last_ok = rec.attempt
+            tries = [a for a in tries if a.attempt_no > int(last_ok.rsplit("/a", 1)[1])]
+        limit = run.project.files.config.policy.max_unit_retries
+        same_errors = [a for a in tries if a.error_class == error_class]
+        if len(same_errors) >= run.project.files.config.policy.stall_repeated_errors:
+            store.append_event(run.run_id, "alert.repeated_error", branch_id=run.branch_id,
+                               unit=unit.id, payload={"error_class": error_class,
+                                                      "count": len(same_errors)})
+        if final or len(tries) > limit:
+            store.set_unit_status(run.run_id, run.branch_id, unit.id, "failed", message,
+                                  {"kind": error_class, "attempts": len(tries)}, attempt_id=aid)
+            return AttemptResult(unit.id, aid, "failed", message)
+        store.add_usage(run.run_id, {"retries": 1}, branch_id=run.branch_id)
+        store.append_event(run.run_id, "attempt.failed", branch_id=run.branch_id, unit=unit.id,
+                           attempt_id=aid, payload={"error_class": error_class,
+                                                    "message": message[:300], "will_retry": True})
+        return AttemptResult(unit.id, aid, "retry", message)
+
+    def _commit(self, ctx: ExecContext, claim: Any, record: Any) -> int:
+        """CAS commit; on a head move by another unit, re-check and rebase; read the head
+        when the acknowledgement is lost."""
+        run, store = self.run, self.store
+        expected = claim.claimed_at_version
+        for _ in range(20):
+            delta = {unit_key(claim.unit): record.model_dump(mode="json"),
+                     "budget": store.get_budget(run.run_id, run.branch_id).used}
+            try:
+                return store.commit_checkpoint(
+                    run.run_id, run.branch_id, expected, delta, ctx.staged, claim.fencing_token,
+                    kind="unit-success", unit=claim.unit, attempt_id=claim.attempt_id,
+                    clear_unit_status=[claim.unit],
+                    events=[EventIn(kind="unit.succeeded", unit=claim.unit,
+                                    attempt_id=claim.attempt_id,
+                                    payload={"outputs": {k: v.sha256[:12] for k, v in
+                                                         record.outputs.items()}})],
+                )
+            except CheckpointConflict:
+                # Another unit committed meanwhile. Rebase only if what this attempt
+                # consumed is still what the new head holds.
+                head = store.get_head(run.run_id, run.branch_id)
+                now_records = run.facts_records()
+                for dep, outs in record.consumed.items():
+                    cur = now_records.get(dep)
+                    if cur is None or cur.state != UnitState.succeeded or \
+                            {n: o.sha256 for n, o in cur.outputs.items()} != outs:
+                        raise LeaseLost(f"{claim.unit}: dependency {dep} changed under the "
+                                        "attempt") from None
+                cur_plan = store.read_key(run.run_id, "plan", run.branch_id) or {}
+                if cur_plan.get("n") != record.plan_n:
+                    raise LeaseLost(f"{claim.unit}: the plan changed under the attempt") from None
+                expected = head.version
+            except (sqlite3.OperationalError, StorageError) as exc:
+                if isinstance(exc, StaleFencingToken):
+                    raise
+                att = store.get_attempt(run.run_id, claim.attempt_id)
+                if att is not None and att.status == "committed":
+                    return store.get_head(run.run_id, run.branch_id).version
+                raise
+        raise LeaseLost(f"{claim.unit}: could not commit after repeated head moves")
+
+
+__all__ = ["RunLoop", "ModelError"]

@@ -1,0 +1,252 @@
+"""Pins the offline heuristic model and the 160-statement market-entry sample pack (ME-042)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import tomllib
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from keepstep.engine.offline_model import (
+    HEURISTIC_NOTICE,
+    MODEL_NAME,
+    check_ranking,
+    count_tokens,
+    extract_evidence,
+    respond,
+)
+
+PACK = Path(__file__).resolve().parent.parent / "sample_projects" / "market-entry"
+
+# Per-group counts the plan's extraction units E01-E12 rely on; change only with ME-042.
+EXPECTED_GROUP_COUNTS = {
+    "A": 14, "B": 14, "C": 14, "D": 14, "E": 13, "F": 13,
+    "G": 13, "H": 13, "I": 13, "J": 13, "K": 13, "L": 13,
+}
+
+
+def _sources() -> list[dict]:
+    return tomllib.loads((PACK / "sources.toml").read_text(encoding="utf-8"))["source"]
+
+
+def _pack_evidence() -> list[dict]:
+    evidence: list[dict] = []
+    for source in _sources():
+        text = (PACK / source["path"]).read_text(encoding="utf-8")
+        evidence += extract_evidence(source["id"], text)
+    return evidence
+
+
+def test_pack_lists_48_approved_sources_in_12_groups_of_4() -> None:
+    """sources.toml lists 48 approved sources, 4 per group A-L, whose files exist."""
+    sources = _sources()
+    assert len(sources) == 48
+    assert all(s["approved"] is True for s in sources)
+    assert Counter(s["group"] for s in sources) == {g: 4 for g in "ABCDEFGHIJKL"}
+    for s in sources:
+        path = PACK / s["path"]
+        assert path.is_file(), s["path"]
+        assert path.name.split("-")[0] == s["id"]
+        assert s["title"] and s["kind"]
+
+
+def test_pack_yields_exactly_160_statements() -> None:
+    """The extractor finds exactly 160 evidence statements across the whole pack."""
+    assert len(_pack_evidence()) == 160
+
+
+def test_per_group_counts_are_stable() -> None:
+    """Each source group yields its pinned number of statements."""
+    counts = Counter(e["source_id"][0] for e in _pack_evidence())
+    assert dict(counts) == EXPECTED_GROUP_COUNTS
+
+
+def test_evidence_ids_are_unique_and_quotes_are_verbatim() -> None:
+    """Ids are unique, numbered from 1 per source, and each quote occurs in its source file."""
+    evidence = _pack_evidence()
+    assert len({e["id"] for e in evidence}) == len(evidence)
+    texts = {s["id"]: (PACK / s["path"]).read_text(encoding="utf-8") for s in _sources()}
+    for e in evidence:
+        assert e["quote"] in texts[e["source_id"]], e["id"]
+        assert e["figures"], e["id"]
+    assert extract_evidence("A1", texts["A1"])[0]["id"] == "A1-e1"
+
+
+def test_headings_front_matter_and_link_lists_with_digits_are_not_counted() -> None:
+    """Digits in headings, front matter, link lists and list markers never make evidence."""
+    text = (
+        "---\ndate: 2025-01-01\n---\n"
+        "# Report 2026\n\n## 2026 outlook\n\n"
+        "- [Notice 2024/17](https://example.org/2024-17)\n"
+        "- https://example.org/stats/2024\n\n"
+        "1. A numbered item without figures.\n"
+        "Plain prose with no figures at all. Demand rose 12% last year.\n"
+    )
+    evidence = extract_evidence("X1", text)
+    assert [e["quote"] for e in evidence] == ["Demand rose 12% last year."]
+
+
+def test_decimals_and_abbreviations_do_not_split_sentences() -> None:
+    """'4.5%', 'approx.', 'No.' and 'e.g.' stay inside one sentence."""
+    text = ("Imports attract a duty of 4.5% of the value. Rulings take approx. 8 weeks under "
+            "Notice No. 17 of the Authority. Growth was 11.5% in 2024, e.g. Ostmark added "
+            "2,000 meters.")
+    quotes = [e["quote"] for e in extract_evidence("X1", text)]
+    assert quotes == [
+        "Imports attract a duty of 4.5% of the value.",
+        "Rulings take approx. 8 weeks under Notice No. 17 of the Authority.",
+        "Growth was 11.5% in 2024, e.g. Ostmark added 2,000 meters.",
+    ]
+    assert extract_evidence("X1", text)[0]["figures"] == ["4.5%"]
+
+
+def test_pack_decimal_statement_is_one_sentence() -> None:
+    """The pack's import-duty statement with '4.5%' is extracted whole."""
+    quotes = {e["quote"] for e in _pack_evidence()}
+    assert ("Water meters imported from outside Norvania attract an import duty of 4.5% of the "
+            "customs value.") in quotes
+
+
+def test_topics_come_from_the_fixed_set() -> None:
+    """Every statement is tagged with one of the six topics."""
+    topics = {"market", "regulation", "competition", "pricing", "customer", "operations"}
+    assert {e["topic"] for e in _pack_evidence()} <= topics
+
+
+def test_verify_supports_quote_present_and_rejects_altered_figure() -> None:
+    """A verbatim quote is supported; a changed figure or an absent quote is not."""
+    passage = "Norvania has 1.9 million   connections.\nDuty is 4.5% of the value."
+    result = respond({"task": "verify", "claims": [
+        {"id": "c1", "quote": "duty is 4.5% of the value.", "source_id": "F4", "passage": passage},
+        {"id": "c2", "quote": "Duty is 4.7% of the value.", "source_id": "F4", "passage": passage},
+        {"id": "c3", "quote": "Duty is high.", "source_id": "F4", "passage": passage},
+    ]})
+    by_id = {r["id"]: r for r in result["results"]}
+    assert by_id["c1"]["supported"] is True
+    assert by_id["c2"]["supported"] is False and "4.7%" in by_id["c2"]["reason"]
+    assert by_id["c3"]["supported"] is False and "not found" in by_id["c3"]["reason"]
+
+
+def test_synthesize_cites_only_given_ids_and_differs_by_audience() -> None:
+    """Findings cite only supplied evidence ids, number 3-6, and are ordered per audience."""
+    evidence = _pack_evidence()
+    known = {e["id"] for e in evidence}
+    outputs = {}
+    for audience in ("product team", "investment committee"):
+        out = respond({"task": "synthesize", "question": "Enter Norvania?",
+                       "audience": audience, "evidence": evidence})
+        assert 3 <= len(out["claims"]) <= 6
+        for claim in out["claims"]:
+            assert claim["evidence_ids"] and set(claim["evidence_ids"]) <= known
+            for eid in claim["evidence_ids"]:
+                assert f"[{eid}]" in out["summary"]
+        outputs[audience] = out
+    assert outputs["product team"]["summary"] != outputs["investment committee"]["summary"]
+    assert outputs["product team"]["claims"][0]["text"].startswith("Pricing")
+    assert outputs["investment committee"]["claims"][0]["text"].startswith("Market size")
+
+
+def test_synthesize_tops_up_to_three_findings_from_few_topics() -> None:
+    """With evidence in only one topic, it still states three findings when it can."""
+    evidence = [{"id": f"P-e{n}", "quote": f"Price is NVK {n} per unit.", "source_id": "P",
+                 "topic": "pricing", "figures": [str(n)]} for n in range(1, 8)]
+    out = respond({"task": "synthesize", "question": "q", "audience": "product team",
+                   "evidence": evidence})
+    cited = [i for c in out["claims"] for i in c["evidence_ids"]]
+    assert len(out["claims"]) == 3 and len(cited) == len(set(cited))
+
+
+def test_rank_loop_converges_by_round_two() -> None:
+    """Round 1 has one unsupported risk that check_ranking flags; round 2 drops it, clean."""
+    evidence = _pack_evidence()
+    first = respond({"task": "rank", "audience": "product team", "evidence": evidence,
+                     "round": 1, "feedback": None})
+    problems = check_ranking(first["risks"])
+    unsupported = [r["id"] for r in first["risks"] if not r["evidence_ids"]]
+    assert len(first["risks"]) > 5 and len(unsupported) == 1
+    assert problems == [f"{unsupported[0]} cites no evidence"]
+    second = respond({"task": "rank", "audience": "product team", "evidence": evidence,
+                      "round": 2, "feedback": problems})
+    assert check_ranking(second["risks"], {e["id"] for e in evidence}) == []
+    assert len(second["risks"]) == len(first["risks"]) - 1
+    assert [r["id"] for r in second["risks"]] == [f"R{n}" for n in
+                                                  range(1, len(second["risks"]) + 1)]
+    assert all(1 <= r["score"] <= 25 for r in second["risks"])
+
+
+def test_rank_small_evidence_has_no_unsupported_risk() -> None:
+    """With 5 or fewer candidate risks, round 1 is already clean."""
+    evidence = [{"id": "J2-e1", "quote": "Battery life was 13.2 years.", "figures": ["13.2"]}]
+    out = respond({"task": "rank", "audience": "product team", "evidence": evidence,
+                   "round": 1})
+    assert out["risks"] and check_ranking(out["risks"]) == []
+
+
+def test_check_reports_claims_with_no_or_unknown_evidence() -> None:
+    """The check task names claims citing no evidence or evidence it does not know."""
+    out = respond({"task": "check", "evidence_ids_known": ["A1-e1"], "claims": [
+        {"text": "fine", "evidence_ids": ["A1-e1"]},
+        {"text": "bare", "evidence_ids": []},
+        {"text": "made up", "evidence_ids": ["Z9-e9"]},
+    ]})
+    assert out["problems"] == ["claim 2 cites no evidence", "claim 3 cites unknown evidence Z9-e9"]
+
+
+def test_summarise_respects_max_sentences() -> None:
+    """Summarise returns at most max_sentences sentences taken from the text."""
+    text = (PACK / "sources" / "B2-type-approval.md").read_text(encoding="utf-8")
+    out = respond({"task": "summarise", "text": text, "max_sentences": 2})
+    assert out["summary"] and out["summary"].count(". ") <= 1
+    assert all(part in text for part in out["summary"].split(". "))
+
+
+def test_same_input_gives_identical_output() -> None:
+    """Every task is deterministic: the same payload twice gives byte-identical JSON."""
+    evidence = _pack_evidence()
+    payloads = [
+        {"task": "extract", "source_id": "A1",
+         "text": (PACK / "sources" / "A1-market-overview.md").read_text(encoding="utf-8")},
+        {"task": "synthesize", "question": "q", "audience": "investment committee",
+         "evidence": evidence},
+        {"task": "rank", "audience": "investment committee", "evidence": evidence, "round": 1},
+        {"task": "summarise", "text": "A 1. B 2. C 3.", "max_sentences": 2},
+    ]
+    for payload in payloads:
+        a = json.dumps(respond(copy.deepcopy(payload)), sort_keys=True)
+        b = json.dumps(respond(copy.deepcopy(payload)), sort_keys=True)
+        assert a == b
+    assert _pack_evidence() == evidence
+
+
+def test_unknown_task_raises_value_error_listing_known_tasks() -> None:
+    """An unknown task raises ValueError whose message lists the known tasks."""
+    with pytest.raises(ValueError, match="known tasks: check, extract, rank"):
+        respond({"task": "dream"})
+
+
+def test_every_response_carries_the_notice() -> None:
+    """Every task's response includes the heuristic notice and is JSON-serialisable."""
+    evidence = _pack_evidence()[:20]
+    payloads = [
+        {"task": "extract", "source_id": "X1", "text": "Growth was 5%."},
+        {"task": "verify", "claims": [{"id": "c", "quote": "a 1", "source_id": "X",
+                                       "passage": "a 1"}]},
+        {"task": "synthesize", "question": "q", "audience": "product team", "evidence": evidence},
+        {"task": "rank", "audience": "product team", "evidence": evidence, "round": 1},
+        {"task": "check", "claims": [], "evidence_ids_known": []},
+        {"task": "summarise", "text": "One 1. Two 2.", "max_sentences": 1},
+    ]
+    for payload in payloads:
+        out = respond(payload)
+        assert out["notice"] == HEURISTIC_NOTICE, payload["task"]
+        json.dumps(out)
+    assert MODEL_NAME in HEURISTIC_NOTICE
+
+
+def test_count_tokens_is_ceil_of_quarter_length() -> None:
+    """count_tokens is ceil(len/4): a stable, cheap estimate."""
+    assert count_tokens("") == 0
+    assert count_tokens("abcd") == 1
+    assert count_tokens("abcde") == 2
