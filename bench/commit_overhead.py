@@ -126,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                     samples["txn"].append(t_txn)
                     samples["file"].append(t_file)
                     samples["keepstep"].append(t_unit)
-            for k in phases:
-                del phases[k][: args.warmup]
+            for values in phases.values():
+                del values[: args.warmup]
         finally:
             store.close()
 

@@ -262,10 +262,10 @@ class Heartbeat(threading.Thread):
         self.progress = progress
         self.on_event = on_event
         self.lost = threading.Event()
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.wait(self.interval):
+        while not self._halt.wait(self.interval):
             try:
                 crash_point("heartbeat.renew")
                 self.store.renew_lease(
@@ -280,7 +280,7 @@ class Heartbeat(threading.Thread):
                 continue
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         if self.is_alive():
             self.join(timeout=5)
 

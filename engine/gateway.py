@@ -14,6 +14,7 @@ Callers may rely on:
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import hashlib
 import json
@@ -163,7 +164,6 @@ def known_model(model: str) -> bool:
 
 def validate_model(model: str) -> None:
     """Raise UnknownModelError, with a suggestion, unless litellm can route ``model``."""
-    model = model.strip()
     prefix, _, name = model.partition("/")
     if prefix == offline_provider.PROVIDER:
         if model == OFFLINE_MODEL:
@@ -309,11 +309,9 @@ def _is_quota(exc: BaseException, status: int | None) -> bool:
         return True
     body = getattr(exc, "body", None)
     text = json.dumps(body, default=str) if body is not None else ""
-    try:
+    with contextlib.suppress(Exception):  # an unread streaming response has no text
         # Read for classification only; the body never reaches a message.
         text += str(getattr(getattr(exc, "response", None), "text", "") or "")
-    except Exception:  # noqa: BLE001 - an unread streaming response has no text
-        pass
     text = f"{text} {getattr(exc, 'message', '')} {exc}".lower()
     return any(marker in text for marker in _QUOTA_MARKERS)
 
@@ -426,7 +424,8 @@ class ModelGateway:
         ``ledger.reserve``, RunCancelled between attempts, or the last classified ModelError.
         """
         provider = provider_of(request.model)
-        api_key = self._api_key_lookup(provider)
+        # Keyless providers never touch the keyring (on some desktops a lookup prompts).
+        api_key = None if provider in keys.KEYLESS_PROVIDERS else self._api_key_lookup(provider)
         if api_key is None and keys.key_required(provider, api_base=request.api_base):
             raise keys.missing_key_error(provider)
         rhash = request_hash(request)
@@ -522,7 +521,7 @@ class ModelGateway:
         )
 
     def _elapsed_ms(self, started: float) -> int:
-        return max(0, int(round((self._clock() - started) * 1000)))
+        return max(0, round((self._clock() - started) * 1000))
 
     def _check_cancelled(self) -> None:
         if self._cancel is not None and self._cancel.is_set():

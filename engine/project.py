@@ -261,6 +261,7 @@ class Run:
         on_event: Callable[[dict[str, Any]], None] | None = None,
         approve: dict[str, str] | None = None,
         max_units: int | None = None,
+        stop_after: set[str] | None = None,
         recover: bool = True,
     ) -> Any:
         """Recover (audit, reconcile, apply detected changes), then run units until done,
@@ -274,7 +275,7 @@ class Run:
             if report.blocked:
                 return run_status(self)
         RunLoop(self, cancel=cancel, on_event=on_event, approve=approve,
-                max_units=max_units).loop()
+                max_units=max_units, stop_after=stop_after).loop()
         return run_status(self)
 
     def resume(self, **kwargs: Any) -> Any:
@@ -312,6 +313,31 @@ class Run:
         from .replay import replay_run
 
         return replay_run(self, new_run_id or f"{self.run_id}-replay", **kwargs)
+
+    def preview(self) -> Any:
+        """What the changes detected now would invalidate and reuse, with the estimated
+        re-do cost — nothing is committed."""
+        from .explain import preview
+        from .recovery import detect
+
+        found = detect(self)
+        return preview(found.files.plan, found.changes, self.facts_records(), self.calls(),
+                       high_risk_rules=found.files.config.high_risk_rules,
+                       source_groups=found.source_groups)
+
+    def explain(self, unit_id: str) -> Any:
+        """Why a unit is current, invalidated, blocked or pending — from stored facts."""
+        from .explain import explain_unit
+
+        plan = self.plan
+        if unit_id not in plan.unit_map():
+            raise KeepstepError(f"no unit {unit_id} in {self.plan_info.get('label', 'the plan')}",
+                                hint="units: " + ", ".join(u.id for u in plan.units))
+        facts = self.facts()
+        facts.attempts_count = {}
+        for a in self.store.attempts(self.run_id):
+            facts.attempts_count[a.unit] = facts.attempts_count.get(a.unit, 0) + 1
+        return explain_unit(plan, facts, unit_id, calls=self.calls())
 
     def status(self) -> Any:
         from .status import run_status

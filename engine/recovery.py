@@ -226,25 +226,15 @@ class Recovery:
             self.report.did_work = True
 
     def _apply_changes(self) -> None:
-        from .changes import detect_changes
         from .invalidation import invalidate
-        from .project import inputs_state, plan_state, template_hashes
-        from .project_files import snapshot_sources
+        from .project import inputs_state, plan_state
 
         run, store = self.run, self.store
-        files = run.project.reload()
+        found = detect(run)
+        files, snapshot, templates = found.files, found.snapshot, found.templates
         old_plan_info = run.plan_info
         old_inputs = store.read_key(run.run_id, "inputs", run.branch_id) or {}
-        snapshot = snapshot_sources(files.root, files.sources)
-        templates = template_hashes(files.root)
-        old_plan = run.plan
-        changes = detect_changes(
-            old_inputs=old_inputs, new_snapshot=snapshot,
-            old_contract_fields=old_plan_info.get("contract_fields", {}),
-            new_contract=files.contract, old_plan=old_plan, new_plan=files.plan,
-            old_templates=old_plan_info.get("templates", {}), new_templates=templates,
-            old_versions=run.versions, new_versions=run.project.versions(),
-        )
+        changes = list(found.changes)
         changes += self._artifact_changes()
         if not changes:
             return
@@ -252,7 +242,8 @@ class Recovery:
         self.report.changes = [f"{c.kind}: {c.detail}" for c in changes]
         records = run.facts_records()
         result = invalidate(files.plan, changes, records,
-                            high_risk_rules=files.config.high_risk_rules)
+                            high_risk_rules=files.config.high_risk_rules,
+                            source_groups=found.source_groups)
         delta: dict[str, Any] = {}
         for uid, explanations in sorted(result.affected.items()):
             rec = records.get(uid)
@@ -316,6 +307,40 @@ class Recovery:
                    detail=what, plan_level=False)
             for uid, what in getattr(self, "_lost", [])
         ]
+
+
+class Detected(BaseModel):
+    """What differs between the run's recorded baseline and the project files now."""
+
+    model_config = {"arbitrary_types_allowed": True}
+    changes: list[Any]
+    files: Any
+    snapshot: Any
+    templates: dict[str, str]
+    source_groups: dict[str, str]
+
+
+def detect(run: Run) -> Detected:
+    """Re-read the project files, re-hash the sources, and list the typed changes."""
+    from .changes import detect_changes
+    from .project import template_hashes
+    from .project_files import snapshot_sources
+
+    files = run.project.reload()
+    old_plan_info = run.plan_info
+    old_inputs = run.store.read_key(run.run_id, "inputs", run.branch_id) or {}
+    snapshot = snapshot_sources(files.root, files.sources)
+    templates = template_hashes(files.root)
+    changes = detect_changes(
+        old_inputs=old_inputs, new_snapshot=snapshot,
+        old_contract_fields=old_plan_info.get("contract_fields", {}),
+        new_contract=files.contract, old_plan=run.plan, new_plan=files.plan,
+        old_templates=old_plan_info.get("templates", {}), new_templates=templates,
+        old_versions=run.versions, new_versions=run.project.versions(),
+    )
+    groups = {**old_inputs.get("groups", {}), **snapshot.groups}
+    return Detected(changes=changes, files=files, snapshot=snapshot, templates=templates,
+                    source_groups=groups)
 
 
 def _iso() -> str:

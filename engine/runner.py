@@ -57,8 +57,10 @@ class RunLoop:
         approve: dict[str, str] | None = None,
         replay: dict[str, str] | None = None,
         max_units: int | None = None,
+        stop_after: set[str] | None = None,
     ) -> None:
         self.run = run
+        self.stop_after = set(stop_after or ())
         self.store = run.store
         self.cancel = cancel
         self.on_event = on_event
@@ -94,6 +96,9 @@ class RunLoop:
                 self.executed.append(result)
                 self.emit("attempt", unit=result.unit, attempt=result.attempt_id,
                           outcome=result.outcome, detail=result.detail)
+                if result.outcome == "committed" and result.unit in self.stop_after:
+                    return Decision(kind=DecisionKind.blocked,
+                                    reasons=[f"stopped after {result.unit} as asked"])
                 if result.outcome == "orphaned":
                     return Decision(kind=DecisionKind.blocked,
                                     reasons=[f"{result.attempt_id}: {result.detail}"])

@@ -163,7 +163,9 @@ class ArtifactStore:
         run_root = self.root / run_id
         if not run_root.is_dir():
             return
-        for unit_dir in sorted(p for p in run_root.iterdir() if p.is_dir()):
+        # Names starting with "_" hold run-level files (plan snapshots), not attempts.
+        for unit_dir in sorted(p for p in run_root.iterdir()
+                               if p.is_dir() and not p.name.startswith("_")):
             for att_dir in sorted(p for p in unit_dir.iterdir() if p.is_dir()):
                 files = sorted(
                     str(f.relative_to(att_dir)) for f in att_dir.rglob("*") if f.is_file()

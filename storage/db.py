@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import sqlite3
+import time
 from pathlib import Path
 
 from sqlite_utils import Database
@@ -12,6 +13,21 @@ from .errors import CorruptDatabase, SchemaMigrationFailed, SchemaTooNew
 from .schema import MIGRATION_SET, SCHEMA_VERSION, migrations
 
 BUSY_TIMEOUT_MS = 30_000
+
+
+def _set_wal(conn: sqlite3.Connection) -> None:
+    # Switching a fresh file to WAL takes an exclusive lock that SQLite does not wait for
+    # (busy_timeout is skipped to avoid deadlock), so processes creating one project at once
+    # can get "database is locked" here. Retry within the busy timeout instead.
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)
 
 
 def connect(path: Path, *, synchronous: str = "FULL") -> Database:
@@ -24,7 +40,7 @@ def connect(path: Path, *, synchronous: str = "FULL") -> Database:
     conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA journal_mode = WAL")
+        _set_wal(conn)
         conn.execute(f"PRAGMA synchronous = {synchronous}")
         conn.execute("PRAGMA foreign_keys = ON")
     except sqlite3.DatabaseError as exc:
@@ -102,7 +118,18 @@ def open_database(path: Path, *, synchronous: str = "FULL") -> tuple[Database, P
     path.parent.mkdir(parents=True, exist_ok=True)
     db = connect(path, synchronous=synchronous)
     try:
-        migrations.apply(db)
+        if migrations.pending(db):
+            # Hold the write lock from the pending check to the last migration: two processes
+            # opening a fresh project must not both create the schema ("table already exists").
+            # One transaction for the batch also keeps "the original is unchanged" true.
+            db.conn.execute("BEGIN IMMEDIATE")
+            try:
+                migrations.apply(db)
+                db.conn.execute("COMMIT")
+            except BaseException:
+                if db.conn.in_transaction:
+                    db.conn.execute("ROLLBACK")
+                raise
     except Exception as exc:  # a failed migration rolled back; the backup stays
         db.close()
         raise SchemaMigrationFailed(

@@ -182,6 +182,65 @@ def m001_initial(db: Database) -> None:
     db.execute("PRAGMA user_version = 1")
 
 
+@migrations()
+def m002_approvals_effects(db: Database) -> None:
+    # One statement per execute(): executescript() would COMMIT the migration's
+    # transaction half-way, and a failure could then leave half a schema behind.
+    for statement in (
+        """
+        CREATE TABLE approvals (
+            request_id TEXT PRIMARY KEY,
+            run_id TEXT NOT NULL,
+            branch_id TEXT NOT NULL,
+            gate_id TEXT NOT NULL,
+            unit TEXT NOT NULL,
+            question TEXT NOT NULL,
+            options TEXT NOT NULL DEFAULT '[]',
+            status TEXT NOT NULL CHECK (status IN
+                ('requested', 'decided', 'revoked', 'expired', 'superseded')),
+            created_at TEXT NOT NULL,
+            bound_object TEXT NOT NULL DEFAULT '{}',
+            choice TEXT,
+            decided_by TEXT,
+            decided_at TEXT,
+            scope TEXT,
+            expires_at REAL,
+            revoked_by TEXT,
+            revoked_at TEXT,
+            revoke_reason TEXT,
+            token_hash TEXT UNIQUE,
+            token_expires_at REAL,
+            token_used_at REAL
+        )
+        """,
+        "CREATE INDEX approvals_gate ON approvals(run_id, gate_id, status)",
+        """
+        CREATE TABLE side_effects (
+            idem_key TEXT PRIMARY KEY,
+            run_id TEXT NOT NULL,
+            branch_id TEXT NOT NULL,
+            unit TEXT NOT NULL,
+            attempt_id TEXT,
+            action TEXT NOT NULL,
+            adapter TEXT NOT NULL,
+            request_hash TEXT NOT NULL,
+            fencing_token INTEGER,
+            plan_n INTEGER NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('intent', 'committed', 'unknown', 'failed',
+                'compensated', 'compensation-intent')),
+            remote_id TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            compensates TEXT REFERENCES side_effects(idem_key),
+            detail TEXT NOT NULL DEFAULT '{}'
+        )
+        """,
+        "CREATE INDEX side_effects_run ON side_effects(run_id, status)",
+        "PRAGMA user_version = 2",
+    ):
+        db.execute(statement)
+
+
 # Bumped with every appended migration; each migration stamps PRAGMA user_version
 # with its own number. tests/test_storage_schema.py checks the two agree.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2

@@ -47,6 +47,7 @@ from .models import (
     UnitStatus,
 )
 from .schema import SCHEMA_VERSION
+from .sqlite_ledgers import ApprovalsAndEffectsMixin
 
 
 class LeaseHeld(StorageError):
@@ -87,7 +88,7 @@ def _checkpoint(row: Mapping[str, Any]) -> Checkpoint:
     return Checkpoint(**data)
 
 
-class SQLiteStore:
+class SQLiteStore(ApprovalsAndEffectsMixin):
     """keepstep's embedded store. Safe to share across threads (one connection each)."""
 
     def __init__(

@@ -100,7 +100,7 @@ class FakeProvider:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
+            def log_message(self, format: str, *args: Any) -> None:
                 pass  # keep pytest output clean
 
             def _send(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
@@ -117,7 +117,7 @@ class FakeProvider:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout test)
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server naming
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b"{}"
                 try:

@@ -8,7 +8,6 @@ import stat
 from pathlib import Path
 
 import pytest
-
 from keepstep.storage import ArtifactImmutable, ArtifactStore, UnsafeArtifactName, safe_name
 
 RUN = "ME-042"

@@ -11,19 +11,18 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")
 
-import hashlib  # noqa: E402
-import json  # noqa: E402
-import random  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import threading  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
-from typing import Any  # noqa: E402
+import hashlib
+import json
+import random
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
 
-import pytest  # noqa: E402
-
-from keepstep.engine import gateway  # noqa: E402
-from keepstep.engine.errors import (  # noqa: E402
+import pytest
+from keepstep.engine import gateway
+from keepstep.engine.errors import (
     AuthError,
     BudgetExhausted,
     InvalidOutput,
@@ -35,16 +34,16 @@ from keepstep.engine.errors import (  # noqa: E402
     TransientModelError,
     UnknownModelError,
 )
-from keepstep.engine.gateway import (  # noqa: E402
+from keepstep.engine.gateway import (
     CallContext,
     ModelGateway,
     ModelRequest,
     RetryPolicy,
 )
-from keepstep.engine.offline_model import HEURISTIC_NOTICE, count_tokens  # noqa: E402
+from keepstep.engine.offline_model import HEURISTIC_NOTICE, count_tokens
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fake_provider import (  # noqa: E402
+from fake_provider import (
     COMPLETION_TOKENS,
     PROMPT_TOKENS,
     FakeProvider,
@@ -322,7 +321,8 @@ def test_importing_gateway_loads_neither_litellm_nor_textual():
 
 def test_request_hash_is_stable_and_ignores_endpoint_and_key(monkeypatch):
     """Same model/messages/temperature/max_tokens → same hash, whatever the api_base or key."""
-    base = dict(model="openai/gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+    base: dict[str, Any] = {"model": "openai/gpt-4o-mini",
+                            "messages": [{"role": "user", "content": "hi"}]}
     first = gateway.request_hash(ModelRequest(**base))
     monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
     again = gateway.request_hash(ModelRequest(**base, api_base="http://127.0.0.1:1/v1",

@@ -6,14 +6,13 @@ import os
 
 os.environ.setdefault("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")
 
-import keyring  # noqa: E402
-import keyring.errors  # noqa: E402
-import pytest  # noqa: E402
-from keyring.backend import KeyringBackend  # noqa: E402
-from keyring.backends import fail, null  # noqa: E402
-
-from keepstep.engine import keys  # noqa: E402
-from keepstep.engine.errors import KeyringUnavailable, MissingKeyError  # noqa: E402
+import keyring
+import keyring.errors
+import pytest
+from keepstep.engine import keys
+from keepstep.engine.errors import KeyringUnavailable, MissingKeyError
+from keyring.backend import KeyringBackend
+from keyring.backends import fail, null
 
 
 class _MemoryKeyring(KeyringBackend):

@@ -11,7 +11,6 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from keepstep.storage import (
     ArtifactEntry,
     BudgetLimitReached,

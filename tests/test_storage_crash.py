@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from keepstep.storage import SQLiteStore
 
 RUN = "CRASH"

@@ -1,16 +1,16 @@
-"""Opening the database: schema version, too-new refusal, backup-then-migrate, corruption, pragmas."""
+"""Opening the database: schema version, too-new refusal, migration with backup, corruption."""
 
 from __future__ import annotations
 
 import hashlib
 import sqlite3
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
-import pytest
-from sqlite_utils import Database, Migrations
-
 import keepstep.storage.db as storage_db
+import pytest
 from keepstep.storage import (
     SCHEMA_VERSION,
     CorruptDatabase,
@@ -18,7 +18,8 @@ from keepstep.storage import (
     SchemaTooNew,
     SQLiteStore,
 )
-from keepstep.storage.schema import MIGRATION_SET, m001_initial, migrations
+from keepstep.storage.schema import MIGRATION_SET, migrations
+from sqlite_utils import Database, Migrations
 
 
 def _registered() -> list[str]:
@@ -112,15 +113,16 @@ def test_an_unknown_applied_migration_raises_schema_too_new(db_path: Path) -> No
 def _next_version_migrations(*, fail: bool = False) -> Migrations:
     """A test-local copy of the real migrations plus one more (nothing registered globally)."""
     local = Migrations(MIGRATION_SET)
-    local()(m001_initial)
-    assert SCHEMA_VERSION == 1, "extend this copy when a real migration is added"
+    for m in migrations.pending(Database(memory=True)):
+        local(name=m.name, transactional=m.transactional)(m.fn)
+    newer = SCHEMA_VERSION + 1
 
-    @local()
-    def m002_test_notes(db: Database) -> None:
+    @local(name=f"m{newer:03d}_test_notes")
+    def add_test_notes(db: Database) -> None:
         db.execute("CREATE TABLE test_notes (id INTEGER PRIMARY KEY, note TEXT)")
         if fail:
-            raise RuntimeError("boom in m002")
-        db.execute("PRAGMA user_version = 2")
+            raise RuntimeError(f"boom in migration {newer}")
+        db.execute(f"PRAGMA user_version = {newer}")
 
     return local
 
@@ -158,7 +160,7 @@ def test_a_failing_migration_rolls_back_and_keeps_the_backup(
     """A migration that raises leaves the original at its old version and says where the copy is."""
     monkeypatch.setattr(storage_db, "migrations", _next_version_migrations(fail=True))
     monkeypatch.setattr(storage_db, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
-    with pytest.raises(SchemaMigrationFailed, match="boom in m002") as info:
+    with pytest.raises(SchemaMigrationFailed, match="boom in migration") as info:
         SQLiteStore(db_path.parent)
     assert ".bak" in str(info.value)
     conn = sqlite3.connect(db_path)
@@ -168,7 +170,7 @@ def test_a_failing_migration_rolls_back_and_keeps_the_backup(
             "SELECT 1 FROM sqlite_master WHERE name = 'test_notes'").fetchall()
     finally:
         conn.close()
-    assert len(list(db_path.parent.glob("state.db.v1-*.bak"))) == 1
+    assert len(list(db_path.parent.glob(f"state.db.v{SCHEMA_VERSION}-*.bak"))) == 1
 
 
 def test_a_garbage_file_raises_corrupt_database(store_root: Path) -> None:
@@ -200,3 +202,39 @@ def test_connections_use_wal_full_sync_foreign_keys_and_busy_timeout(store: SQLi
     t.start()
     t.join()
     assert seen == [expected]
+
+
+_OPENER = """
+import sys
+from pathlib import Path
+from keepstep.storage import SQLiteStore
+print("ready", flush=True)
+sys.stdin.readline()
+store = SQLiteStore(Path(sys.argv[1]))
+print(store.db.conn.execute("PRAGMA user_version").fetchone()[0], flush=True)
+store.close()
+"""
+
+
+def test_processes_opening_a_fresh_project_at_once_all_succeed(tmp_path: Path) -> None:
+    """Concurrent first opens create the schema once; none fails with 'table already exists'."""
+    for trial in range(4):
+        root = tmp_path / f"p{trial}" / ".keepstep"
+        procs = [subprocess.Popen([sys.executable, "-c", _OPENER, str(root)], text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE) for _ in range(4)]
+        for p in procs:
+            assert p.stdout.readline().strip() == "ready"
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        for p in procs:
+            out, err = p.communicate(timeout=60)
+            assert p.returncode == 0, err
+            assert out.strip() == str(SCHEMA_VERSION)
+        conn = sqlite3.connect(root / "state.db")
+        try:
+            names = [r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations")]
+        finally:
+            conn.close()
+        assert names == _registered()

@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-
 from keepstep.storage import ArtifactEntry, SQLiteStore
 
 RUN = "R1"

@@ -1,0 +1,40 @@
+"""The unit kinds. Importing this package fills ``REGISTRY`` with every kind.
+
+A kind is ``run(ctx: UnitContext) -> KindOutcome`` (see ``engine.context``): a pure,
+deterministic function of what the context gives it. ``get_kind`` looks one up;
+``expected_outputs`` says which artifact names a unit of that kind will write, so a
+plan's declared ``outputs`` can be checked before anything runs.
+"""
+
+from __future__ import annotations
+
+from ..context import REGISTRY, KindFn, KindSpec
+from ..errors import PlanValidationError
+from ..plan import Unit
+from . import audit, extract, intake, render, synthesize, verify  # noqa: F401  (registers)
+from .intake import STEP_OUTPUTS
+from .render import DOCUMENT_OUTPUTS
+
+__all__ = ["REGISTRY", "expected_outputs", "get_kind"]
+
+
+def get_kind(name: str) -> tuple[KindSpec, KindFn]:
+    """The (spec, run function) of a kind; a plan naming an unknown kind is a plan error."""
+    try:
+        return REGISTRY[str(name)]
+    except KeyError:
+        raise PlanValidationError(
+            [f"unit kind {name!r} is not registered (known: {', '.join(sorted(REGISTRY))})"]
+        ) from None
+
+
+def expected_outputs(unit: Unit) -> list[str]:
+    """The artifact names a unit writes, given its kind and params (sorted)."""
+    kind = unit.kind.value
+    if kind == "intake":
+        step = STEP_OUTPUTS.get(str(unit.params.get("step", "")))
+        return [step] if step else []
+    if kind == "render":
+        doc = DOCUMENT_OUTPUTS.get(str(unit.params.get("document", "")))
+        return [doc] if doc else []
+    return sorted(get_kind(kind)[0].default_outputs)

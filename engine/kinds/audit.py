@@ -1,0 +1,158 @@
+"""audit (F01) and notes (U36): cross-file checks and change notes, no model.
+
+The audit reads the four deliverables its dependencies rendered and checks that they
+agree with each other: every evidence id cited in the report and the brief is in the
+evidence table, every cited source is in the inventory, the appendix lists every tabled
+source. The change notes are written from the run's decision events, oldest first.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from typing import Any
+
+from keepstep.storage.hashing import canonical_json, sha256_hex
+
+from ..context import KindOutcome, KindSpec, UnitContext, ValidatorResult, register
+from ..plan import UnitKind
+from .common import (
+    JSON,
+    MARKDOWN,
+    cited_evidence_ids,
+    cited_source_ids,
+    dep_units,
+    dep_with_param,
+    dump_json,
+    natural_key,
+    result,
+)
+from .render import DOCUMENT_OUTPUTS
+
+AUDIT = KindSpec(
+    name="audit",
+    uses_model=False,
+    validators=["final"],
+    default_outputs=["audit.json"],
+    description="Cross-file audit of the four deliverables: citations, sources, completeness.",
+)
+NOTES = KindSpec(
+    name="notes",
+    uses_model=False,
+    validators=["structure"],
+    default_outputs=["change-notes.md"],
+    description="Change notes written from the run's decision events, oldest first.",
+)
+_SHOWN = 8
+_SUMMARY_CHARS = 200
+
+
+def _check(name: str, problems: list[str], ok: str) -> dict[str, Any]:
+    shown = "; ".join(problems[:_SHOWN]) + (f" (+{len(problems) - _SHOWN} more)"
+                                           if len(problems) > _SHOWN else "")
+    return {"name": name, "passed": not problems, "detail": shown if problems else ok}
+
+
+def _ids(ids: set[str]) -> list[str]:
+    return sorted(ids, key=natural_key)
+
+
+@register(AUDIT)
+def run_audit(ctx: UnitContext) -> KindOutcome:
+    docs: dict[str, bytes] = {}
+    for unit in dep_units(ctx, UnitKind.render):
+        document = str(unit.params.get("document", ""))
+        if document in DOCUMENT_OUTPUTS:
+            docs[document] = ctx.dep_bytes(unit.id, DOCUMENT_OUTPUTS[document])
+    text = {k: v.decode("utf-8") for k, v in docs.items()}
+    inv_unit = dep_with_param(ctx, UnitKind.intake, "step", "inventory")
+    inventory = ({s["id"] for s in ctx.dep_json(inv_unit.id, "inventory.json").get("sources", [])}
+                 if inv_unit else None)
+
+    missing = [f"{d} ({DOCUMENT_OUTPUTS[d]}) is missing" for d in DOCUMENT_OUTPUTS if d not in docs]
+    missing += [f"{d} is empty" for d, t in text.items() if not t.strip()]
+    rows = list(csv.DictReader(io.StringIO(text.get("evidence-table", ""))))
+    tabled = {r.get("id", "") for r in rows}
+    tabled_sources = {r.get("source_id", "") for r in rows if r.get("source_id")}
+
+    prose = {d: text[d] for d in ("report", "decision-brief") if d in text}
+    unknown_ids = [f"{d} cites {i}, not in the evidence table"
+                   for d, t in prose.items() for i in _ids(cited_evidence_ids(t) - tabled)]
+    uncited = [f"{d} cites no evidence" for d, t in prose.items() if not cited_evidence_ids(t)]
+    all_cited: set[str] = set().union(*(cited_evidence_ids(t) for t in prose.values()))
+    cited_sources = set(tabled_sources)
+    for t in prose.values():
+        cited_sources |= cited_source_ids(t)
+    checks = [
+        _check("all_deliverables_present", missing, "report, evidence table, decision brief "
+               "and appendix present"),
+        _check("cited_evidence_in_table", unknown_ids + uncited,
+               f"{len(all_cited)} cited id(s), all among {len(tabled)} table row(s)"),
+    ]
+    if inventory is not None:
+        unknown_sources = [f"source {s} is cited but not in the inventory"
+                           for s in _ids(cited_sources - inventory)]
+        checks.append(_check("cited_sources_in_inventory", unknown_sources,
+                             f"{len(cited_sources)} cited source(s), all in the inventory"))
+    if "appendix" in text:
+        unlisted = [f"appendix does not list tabled source {s}" for s in _ids(tabled_sources)
+                    if f"| {s} |" not in text["appendix"]]
+        checks.append(_check("appendix_lists_tabled_sources", unlisted,
+                             f"all {len(tabled_sources)} tabled source(s) listed"))
+    passed = all(c["passed"] for c in checks)
+    doc = {"passed": passed, "checks": checks,
+           "documents": {DOCUMENT_OUTPUTS[d]: sha256_hex(b) for d, b in sorted(docs.items())}}
+    ctx.write("audit.json", dump_json(doc), media_type=JSON)
+    failed = [c["name"] for c in checks if not c["passed"]]
+    return KindOutcome(
+        validators=[ValidatorResult(
+            name="final", passed=passed,
+            detail=f"{len(checks)} check(s) passed" if passed else "failed: " + ", ".join(failed))],
+        facts={"passed": passed, "checks": len(checks), "failed": failed},
+    )
+
+
+# --- notes -----------------------------------------------------------------------------
+def _short(value: Any) -> str:
+    if isinstance(value, str):
+        # Hashes are noise to a reader; their first 12 characters still identify them.
+        return re.sub(r"\b([0-9a-f]{12})[0-9a-f]{52}\b", r"\1…", value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_short(v)}" for k, v in sorted(value.items())) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_short(v) for v in value) + "]"
+    return canonical_json(value)
+
+
+def _summary(payload: dict[str, Any]) -> str:
+    """``key=value; …`` of the non-empty payload fields, sorted, hashes shortened."""
+    parts = [f"{k}={_short(v)}" for k, v in sorted(payload.items())
+             if v not in (None, "", [], {})]
+    text = "; ".join(parts) or "(no details)"
+    return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 1] + "…"
+
+
+@register(NOTES)
+def run_notes(ctx: UnitContext) -> KindOutcome:
+    events = sorted(ctx.decision_events(), key=lambda e: e.seq)
+    audit_units = dep_units(ctx, UnitKind.audit)
+    lines = [f"# Change notes — run {ctx.run_id}", ""]
+    for unit in audit_units:
+        audit = ctx.dep_json(unit.id, "audit.json")
+        verdict = "passed" if audit.get("passed") else "FAILED"
+        lines.append(f"Final audit {unit.id}: {verdict} ({len(audit.get('checks', []))} checks).")
+    if audit_units:
+        lines.append("")
+    if not events:
+        lines.append("No decisions recorded: the run went ahead on its original plan, approvals "
+                     "and budget.")
+    else:
+        lines += [f"Decisions recorded, oldest first ({len(events)}):", ""]
+        for n, e in enumerate(events, start=1):
+            where = f" ({e.unit})" if e.unit else ""
+            lines.append(f"{n}. {e.ts} — **{e.kind}**{where}: {_summary(e.payload)}")
+    text = "\n".join(lines) + "\n"
+    ctx.write("change-notes.md", text, media_type=MARKDOWN)
+    return KindOutcome(validators=[result("structure", [], f"{len(events)} decision(s) noted")],
+                       facts={"decisions": len(events)})

@@ -1,0 +1,108 @@
+"""Small read-only views over a run for the CLI and the demo.
+
+Each function reads stored facts through the engine's objects and returns plain
+data; none of them changes a state. They exist so that ``app/`` never reaches
+into ``run.store`` or SQL itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from keepstep.storage import ChainReport, SQLiteStore
+from keepstep.storage.hashing import file_sha256
+
+from .plan import UnitKind
+from .project_files import STATE_DIR
+
+if TYPE_CHECKING:
+    from .project import Run
+
+DELIVERABLE_KINDS = (UnitKind.render, UnitKind.notes)
+
+
+def verify_run_chain(run: Run) -> ChainReport:
+    """Verify every checkpoint link and state hash of the run's branch, oldest first."""
+    return run.store.verify_chain(run.run_id, run.branch_id)
+
+
+def input_snapshots(root: Path) -> dict[str, dict[str, Any]]:
+    """run id -> the input snapshot its main branch is at ({"label", "sources": {id: sha256}}).
+
+    Empty when the project has no state database yet; the database is not created.
+    """
+    db_path = Path(root) / STATE_DIR / "state.db"
+    if not db_path.is_file():
+        return {}
+    store = SQLiteStore(Path(root) / STATE_DIR)
+    try:
+        out = {}
+        for run_id in store.runs():
+            info = store.read_key(run_id, "inputs") or {}
+            out[run_id] = {"label": info.get("label", ""), "sources": dict(info.get("sources", {}))}
+        return out
+    finally:
+        store.close()
+
+
+def current_deliverables(run: Run) -> list[dict[str, Any]]:
+    """The committed outputs of the run's current render and notes units, in plan order.
+
+    Each row: unit, name, path (absolute), sha256 (from the committed record) and
+    ``matches`` (whether the file on disk still hashes to it).
+    """
+    records = run.facts_records()
+    rows = []
+    for unit in run.plan.units:
+        if unit.kind not in DELIVERABLE_KINDS:
+            continue
+        rec = records.get(unit.id)
+        if rec is None or rec.state.value != "succeeded":
+            continue
+        for name, ref in sorted(rec.outputs.items()):
+            path = run.store.artifacts.root / ref.path
+            matches = path.is_file() and file_sha256(str(path)) == ref.sha256
+            rows.append({"unit": unit.id, "name": name, "path": str(path),
+                         "sha256": ref.sha256, "matches": matches})
+    return rows
+
+
+def explain_run_unit(run: Run, unit_id: str) -> Any:
+    """``engine.explain.explain_unit`` with the run's facts, call ledger and approvals loaded."""
+    from .approvals import approval_applies
+    from .approvals_flow import bound_object
+    from .explain import explain_unit
+
+    facts = run.facts()
+    counts: dict[str, int] = {}
+    for attempt in run.store.attempts(run.run_id):
+        if attempt.branch_id == run.branch_id:
+            counts[attempt.unit] = counts.get(attempt.unit, 0) + 1
+    facts.attempts_count = counts
+    rows = []
+    for gate in run.plan.gates:
+        current = bound_object(run, gate, facts)
+        for rec in run.store.approvals(run.run_id, branch_id=run.branch_id, gate_id=gate.id):
+            if rec.status not in ("decided", "revoked"):
+                continue
+            applies, _why = approval_applies(rec, current_bound_object=current, now=facts.now)
+            rows.append({"gate": gate.id, "unit": gate.unit, "choice": rec.choice,
+                         "applies": applies})
+    return explain_unit(run.plan, facts, unit_id, calls=run.calls(), approvals=rows)
+
+
+def preview_run(run: Run) -> Any:
+    """A dry run of the project files' current edits against the run: what is reused,
+    invalidated and run, with the estimated cost. Nothing is committed."""
+    from .explain import preview
+    from .recovery import detect
+
+    found = detect(run)
+    return preview(found.files.plan, found.changes, run.facts_records(), run.calls(),
+                   high_risk_rules=found.files.config.high_risk_rules,
+                   source_groups=found.source_groups)
+
+
+__all__ = ["current_deliverables", "explain_run_unit", "input_snapshots", "preview_run",
+           "verify_run_chain"]
