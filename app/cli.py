@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import click
 import typer
@@ -136,7 +136,7 @@ def command(target: typer.Typer, name: str | None = None, **kwargs: Any) -> Call
 
 
 # --- shared arguments and helpers ----------------------------------------------------------
-DirArg = Annotated[Path, typer.Argument(help="The project folder.", show_default=False)]
+DirArg = Annotated[Path, typer.Argument(metavar="DIR", help="The project folder.", show_default=False)]
 RunOpt = Annotated[str, typer.Option("--run", "-r", help="The run id, e.g. ME-042.")]
 BranchOpt = Annotated[str, typer.Option("--branch", "-b", help="The branch of the run.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
@@ -609,10 +609,7 @@ def retry(root: DirArg, run: RunOpt,
     """Same unit, new attempt (a recorded decision), then continue the run."""
     with open_project_dir(root) as project:
         the_run = _existing_run(project, run, branch)
-        units = the_run.plan.unit_map()
-        if unit not in units:
-            raise UsageProblem(f"no unit {unit!r} in {the_run.plan_info.get('label', 'the plan')}",
-                               "units: " + ", ".join(units))
+        _check_unit(the_run, unit)
         result, cancelled = drive(
             lambda cancel, on_event: the_run.retry(unit, who=_who(who), cancel=cancel,
                                                    on_event=on_event),
@@ -798,44 +795,48 @@ def verify(root: DirArg, run: RunOpt, branch: BranchOpt = "main") -> None:
             raise typer.Exit(EXIT_RUNTIME)
 
 
-def _optional_engine(module: str, name: str, what: str) -> Callable[..., Any]:
+def _engine_feature(module: str, what: str) -> None:
+    """Stop with a clear message when an optional engine module is not in this build."""
     if importlib.util.find_spec(module) is None:
-        raise_not_available(what)
-    mod = importlib.import_module(module)
-    fn = getattr(mod, name, None)
-    if fn is None:
-        raise_not_available(what)
-    return fn
+        _print_error(f"{what} is not available in this build yet")
+        raise typer.Exit(EXIT_RUNTIME)
 
 
-def raise_not_available(what: str) -> NoReturn:
-    _print_error(f"{what} is not available in this build yet")
-    raise typer.Exit(EXIT_RUNTIME)
+def _check_unit(run: Run, unit: str) -> None:
+    units = run.plan.unit_map()
+    if unit not in units:
+        raise UsageProblem(f"no unit {unit!r} in {run.plan_info.get('label', 'the plan')}",
+                           "units: " + ", ".join(units))
 
 
 @command(app, "explain")
 def explain(root: DirArg, run: RunOpt,
             unit: Annotated[str, typer.Argument(help="The unit, e.g. U27.")],
-            branch: BranchOpt = "main") -> None:
+            branch: BranchOpt = "main", as_json: JsonOpt = False) -> None:
     """Why a unit is in its state: attempts, invalidation path, gate or budget figures."""
+    _engine_feature("keepstep.engine.explain", "`keepstep explain`")
+    from keepstep.engine.views import explain_run_unit
+
     with open_project_dir(root) as project:
         the_run = _existing_run(project, run, branch)
-        if unit not in the_run.plan.unit_map():
-            raise UsageProblem(f"no unit {unit!r} in {the_run.plan_info.get('label', 'the plan')}",
-                               "units: " + ", ".join(the_run.plan.unit_map()))
-        explain_unit = _optional_engine("keepstep.engine.explain", "explain_unit",
-                                        "`keepstep explain`")
-        typer.echo(out.render_any(explain_unit(the_run, unit)))
+        _check_unit(the_run, unit)
+        result = explain_run_unit(the_run, unit)
+        typer.echo(out.to_json(result.model_dump(mode="json")) if as_json
+                   else out.render_any(result))
 
 
 @command(app, "preview")
-def preview(root: DirArg, run: RunOpt, branch: BranchOpt = "main") -> None:
-    """Dry run: what the current file edits would reuse and invalidate, before resuming."""
+def preview(root: DirArg, run: RunOpt, branch: BranchOpt = "main",
+            as_json: JsonOpt = False) -> None:
+    """Dry run: what the project files' edits would reuse and invalidate, before resuming."""
+    _engine_feature("keepstep.engine.explain", "`keepstep preview`")
+    from keepstep.engine.views import preview_run
+
     with open_project_dir(root) as project:
         the_run = _existing_run(project, run, branch)
-        do_preview = _optional_engine("keepstep.engine.invalidation", "preview",
-                                      "`keepstep preview`")
-        typer.echo(out.render_any(do_preview(the_run)))
+        result = preview_run(the_run)
+        typer.echo(out.to_json(result.model_dump(mode="json")) if as_json
+                   else out.preview_text(result))
 
 
 # --- TUI -------------------------------------------------------------------------------------

@@ -286,7 +286,7 @@ def approvals_text(requests: Sequence[Mapping[str, Any]], run_id: str, root: str
                 redo = opt.get("redo") or []
                 line = (f"  - {opt.get('label')}: reuse {len(opt.get('reuse') or [])} unit(s), "
                         f"redo {len(redo)}" + (f" ({', '.join(redo)})" if redo else "")
-                        + (f", ~{est.get('calls', 0)} call(s)" if est else ""))
+                        + (f", ~{float(est.get('calls', 0)):g} call(s)" if est else ""))
                 if opt.get("note"):
                     line += f" — {opt['note']}"
                 out.append(line)
@@ -316,3 +316,26 @@ def render_any(value: Any) -> str:
     if hasattr(value, "model_dump"):
         return to_json(value.model_dump(mode="json"))
     return to_json(value)
+
+
+def preview_text(preview: Any) -> str:
+    """A dry run (engine.explain.Preview) as text: changes, invalidated with paths, reused."""
+    lines = [preview.summary, ""]
+    if not preview.changes:
+        lines.append("no changes against the run's baseline: a resume reuses everything")
+        return "\n".join(lines).strip()
+    lines.append("Changes")
+    lines += [f"  - {c.kind}: {c.detail}" for c in preview.changes]
+    if preview.invalidated:
+        lines += ["", "Invalidated"]
+        for uid, explanations in preview.invalidated.items():
+            lines.append(f"  {uid}")
+            lines += [f"    {e.render()}" for e in explanations]
+    if preview.will_run:
+        lines += ["", "Will run: " + ", ".join(preview.will_run)]
+    if preview.reused:
+        lines += ["", f"Reused ({len(preview.reused)}): " + ", ".join(preview.reused)]
+    est = preview.estimate.total
+    lines += ["", f"Estimated re-do: {est.calls} call(s), {est.tokens} tokens, "
+                  f"{_money(est.cost)}"]
+    return "\n".join(lines)

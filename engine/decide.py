@@ -10,7 +10,7 @@ from enum import StrEnum
 import networkx as nx
 from pydantic import BaseModel, Field
 
-from .plan import Plan
+from .plan import MODEL_KINDS, Plan
 from .state import RunFacts, UnitState
 
 
@@ -62,10 +62,21 @@ def waiting_on_gate(plan: Plan, facts: RunFacts) -> list[str]:
     return out
 
 
+MODEL_BUDGETS = ("calls", "tokens", "cost")
+
+
+def exhausted_budgets(facts: RunFacts) -> dict[str, tuple[float, float]]:
+    """Model budgets with nothing left: counter -> (used, limit)."""
+    b = facts.budget
+    return {k: (b.used.get(k, 0.0), b.limits[k]) for k in MODEL_BUDGETS
+            if k in b.limits and b.used.get(k, 0.0) >= b.limits[k]}
+
+
 def ready_units(plan: Plan, facts: RunFacts) -> list[str]:
     """Units that may be claimed now: not current, not running/blocked/failed, deps current,
-    gate (if any) approved."""
+    gate (if any) approved, and — for units that call models — budget left."""
     units = plan.unit_map()
+    no_budget = bool(exhausted_budgets(facts))
     out = []
     for uid in topo_order(plan):
         if facts.effective_state(uid) not in (UnitState.pending, UnitState.invalidated):
@@ -73,6 +84,8 @@ def ready_units(plan: Plan, facts: RunFacts) -> list[str]:
         if not all(facts.is_current(d.unit) for d in units[uid].depends_on):
             continue
         if plan.gate_for(uid) is not None and not facts.gates_open.get(uid, False):
+            continue
+        if no_budget and units[uid].kind in MODEL_KINDS:
             continue
         out.append(uid)
     return out
@@ -101,6 +114,11 @@ def decide(plan: Plan, facts: RunFacts) -> Decision:
     for uid in waiting_on_gate(plan, facts):
         gate = plan.gate_for(uid)
         reasons.append(f"{uid} waits for approval of gate {gate.id!r}" if gate else uid)
+    spent = exhausted_budgets(facts)
+    if spent:
+        figures = ", ".join(f"{k} {u:g}/{lim:g}" for k, (u, lim) in sorted(spent.items()))
+        reasons.append(f"budget exhausted ({figures}): units that call models wait for a "
+                       "recorded budget decision")
     for uid in plan.required_units():
         rec = facts.records.get(uid)
         if rec is not None and rec.state == UnitState.succeeded and not rec.validators_passed:

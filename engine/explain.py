@@ -56,34 +56,42 @@ def _sum(label: str, items: list[UnitCost]) -> UnitCost:
                     seconds=round(sum(i.seconds for i in items), 3), basis="sum")
 
 
-def _ledger_costs(calls: Iterable[ModelCall]) -> dict[tuple[str, str], UnitCost]:
-    out: dict[tuple[str, str], UnitCost] = {}
+Calls = Iterable[ModelCall] | Mapping[str, list[ModelCall]]
+
+
+def group_calls(calls: Iterable[ModelCall]) -> dict[str, list[ModelCall]]:
+    """The call ledger grouped by unit; pass it to ``preview`` to look up only the units it
+    needs (a caller that previews repeatedly groups once)."""
+    out: dict[str, list[ModelCall]] = {}
     for c in calls:
-        if c.status != "settled":
-            continue
-        uc = out.setdefault((c.unit, c.attempt_id), UnitCost(unit=c.unit, basis=f"ledger "
-                                                                         f"{c.attempt_id}"))
-        uc.calls += 1
-        uc.tokens += c.tokens_in + c.tokens_out
-        uc.cost += c.cost
-        uc.seconds += c.latency_ms / 1000.0
+        out.setdefault(c.unit, []).append(c)
     return out
 
 
+def _settled(uid: str, calls: Iterable[ModelCall], attempt: str | None, basis: str) -> UnitCost:
+    uc = UnitCost(unit=uid, basis=basis)
+    for c in calls:
+        if c.status == "settled" and (attempt is None or c.attempt_id == attempt):
+            uc.calls += 1
+            uc.tokens += c.tokens_in + c.tokens_out
+            uc.cost += c.cost
+            uc.seconds += c.latency_ms / 1000.0
+    return uc
+
+
 def estimate_costs(plan: Plan, unit_ids: list[str], records: Mapping[str, UnitRecord],
-                   calls: Iterable[ModelCall], *, index: PlanIndex | None = None,
-                   ) -> list[UnitCost]:
+                   calls: Calls, *, index: PlanIndex | None = None) -> list[UnitCost]:
     """Per unit: its latest committed attempt's settled calls, else the mean of the units of
     the same kind that have one, else zeros marked ``unknown``."""
     ix = index or PlanIndex(plan)
-    ledger = _ledger_costs(calls)
+    by_unit = calls if isinstance(calls, Mapping) else group_calls(calls)
     means: dict[str, UnitCost | None] = {}
 
     def known(uid: str) -> UnitCost | None:
         rec = records.get(uid)
         if rec is None:
             return None
-        return ledger.get((uid, rec.attempt)) or UnitCost(unit=uid, basis=f"ledger {rec.attempt}")
+        return _settled(uid, by_unit.get(uid, ()), rec.attempt, f"ledger {rec.attempt}")
 
     def mean(kind: str) -> UnitCost | None:
         if kind not in means:
@@ -101,9 +109,9 @@ def estimate_costs(plan: Plan, unit_ids: list[str], records: Mapping[str, UnitRe
         cost = known(uid)
         if cost is None:
             m = mean(ix.kinds.get(uid, ""))
-            cost = (m.model_copy(update={"unit": uid}) if m
-                    else UnitCost(unit=uid, basis="unknown"))
-        out.append(cost.model_copy(update={"unit": uid}))
+            cost = m.model_copy(update={"unit": uid}) if m else UnitCost(unit=uid,
+                                                                         basis="unknown")
+        out.append(cost)
     return out
 
 
@@ -154,17 +162,23 @@ def _summary(result: InvalidationResult, est: Estimate) -> str:
         parts.append(f"redo {compact_ids(result.affected)} ({_figures(est.redo)})")
     else:
         parts.append("redo nothing")
+    unknown = set(est.unknown)  # only first-run units can lack figures
     if result.pending_affected:
-        parts.append(f"then run {compact_ids(result.pending_affected)} under the new plan "
-                     f"({_figures(est.first_run)})")
+        first = set(result.pending_affected)
+        if unknown >= first:
+            figures = "no figures yet: no unit of their kinds has run"
+            unknown -= first
+        else:
+            figures = _figures(est.first_run)
+        parts.append(f"then run {compact_ids(first)} under the new plan ({figures})")
     text = f"{head}: " + " · ".join(parts) + "."
-    if est.unknown:
-        text += f" No figures yet for {compact_ids(est.unknown)} (counted as 0)."
+    if unknown:
+        text += f" No figures yet for {compact_ids(sorted(unknown))} (counted as 0)."
     return text
 
 
 def preview(plan: Plan, changes: list[Change], records: Mapping[str, UnitRecord],
-            calls: Iterable[ModelCall], *,
+            calls: Calls, *,
             high_risk_rules: Iterable[Mapping[str, Any] | HighRiskRule] = (),
             source_groups: Mapping[str, str] | None = None,
             index: PlanIndex | None = None) -> Preview:
@@ -241,7 +255,7 @@ def _waiting(plan: Plan, facts: RunFacts, unit_id: str,
              approvals: Iterable[Any] | None) -> tuple[str, list[str]]:
     """(sentence, details) for a unit that is not current and not running/blocked/failed."""
     unit = plan.unit_map()[unit_id]
-    behind = [f"{d.unit} ({facts.effective_state(d.unit).value})" for d in unit.depends_on
+    behind = [f"{d.unit} ({facts.effective_state(d.unit)})" for d in unit.depends_on
               if not facts.is_current(d.unit)]
     if behind:
         return "waits for dependencies that are not current: " + ", ".join(behind), []
@@ -322,11 +336,11 @@ def explain_unit(plan: Plan, facts: RunFacts, unit_id: str, *,
         why = f"pending (never succeeded): {nxt}"
     ledger = None
     if calls is not None:
-        ledger = _sum("ledger", list(_ledger_costs(own).values()))
+        ledger = _settled(unit_id, own, None, "ledger, every attempt")
     return UnitExplanation(unit=unit_id, title=unit.title, kind=unit.kind.value, state=state,
                            why=why, explanations=explanations, details=details,
                            attempts=attempts, ledger=ledger)
 
 
 __all__ = ["Estimate", "Preview", "UnitCost", "UnitExplanation", "compact_ids",
-           "estimate_costs", "explain_unit", "preview"]
+           "estimate_costs", "explain_unit", "group_calls", "preview"]

@@ -46,6 +46,8 @@ class UnitKind(StrEnum):
 
 
 LOOP_KINDS = {UnitKind.rank}
+# Kinds that call models; tests/test_kinds.py checks the kind registry agrees.
+MODEL_KINDS = {UnitKind.extract, UnitKind.verify, UnitKind.synthesize, UnitKind.rank}
 INPUT_PREFIXES = ("source", "group", "contract", "template", "policy")
 
 

@@ -99,6 +99,11 @@ class RunLoop:
                 if result.outcome == "committed" and result.unit in self.stop_after:
                     return Decision(kind=DecisionKind.blocked,
                                     reasons=[f"stopped after {result.unit} as asked"])
+                if result.outcome == "blocked":
+                    # Budget, quota and auth are run-wide: claiming more units would only
+                    # open more blocked attempts.
+                    return Decision(kind=DecisionKind.blocked,
+                                    reasons=[f"{result.unit} blocked: {result.detail}"])
                 if result.outcome == "orphaned":
                     return Decision(kind=DecisionKind.blocked,
                                     reasons=[f"{result.attempt_id}: {result.detail}"])

@@ -20,7 +20,8 @@ def plans_and_facts(draw):
     units = []
     for i, uid in enumerate(ids):
         deps = draw(st.lists(st.sampled_from(ids[:i]), unique=True, max_size=3)) if i else []
-        units.append(Unit(id=uid, title=uid, phase="p", kind=UnitKind.audit,
+        kind = draw(st.sampled_from([UnitKind.audit, UnitKind.extract]))
+        units.append(Unit(id=uid, title=uid, phase="p", kind=kind,
                           depends_on=[Dependency(unit=d) for d in deps],
                           required_final=draw(st.booleans()) or i == n - 1))
     gated = draw(st.lists(st.sampled_from(ids), unique=True, max_size=2))
@@ -42,8 +43,10 @@ def plans_and_facts(draw):
                                 progress=None, progress_at=NOW)
     for uid in gated:
         gates_open[uid] = draw(st.booleans())
+    used = draw(st.integers(min_value=0, max_value=12))
     facts = RunFacts(run_id="R", branch_id="main", head_version=3, plan_info={}, inputs_info={},
-                     records=records, statuses=statuses, leases=leases, budget=Budget(), now=NOW,
+                     records=records, statuses=statuses, leases=leases,
+                     budget=Budget(limits={"calls": 10}, used={"calls": used}), now=NOW,
                      gates_open=gates_open)
     return plan, facts
 
@@ -94,6 +97,16 @@ def test_done_exactly_when_every_required_unit_is_current_and_passed(pf):
         assert all_final
     elif all_final:
         assert d.kind == DecisionKind.claim  # only more (non-required) work may come first
+
+
+@settings(max_examples=400, deadline=None)
+@given(plans_and_facts())
+def test_never_claims_a_model_unit_when_the_budget_is_spent(pf):
+    """With the call budget exhausted, no unit of a model-calling kind is ready."""
+    plan, facts = pf
+    if facts.budget.used["calls"] >= facts.budget.limits["calls"]:
+        units = plan.unit_map()
+        assert all(units[u].kind != UnitKind.extract for u in ready_units(plan, facts))
 
 
 @settings(max_examples=200, deadline=None)
