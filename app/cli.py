@@ -387,9 +387,15 @@ def _sources_list(root: Path, run_id: str | None) -> None:
     from keepstep.storage.hashing import file_sha256
 
     root = _check_dir(root)
+    from keepstep.storage.errors import StorageError
+
     sf = load_sources(root)
-    snapshots = input_snapshots(root)
     note = ""
+    try:
+        snapshots = input_snapshots(root)
+    except StorageError as exc:  # the list itself does not need the database
+        snapshots = {}
+        note = f"warning: run snapshots unavailable: {exc}"
     if run_id is not None:
         if run_id not in snapshots:
             raise UsageProblem(f"no run {run_id!r} (runs: {', '.join(snapshots) or 'none yet'})")
@@ -772,8 +778,11 @@ def keys_set(provider: Annotated[str, typer.Argument(help="e.g. openai, anthropi
     """Store a provider's API key in the OS keyring (read with a hidden prompt)."""
     from keepstep.engine.keys import env_var_name, set_api_key
 
-    key = typer.prompt(f"API key for {provider} (input hidden)", hide_input=True,
-                       default="", show_default=False)
+    if sys.stdin is not None and sys.stdin.isatty():
+        key = typer.prompt(f"API key for {provider} (input hidden)", hide_input=True,
+                           default="", show_default=False)
+    else:  # piped in (`... | keepstep keys set openai`): no prompt, no echo warning
+        key = sys.stdin.readline() if sys.stdin is not None else ""
     if not key.strip():
         raise UsageProblem("no key entered", f"or set the environment variable "
                            f"{env_var_name(provider)} instead")
@@ -837,6 +846,18 @@ def preview(root: DirArg, run: RunOpt, branch: BranchOpt = "main",
         result = preview_run(the_run)
         typer.echo(out.to_json(result.model_dump(mode="json")) if as_json
                    else out.preview_text(result))
+
+
+@command(app, "backup")
+def backup(root: DirArg, to: Annotated[Path | None, typer.Option(
+        "--to", help="The backup file (default .keepstep/backups/state-<time>.db).")] = None,
+        ) -> None:
+    """A consistent copy of the project database (the artifacts stay where they are)."""
+    from keepstep.engine.views import backup_state
+
+    with open_project_dir(root) as project:
+        target = backup_state(project, to)
+        typer.echo(f"database copied to {target}")
 
 
 # --- TUI -------------------------------------------------------------------------------------

@@ -23,11 +23,10 @@ import secrets
 import uuid
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from keepstep.storage import Store
 from keepstep.storage.hashing import canonical_json
 from keepstep.storage.sqlite_ledgers import ApprovalRecord, ApprovalRefused
+from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ApprovalError
 from .plan import Gate
@@ -71,7 +70,7 @@ def hash_token(token: str) -> str:
 
 
 def _when(ts: float) -> str:
-    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _describe(obj: dict[str, Any]) -> str:
@@ -302,6 +301,15 @@ def gate_status(
 
 
 __all__ = [
-    "ApprovalOption", "ApprovalRequest", "GateStatus", "TOKEN_TTL_SECONDS", "approval_applies",
-    "decide", "gate_status", "hash_token", "pending_requests", "request_gate", "revoke",
+    "TOKEN_TTL_SECONDS",
+    "ApprovalOption",
+    "ApprovalRequest",
+    "GateStatus",
+    "approval_applies",
+    "decide",
+    "gate_status",
+    "hash_token",
+    "pending_requests",
+    "request_gate",
+    "revoke",
 ]

@@ -72,11 +72,18 @@ def exhausted_budgets(facts: RunFacts) -> dict[str, tuple[float, float]]:
             if k in b.limits and b.used.get(k, 0.0) >= b.limits[k]}
 
 
+def budget_blocked(facts: RunFacts) -> bool:
+    return any(st.status == "blocked" and st.details.get("kind") == "budget"
+               for st in facts.statuses.values())
+
+
 def ready_units(plan: Plan, facts: RunFacts) -> list[str]:
     """Units that may be claimed now: not current, not running/blocked/failed, deps current,
     gate (if any) approved, and — for units that call models — budget left."""
     units = plan.unit_map()
-    no_budget = bool(exhausted_budgets(facts))
+    # A stored budget block means the budget is not available: other model units wait
+    # for the recorded decision instead of each opening a blocked attempt.
+    no_budget = budget_blocked(facts)
     out = []
     for uid in topo_order(plan):
         if facts.effective_state(uid) not in (UnitState.pending, UnitState.invalidated):

@@ -28,11 +28,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel
-
 from keepstep.storage import EventIn, StaleFencingToken, Store, crash_point
 from keepstep.storage.hashing import canonical_json, sha256_hex
 from keepstep.storage.sqlite_ledgers import EffectRecord
+from pydantic import BaseModel
 
 from .errors import LeaseLost, SideEffectError
 
@@ -258,7 +257,7 @@ def _result(row: EffectRecord, outcome: ReconcileOutcome, reason: str = "",
 def _lookup(adapter: EffectAdapter, key: str) -> tuple[LookupResult | None, str]:
     try:
         found = adapter.lookup(key)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure of a lookup means "cannot tell"
         return None, f"{adapter.name} lookup failed ({_safe(exc)})"
     if found is None or found.found is None:
         return None, f"{adapter.name} cannot tell whether key {key} was applied"
@@ -301,7 +300,7 @@ def _resolve(store: Store, adapter: EffectAdapter | None, row: EffectRecord) -> 
         store.mark_effect(row.idem_key, "failed", detail={"error": _safe(exc)},
                           only_if=UNRESOLVED)
         return _result(row, "failed", _safe(exc))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - outcome unknown again: a person decides
         return _block(store, row, f"retry with the same key failed ({_safe(exc)})")
     _commit(store, row, remote_id, "retried with the same key")
     return _result(row, "retried", f"{adapter.name} had no record; sent again with the same key",
@@ -325,7 +324,7 @@ def _resolve_compensation(store: Store, adapter: EffectAdapter,
                       "undoing it again is not known to be safe")
     try:
         remote_id = undo(original.idem_key, original.remote_id)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - outcome unknown again: a person decides
         return _block(store, row, f"undo failed ({_safe(exc)})")
     _commit(store, row, remote_id, "undone again")
     return _result(row, "retried", "undone again with the same key", remote_id)
@@ -386,7 +385,7 @@ def decide_unknown(
     store.append_event(row.run_id, event.kind, branch_id=row.branch_id, unit=row.unit,
                        payload=event.payload)
     if decision == "recheck":
-        found, why = _lookup(adapter, key)
+        found, _ = _lookup(adapter, key)
         if found is not None and found.found:
             _commit(store, row, found.remote_id, f"found on recheck by {who}")
     else:
@@ -397,7 +396,7 @@ def decide_unknown(
             remote = adapter.perform(key, request)
         except EffectRejected as exc:
             store.mark_effect(key, "failed", detail={"error": _safe(exc)}, only_if=UNRESOLVED)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - recorded; the effect stays unknown
             store.mark_effect(key, "unknown", detail={"error": _safe(exc)}, only_if=UNRESOLVED)
         else:
             _commit(store, row, remote, f"retried by {who}")

@@ -17,7 +17,7 @@ from .plan import UnitKind
 from .project_files import STATE_DIR
 
 if TYPE_CHECKING:
-    from .project import Run
+    from .project import Project, Run
 
 DELIVERABLE_KINDS = (UnitKind.render, UnitKind.notes)
 
@@ -44,6 +44,27 @@ def input_snapshots(root: Path) -> dict[str, dict[str, Any]]:
         return out
     finally:
         store.close()
+
+
+def backup_state(project: Project, target: Path | None = None) -> Path:
+    """A consistent copy of the project database (SQLite's online backup API).
+
+    Default target: ``.keepstep/backups/state-<UTC time>.db``. Artifacts are plain
+    read-only files under ``.keepstep/artifacts`` and are not copied.
+    """
+    import datetime as dt
+
+    if target is None:
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        target = project.root / STATE_DIR / "backups" / f"state-{stamp}.db"
+    target = Path(target)
+    if target.exists():
+        from .errors import KeepstepError
+
+        raise KeepstepError(f"{target} already exists", hint="pick a new file name")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    project.store.backup_to(target)
+    return target
 
 
 def current_deliverables(run: Run) -> list[dict[str, Any]]:
@@ -104,5 +125,5 @@ def preview_run(run: Run) -> Any:
                    source_groups=found.source_groups)
 
 
-__all__ = ["current_deliverables", "explain_run_unit", "input_snapshots", "preview_run",
+__all__ = ["backup_state", "current_deliverables", "explain_run_unit", "input_snapshots", "preview_run",
            "verify_run_chain"]

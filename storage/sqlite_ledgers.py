@@ -96,7 +96,7 @@ class ApprovalRefused(StorageError):
 
 def _iso(ts: float) -> str:
     # Same format as sqlite_store._iso (importing it would be circular).
-    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat(timespec="microseconds")
+    return _dt.datetime.fromtimestamp(ts, _dt.UTC).isoformat(timespec="microseconds")
 
 
 def _approval(row: Mapping[str, Any]) -> ApprovalRecord:

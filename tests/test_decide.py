@@ -35,7 +35,9 @@ def plans_and_facts(draw):
             records[uid] = UnitRecord(state=UnitState(kind), attempt=f"{uid}/a1",
                                       validators_passed=draw(st.booleans()) or kind != "succeeded")
         elif kind in ("blocked", "failed"):
-            statuses[uid] = UnitStatus(unit=uid, status=kind, reason="r", updated_at="t")
+            details = {"kind": draw(st.sampled_from(["budget", "quota", "error"]))}
+            statuses[uid] = UnitStatus(unit=uid, status=kind, reason="r", details=details,
+                                       updated_at="t")
         elif kind in ("leased", "expired_lease"):
             exp = NOW + 30 if kind == "leased" else NOW - 1
             leases[uid] = Lease(run_id="R", branch_id="main", unit=uid, attempt_id=f"{uid}/a1",
@@ -101,10 +103,11 @@ def test_done_exactly_when_every_required_unit_is_current_and_passed(pf):
 
 @settings(max_examples=400, deadline=None)
 @given(plans_and_facts())
-def test_never_claims_a_model_unit_when_the_budget_is_spent(pf):
-    """With the call budget exhausted, no unit of a model-calling kind is ready."""
+def test_never_claims_a_model_unit_while_a_unit_is_blocked_on_budget(pf):
+    """While any unit is blocked by the budget, no unit of a model-calling kind is ready."""
     plan, facts = pf
-    if facts.budget.used["calls"] >= facts.budget.limits["calls"]:
+    if any(s.status == "blocked" and s.details["kind"] == "budget"
+           for s in facts.statuses.values()):
         units = plan.unit_map()
         assert all(units[u].kind != UnitKind.extract for u in ready_units(plan, facts))
 
