@@ -57,10 +57,12 @@ def to_json(data: Any) -> str:
 
 
 def _num(value: float) -> str:
-    if float(value).is_integer():
-        value = int(value)
-        return f"{value / 1000:.0f}k" if value >= 10_000 else str(value)
-    return f"{value:.2f}"
+    value = float(value)
+    if abs(value) >= 10_000_000:
+        return f"{value / 1_000_000:.0f}M"
+    if abs(value) >= 10_000:
+        return f"{value / 1000:.0f}k"
+    return str(int(value)) if value.is_integer() else f"{value:.2f}"
 
 
 def _money(value: float) -> str:

@@ -135,7 +135,7 @@ def request_gate(
 ) -> ApprovalRequest:
     """Store a new request for ``gate`` and issue its resume token.
 
-    Every older open row of the gate in this run is retired in the same
+    Every older open row of the gate in this run and branch is retired in the same
     transaction: a decision that has expired becomes ``expired``, anything
     else ``superseded``. The returned request's ``resume_token`` is the only
     copy of the plain token; the database keeps its sha256.
@@ -209,6 +209,9 @@ def decide(
     now: float | None = None,
 ) -> ApprovalRecord:
     """Record a decision on the gate's open request (event ``approval.decided``).
+
+    Without a token, the newest open request of the gate in the run (any branch)
+    is decided; with one, the token's own request.
 
     Binds ``bound_object`` (which must be the object the request asked about),
     ``scope`` and an expiry ``expires_days`` from now (None: no expiry). With a

@@ -82,7 +82,8 @@ RULE_EDGE = "rule"
 
 
 class PlanIndex:
-    """Adjacency built once per plan: dependents per unit and readers per input ref."""
+    """Adjacency built once per plan: dependents and dependencies per unit, readers per input
+    ref. Build it once and pass it as ``index=`` to reuse it while the plan is unchanged."""
 
     def __init__(self, plan: Plan) -> None:
         self.ids: list[str] = [u.id for u in plan.units]
@@ -90,7 +91,9 @@ class PlanIndex:
         self.kinds: dict[str, str] = {u.id: u.kind.value for u in plan.units}
         self.dependents: dict[str, list[tuple[str, str]]] = {}
         self.readers: dict[str, list[str]] = {}
+        self.dependencies: dict[str, list[str]] = {}
         for u in plan.units:  # plan order, so every list below is in plan order
+            self.dependencies[u.id] = [d.unit for d in u.depends_on]
             for d in u.depends_on:
                 self.dependents.setdefault(d.unit, []).append((u.id, d.edge.value))
             for ref in dict.fromkeys(u.inputs):
@@ -126,8 +129,11 @@ class HighRiskRule(BaseModel):
 
 def parse_rules(rules: Iterable[Mapping[str, Any] | HighRiskRule], plan: Plan) -> list[HighRiskRule]:
     """Validate keepstep.toml's ``high_risk_rules``; every problem names the rule."""
+    rules = list(rules)
+    if not rules:
+        return []
     kinds = {k.value for k in ChangeKind} | _ALL_EDGES | {"*"}
-    ids = set(plan.unit_map())
+    ids = {u.id for u in plan.units}
     out, problems = [], []
     for n, raw in enumerate(rules, start=1):
         try:
@@ -166,43 +172,53 @@ class InvalidationResult(BaseModel):
 
 # -- the walk -------------------------------------------------------------------------------
 
-def _walk(ix: PlanIndex, change: Change, starts: list[tuple[str, list[ExplanationStep]]],
-          follow: frozenset[str], note: str) -> dict[str, list[Explanation]]:
-    """Breadth-first from ``starts`` over edges whose type is in ``follow``.
+Start = tuple[str, str | None, str]  # (unit, edge of the first hop or None for the origin, via)
 
-    The first route into a unit is its canonical path (fewest hops, then plan order); every
-    further incoming edge from a reached unit adds one explanation built on the predecessor's
-    canonical path. Steps are shared between paths, never mutated.
+
+def _walk(ix: PlanIndex, change: Change, starts: list[Start], follow: frozenset[str],
+          note: str) -> dict[str, list[Explanation]]:
+    """Breadth-first from ``starts`` over edges whose type is in ``follow``: one explanation
+    per reached unit.
+
+    The first route into a unit is its path (fewest hops, ties by plan order); every other
+    edge the change came in by is named in the note ("also via U33 [content]"). A start with
+    no edge is the origin unit itself (empty path). Steps are shared between paths, never
+    mutated; only one step object is made per reached unit.
     """
     canon: dict[str, list[ExplanationStep]] = {}
-    found: dict[str, list[Explanation]] = {}
+    first: dict[str, str] = {}
+    extra: dict[str, list[str]] = {}
     queue: deque[str] = deque()
-    kind, origin = change.kind.value, change.origin
-
-    def reach(uid: str, steps: list[ExplanationStep]) -> None:
-        exp = Explanation.model_construct(change_kind=kind, origin=origin, path=steps, note=note)
-        if uid in found:
-            found[uid].append(exp)
-        else:
-            found[uid] = [exp]
-            canon[uid] = steps
-            queue.append(uid)
-
-    for uid, steps in starts:
-        if uid in ix.order:
-            reach(uid, steps)
+    for uid, edge, via in starts:
+        if uid not in ix.order:
+            continue
+        label = f"{via} [{edge}]"
+        if uid in canon:
+            extra[uid].append(label)
+            continue
+        canon[uid] = [] if edge is None else [
+            ExplanationStep(source=change.origin, target=f"unit:{uid}", edge=edge)]
+        first[uid], extra[uid] = label, []
+        queue.append(uid)
     while queue:
         uid = queue.popleft()
         base, src = canon[uid], f"unit:{uid}"
         for dep, edge in ix.dependents.get(uid, ()):
-            if edge in follow:
-                reach(dep, [*base, ExplanationStep.model_construct(
-                    source=src, target=f"unit:{dep}", edge=edge)])
-    return found
-
-
-def _step(source: str, uid: str, edge: str) -> list[ExplanationStep]:
-    return [ExplanationStep.model_construct(source=source, target=f"unit:{uid}", edge=edge)]
+            if edge not in follow:
+                continue
+            if dep in canon:
+                extra[dep].append(f"{uid} [{edge}]")
+            else:
+                canon[dep] = [*base, ExplanationStep(source=src, target=f"unit:{dep}", edge=edge)]
+                first[dep], extra[dep] = f"{uid} [{edge}]", []
+                queue.append(dep)
+    kind = change.kind.value
+    out = {}
+    for uid, path in canon.items():
+        also = [x for x in dict.fromkeys(extra[uid]) if x != first[uid]]
+        text = f"{note}; also via {', '.join(also)}" if also else note
+        out[uid] = [Explanation(change_kind=kind, origin=change.origin, path=path, note=text)]
+    return out
 
 
 def _entry_refs(change: Change, source_groups: Mapping[str, str]) -> list[str]:
@@ -227,14 +243,14 @@ def _default_reach(ix: PlanIndex, change: Change, source_groups: Mapping[str, st
         if uid not in ix.order:
             return {}  # a removed unit: its dependents carry their own dependency changes
         if change.kind in _REDONE_ORIGIN:
-            return _walk(ix, change, [(uid, [])], redone, note)
-        first = follow or ({t, EdgeType.presentation.value} if t == EdgeType.content.value
-                           else {t})
-        starts = [(dep, _step(change.origin, dep, edge))
-                  for dep, edge in ix.dependents.get(uid, ()) if edge in first]
+            return _walk(ix, change, [(uid, None, change.origin)], redone, note)
+        hop = follow or ({t, EdgeType.presentation.value} if t == EdgeType.content.value
+                         else {t})
+        starts: list[Start] = [(dep, edge, change.origin)
+                               for dep, edge in ix.dependents.get(uid, ()) if edge in hop]
         return _walk(ix, change, starts, redone, note)
-    starts = [(uid, _step(change.origin, uid, t))
-              for ref in _entry_refs(change, source_groups) for uid in ix.readers.get(ref, ())]
+    starts = [(uid, t, ref) for ref in _entry_refs(change, source_groups)
+              for uid in ix.readers.get(ref, ())]
     return _walk(ix, change, starts, redone, note)
 
 
@@ -252,7 +268,7 @@ def _widened(ix: PlanIndex, change: Change, rules: list[HighRiskRule],
         if rule.widen_to:
             parts.append(_default_reach(ix, change, source_groups, follow=_ALL_EDGES, note=note))
         if rule.also:
-            starts = [(uid, _step(change.origin, uid, RULE_EDGE)) for uid in rule.also]
+            starts: list[Start] = [(uid, RULE_EDGE, change.origin) for uid in rule.also]
             parts.append(_walk(ix, change, starts, follow, note))
         for part in parts:
             for uid, exps in part.items():
@@ -330,12 +346,12 @@ def cutoff(plan: Plan, unit_id: str, new_outputs: Mapping[str, str],
     """Direct dependents of ``unit_id`` that stay current after it was re-executed.
 
     ``new_outputs`` maps output name -> sha256 of the re-executed unit. A dependent stays current
-    when what it consumed from ``unit_id`` (``record.consumed[unit_id]``) equals ``new_outputs``
-    (same names, same bytes) and every other reason it was invalidated is resolved too: each of
-    its explanations must end with a hop from ``unit_id`` or from a unit that is current and
-    whose outputs are still the ones it consumed. A dependent reached directly by an input change
-    never stays. Apply it again for each kept unit to carry the cut-off further down (a kept
-    unit's outputs are unchanged, so its own dependents' ``consumed`` still match).
+    when everything it consumed is byte-identical: what it consumed from ``unit_id``
+    (``record.consumed[unit_id]``) equals ``new_outputs`` (same names, same bytes), every other
+    dependency is current with the outputs it consumed, and no change reached it directly (an
+    explanation with an empty path, or whose last hop comes from an input or a rule). Apply it
+    again for each kept unit to carry the cut-off further down; mark kept units with
+    ``cutoff_note(unit_id)``.
     """
     ix = index or PlanIndex(plan)
     wanted = dict(new_outputs)
@@ -346,23 +362,24 @@ def cutoff(plan: Plan, unit_id: str, new_outputs: Mapping[str, str],
             continue
         if rec.consumed.get(unit_id) != wanted:
             continue
-        if rec.state == UnitState.invalidated and not all(
-                _resolved(e, unit_id, rec, records) for e in rec.explanations):
+        if any(_direct(e) for e in rec.explanations):
             continue
-        kept.append(dep)
+        if all(other == unit_id or _still_consumed(rec, other, records)
+               for other in ix.dependencies[dep]):
+            kept.append(dep)
     return kept
 
 
-def _resolved(exp: Explanation, unit_id: str, rec: UnitRecord,
-              records: Mapping[str, UnitRecord]) -> bool:
-    if not exp.path or not exp.path[-1].source.startswith("unit:"):
-        return False
-    via = exp.path[-1].source.removeprefix("unit:")
-    if via == unit_id:
-        return True
-    other = records.get(via)
+def _direct(exp: Explanation) -> bool:
+    """Whether the change reached the unit itself: its definition, an input or a rule."""
+    return (not exp.path or exp.path[-1].edge == RULE_EDGE
+            or not exp.path[-1].source.startswith("unit:"))
+
+
+def _still_consumed(rec: UnitRecord, dep: str, records: Mapping[str, UnitRecord]) -> bool:
+    other = records.get(dep)
     return (other is not None and other.state == UnitState.succeeded
-            and rec.consumed.get(via) == {n: o.sha256 for n, o in other.outputs.items()})
+            and rec.consumed.get(dep) == {n: o.sha256 for n, o in other.outputs.items()})
 
 
 __all__ = ["HighRiskRule", "InvalidationResult", "PlanIndex", "cutoff", "cutoff_note",

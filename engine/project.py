@@ -116,6 +116,7 @@ class Project:
             events=[EventIn(kind="decision.start", payload={
                 "plan": "plan-v1", "inputs": "in-v1", "audience": self.files.contract.audience})],
         )
+        self.store.artifacts.prepare_units(run_id, [u.id for u in self.files.plan.units])
         return Run(self, run_id, branch_id)
 
     def run(self, run_id: str, branch_id: str = "main") -> Run:

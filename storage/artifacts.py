@@ -4,7 +4,12 @@ Layout: ``<root>/<run>/<unit>/<attempt>/<name>``, where an attempt id
 ``U07/a2`` maps to ``<unit>=U07``, ``<attempt>=a2``. A staged file is written
 to a temporary name, flushed and fsynced, renamed into place, and its
 directory fsynced, so after a crash a file is either whole or absent (a
-leftover ``.tmp`` marks an interrupted write). Files are never overwritten.
+leftover ``.tmp`` marks an interrupted write). Every folder created on the way
+is made durable (its parent fsynced) before ``stage`` returns. Files are never
+overwritten.
+
+``prepare_units`` creates a run's unit folders up front with one fsync, so that
+staging a unit's first attempt costs one folder creation, not two.
 """
 
 from __future__ import annotations
@@ -67,16 +72,53 @@ class ArtifactStore:
         return self.root / entry.path
 
     # -- writing -------------------------------------------------------------
-    def _mkdirs(self, directory: Path) -> None:
+    def _mkdirs(self, directory: Path) -> list[Path]:
+        """Create ``directory`` and any missing parents; return the folders whose entries
+        changed (each created folder's parent), deepest first, for the caller to fsync."""
+        try:  # the common case: only the last level is missing
+            directory.mkdir()
+            return [directory.parent]
+        except FileExistsError:
+            return []
+        except FileNotFoundError:
+            pass
         missing = []
         d = directory
         while not d.exists():
             missing.append(d)
             d = d.parent
         directory.mkdir(parents=True, exist_ok=True)
+        return [created.parent for created in missing]
+
+    def _sync_dirs(self, dirs: Iterable[Path]) -> None:
         if self.durable:
-            for created in reversed(missing):
-                fsync_dir(created.parent)
+            for d in dirs:
+                fsync_dir(d)
+
+    def prepare_units(self, run_id: str, unit_ids: Iterable[str]) -> list[str]:
+        """Create the run folder and every missing unit folder, durably, in one go.
+
+        One fsync of the run folder covers all new unit folders (plus the fsyncs
+        needed if the run folder itself is new). Idempotent; returns the unit ids
+        whose folders were created. Staging works without it (it creates a
+        missing unit folder itself); this only takes that cost off each unit.
+        """
+        _check_id(run_id, "run id")
+        units = list(dict.fromkeys(unit_ids))
+        for unit in units:
+            _check_id(unit, "unit id")
+        run_dir = self.root / run_id
+        self._sync_dirs(self._mkdirs(run_dir))
+        created = []
+        for unit in units:
+            try:
+                (run_dir / unit).mkdir()
+            except FileExistsError:
+                continue
+            created.append(unit)
+        if created:
+            self._sync_dirs([run_dir])
+        return created
 
     def stage(
         self,
@@ -97,7 +139,7 @@ class ArtifactStore:
         target = self.attempt_dir(run_id, attempt_id).joinpath(*rel.parts)
         if target.exists():
             raise ArtifactImmutable(f"{target} already exists")
-        self._mkdirs(target.parent)
+        new_entries = self._mkdirs(target.parent)
         tmp = target.with_name(target.name + ".tmp")
         with open(tmp, "wb") as fh:
             fh.write(data)
@@ -105,8 +147,11 @@ class ArtifactStore:
             if self.durable:
                 os.fsync(fh.fileno())
         os.rename(tmp, target)
-        if self.durable:
-            fsync_dir(target.parent)
+        # The file's folder first, then every folder that gained a subfolder, deepest first.
+        # All of them are synced before returning, so the guarantee is the same as syncing
+        # each mkdir on the spot; the order lets a journaling file system commit all the
+        # pending metadata with the first fsync and find the later ones clean.
+        self._sync_dirs([target.parent, *(d for d in new_entries if d != target.parent)])
         return ArtifactEntry(
             unit=attempt_id.partition("/")[0],
             attempt_id=attempt_id,

@@ -5,14 +5,48 @@ from __future__ import annotations
 import datetime as _dt
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from sqlite_utils import Database
 
-from .errors import CorruptDatabase, SchemaMigrationFailed, SchemaTooNew
+from .errors import (
+    CorruptDatabase,
+    SchemaMigrationFailed,
+    SchemaTooNew,
+    StorageBusy,
+    StorageError,
+)
 from .schema import MIGRATION_SET, SCHEMA_VERSION, migrations
 
 BUSY_TIMEOUT_MS = 30_000
+_CORRUPT_MARKERS = ("malformed", "not a database")
+_BUSY_MARKERS = ("database is locked", "database is busy", "database table is locked")
+
+
+def storage_error(exc: sqlite3.Error, what: str) -> StorageError:
+    """The storage-level error for a sqlite3 error (the engine never sees sqlite3).
+
+    Corruption wins over everything else, so that a damaged file is never
+    reported as a transient "busy".
+    """
+    text = str(exc)
+    if isinstance(exc, sqlite3.DatabaseError) and any(m in text for m in _CORRUPT_MARKERS):
+        return CorruptDatabase(f"{what}: the database file is damaged ({text})")
+    if isinstance(exc, sqlite3.OperationalError) and any(m in text for m in _BUSY_MARKERS):
+        return StorageBusy(f"{what}: the database stayed locked for "
+                           f"{BUSY_TIMEOUT_MS / 1000:g} s ({text})")
+    return StorageError(f"{what}: {type(exc).__name__}: {text}")
+
+
+@contextmanager
+def sqlite_errors(what: str) -> Iterator[None]:
+    """Re-raise any sqlite3 error inside the block as the matching StorageError."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise storage_error(exc, what) from exc
 
 
 def _set_wal(conn: sqlite3.Connection) -> None:
@@ -37,15 +71,19 @@ def connect(path: Path, *, synchronous: str = "FULL") -> Database:
     writers can take ``BEGIN IMMEDIATE`` themselves and ``db.atomic()`` nests
     savepoints inside it.
     """
-    conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+    with sqlite_errors(f"opening {path}"):
+        conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         _set_wal(conn)
         conn.execute(f"PRAGMA synchronous = {synchronous}")
         conn.execute("PRAGMA foreign_keys = ON")
-    except sqlite3.DatabaseError as exc:
+    except sqlite3.Error as exc:
         conn.close()
-        raise CorruptDatabase(f"{path} is not a readable keepstep database: {exc}") from exc
+        err = storage_error(exc, f"opening {path}")
+        if type(err) is StorageError:  # e.g. "file is encrypted": not a database we can read
+            err = CorruptDatabase(f"{path} is not a readable keepstep database: {exc}")
+        raise err from exc
     return Database(conn, execute_plugins=False)
 
 
@@ -54,7 +92,7 @@ def read_schema_version(path: Path) -> tuple[int, list[str]]:
     uri = f"file:{path}?mode=ro"
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
-    except sqlite3.OperationalError as exc:
+    except sqlite3.Error as exc:
         raise CorruptDatabase(f"cannot open {path}: {exc}") from exc
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -71,8 +109,11 @@ def read_schema_version(path: Path) -> tuple[int, list[str]]:
                 )
             ]
         return version, names
-    except sqlite3.DatabaseError as exc:
-        raise CorruptDatabase(f"{path} is not a readable keepstep database: {exc}") from exc
+    except sqlite3.Error as exc:
+        err = storage_error(exc, f"reading the schema version of {path}")
+        if type(err) is StorageError:
+            err = CorruptDatabase(f"{path} is not a readable keepstep database: {exc}")
+        raise err from exc
     finally:
         conn.close()
 
@@ -83,8 +124,9 @@ def _backup(path: Path, found: int) -> Path:
     src = sqlite3.connect(str(path))
     dst = sqlite3.connect(str(target))
     try:
-        src.backup(dst)
-        ok = dst.execute("PRAGMA integrity_check").fetchone()[0]
+        with sqlite_errors(f"backing up {path} before migrating it"):
+            src.backup(dst)
+            ok = dst.execute("PRAGMA integrity_check").fetchone()[0]
         if ok != "ok":
             raise SchemaMigrationFailed(
                 f"backup {target} failed its integrity check ({ok}); nothing was migrated",
@@ -132,6 +174,10 @@ def open_database(path: Path, *, synchronous: str = "FULL") -> tuple[Database, P
                 raise
     except Exception as exc:  # a failed migration rolled back; the backup stays
         db.close()
+        if isinstance(exc, sqlite3.Error):
+            err = storage_error(exc, f"migrating {path}")
+            if isinstance(err, StorageBusy | CorruptDatabase):
+                raise err from exc
         raise SchemaMigrationFailed(
             f"migrating {path} failed: {exc}",
             hint=f"the original is unchanged{f' and a copy is at {backup}' if backup else ''}; "

@@ -40,6 +40,25 @@ class SchemaMigrationFailed(StorageError):
     """Migrating an older database failed; the original is kept untouched."""
 
 
+class StorageBusy(StorageError):
+    """The database stayed locked by another writer for the whole busy timeout.
+
+    Nothing was written by the call that raised it.
+    """
+
+    hint = "another keepstep process is writing to this project; wait for it, then retry"
+
+
+class CommitOutcomeUnknown(StorageError):
+    """The COMMIT statement itself failed: the transaction may or may not be durable.
+
+    Never treat this as "failed": read the head (or the attempt's status) to
+    learn whether the commit landed before retrying anything.
+    """
+
+    hint = "read the branch head to learn whether the commit landed; never assume it failed"
+
+
 class CorruptDatabase(StorageError):
     """The SQLite file cannot be read or fails its integrity check."""
 

@@ -21,9 +21,11 @@ from typing import Any
 from sqlite_utils import Database
 
 from .artifacts import ArtifactStore
-from .db import connect, open_database
+from .db import connect, open_database, sqlite_errors, storage_error
 from .errors import (
     CheckpointConflict,
+    CommitOutcomeUnknown,
+    CorruptDatabase,
     NotFound,
     StaleFencingToken,
     StorageError,
@@ -68,18 +70,45 @@ def _iso(ts: float) -> str:
     return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat(timespec="microseconds")
 
 
+_HASHED_FIELDS = (
+    "run_id", "branch_id", "version", "parent_branch", "parent_version", "parent_hash",
+    "kind", "schema_version", "unit", "attempt", "fencing_token", "state_hash", "created_at",
+)
+_HASHED_ORDER = sorted((*_HASHED_FIELDS, "delta"))
+
+
 def _checkpoint_hash(row: Mapping[str, Any]) -> str:
-    fields = {
-        k: row[k]
-        for k in (
-            "run_id", "branch_id", "version", "parent_branch", "parent_version", "parent_hash",
-            "kind", "schema_version", "unit", "attempt", "fencing_token", "state_hash",
-            "created_at",
-        )
-    }
+    fields = {k: row[k] for k in _HASHED_FIELDS}
     delta = row["delta"]
     fields["delta"] = json.loads(delta) if isinstance(delta, str) else delta
     return sha256_hex(canonical_json(fields))
+
+
+def _object_json(values: Mapping[str, str | None]) -> str:
+    """canonical_json of a dict whose values are already canonical JSON (None -> null).
+
+    Byte-identical to ``canonical_json({k: json.loads(v)})``: sorted keys, no
+    spaces — so a commit encodes each delta value once, not three times.
+    """
+    return "{" + ",".join(
+        f"{json.dumps(k, ensure_ascii=False)}:{'null' if values[k] is None else values[k]}"
+        for k in sorted(values)
+    ) + "}"
+
+
+def _checkpoint_hash_encoded(row: Mapping[str, Any], delta_json: str) -> str:
+    """_checkpoint_hash of ``row`` whose delta is given as its canonical JSON."""
+    return sha256_hex("{" + ",".join(
+        f'"{k}":{delta_json if k == "delta" else canonical_json(row[k])}' for k in _HASHED_ORDER
+    ) + "}")
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:  # SQLite already rolled back (e.g. after an I/O error)
+            pass
 
 
 def _checkpoint(row: Mapping[str, Any]) -> Checkpoint:
@@ -136,25 +165,47 @@ class SQLiteStore(ApprovalsAndEffectsMixin):
 
     @contextmanager
     def _write(self) -> Iterator[Database]:
+        """One ``BEGIN IMMEDIATE`` transaction; sqlite3 errors leave as StorageErrors.
+
+        Busy past the timeout -> StorageBusy (nothing written); a failing COMMIT
+        -> CommitOutcomeUnknown (the caller reads the head); a damaged file ->
+        CorruptDatabase, wherever it shows.
+        """
         db = self.db
-        db.conn.execute("BEGIN IMMEDIATE")
+        conn = db.conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise storage_error(exc, "starting a write transaction") from exc
         try:
             yield db
+        except sqlite3.Error as exc:
+            _rollback(conn)
+            raise storage_error(exc, "writing to the database") from exc
         except BaseException:
-            if db.conn.in_transaction:
-                db.conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
         try:
-            db.conn.execute("COMMIT")
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            _rollback(conn)
+            err = storage_error(exc, "COMMIT")
+            if not isinstance(err, CorruptDatabase):
+                err = CommitOutcomeUnknown(
+                    f"COMMIT failed ({type(exc).__name__}: {exc}); the transaction may or may "
+                    "not be durable")
+            raise err from exc
         except BaseException:
-            if db.conn.in_transaction:
-                db.conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
 
     def _q(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
-        cur = self.db.conn.execute(sql, list(params))
-        cols = [c[0] for c in cur.description] if cur.description else []
-        return [dict(zip(cols, r)) for r in cur.fetchall()]
+        try:
+            cur = self.db.conn.execute(sql, list(params))
+            cols = [c[0] for c in cur.description] if cur.description else []
+            return [dict(zip(cols, r)) for r in cur.fetchall()]
+        except sqlite3.Error as exc:
+            raise storage_error(exc, "reading the database") from exc
 
     def _q1(self, sql: str, params: Iterable[Any] = ()) -> dict[str, Any] | None:
         rows = self._q(sql, params)
@@ -264,37 +315,33 @@ class SQLiteStore(ApprovalsAndEffectsMixin):
         return None if row is None else json.loads(row["value"])
 
     def _apply_delta(
-        self, db: Database, run_id: str, branch_id: str, delta: Mapping[str, Any]
+        self, conn: sqlite3.Connection, run_id: str, branch_id: str,
+        values: Mapping[str, str | None], current: str,
     ) -> str:
-        meta = self._q1(
-            "SELECT state_hash FROM state_meta WHERE run_id = ? AND branch_id = ?",
-            [run_id, branch_id],
-        )
-        current = meta["state_hash"] if meta else EMPTY_STATE_HASH
-        removed, added = [], []
-        for key in sorted(delta):
-            old = self._q1(
-                "SELECT value FROM current_state WHERE run_id = ? AND branch_id = ? AND key = ?",
-                [run_id, branch_id, key],
+        """Write an encoded delta (key -> canonical JSON, None deletes) into the materialised
+        state and return the new state hash. The old values are read in one query."""
+        keys = sorted(values)
+        old: dict[str, str] = {}
+        for i in range(0, len(keys), 500):  # stay far below SQLite's bound-variable limit
+            chunk = keys[i:i + 500]
+            old.update(conn.execute(
+                "SELECT key, value FROM current_state WHERE run_id = ? AND branch_id = ? "
+                f"AND key IN ({', '.join('?' * len(chunk))})", [run_id, branch_id, *chunk],
+            ).fetchall())
+        removed = [(k, old[k]) for k in keys if k in old]
+        added = [(k, v) for k in keys if (v := values[k]) is not None]
+        gone = [(run_id, branch_id, k) for k in keys if values[k] is None and k in old]
+        if gone:
+            conn.executemany(
+                "DELETE FROM current_state WHERE run_id = ? AND branch_id = ? AND key = ?", gone)
+        if added:
+            conn.executemany(
+                "INSERT INTO current_state (run_id, branch_id, key, value) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (run_id, branch_id, key) DO UPDATE SET value = excluded.value",
+                [(run_id, branch_id, k, v) for k, v in added],
             )
-            if old is not None:
-                removed.append((key, old["value"]))
-            value = delta[key]
-            if value is None:
-                db.conn.execute(
-                    "DELETE FROM current_state WHERE run_id = ? AND branch_id = ? AND key = ?",
-                    [run_id, branch_id, key],
-                )
-            else:
-                vj = canonical_json(value)
-                added.append((key, vj))
-                db.conn.execute(
-                    "INSERT INTO current_state (run_id, branch_id, key, value) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (run_id, branch_id, key) DO UPDATE SET value = excluded.value",
-                    [run_id, branch_id, key, vj],
-                )
         new_hash = state_hash_update(current, removed, added)
-        db.conn.execute(
+        conn.execute(
             "INSERT INTO state_meta (run_id, branch_id, state_hash) VALUES (?, ?, ?) "
             "ON CONFLICT (run_id, branch_id) DO UPDATE SET state_hash = excluded.state_hash",
             [run_id, branch_id, new_hash],
@@ -336,72 +383,100 @@ class SQLiteStore(ApprovalsAndEffectsMixin):
         """
         manifest = list(manifest)
         ts = _iso(self.now())
+        # Each delta value is encoded once: the same strings feed the materialised state,
+        # the state hash, the stored delta and the checkpoint hash.
+        if all(isinstance(k, str) for k in delta):
+            values = {k: None if v is None else canonical_json(v) for k, v in delta.items()}
+            delta_json = _object_json(values)
+        else:  # unusual keys: let json decide how they encode
+            delta_json = canonical_json(dict(delta))
+            values = {k: None if v is None else canonical_json(v)
+                      for k, v in json.loads(delta_json).items()}
         crash_point("commit.before_begin")
         with self._write() as db:
-            head = self.get_head(run_id, branch_id)
-            if head.version != expected_version:
+            conn = db.conn
+            # Head, state hash and the unit's lease token in one read.
+            found = conn.execute(
+                "SELECT b.head_version, b.head_hash, m.state_hash, l.fencing_token "
+                "FROM branches b "
+                "LEFT JOIN state_meta m ON m.run_id = b.run_id AND m.branch_id = b.branch_id "
+                "LEFT JOIN leases l ON l.run_id = b.run_id AND l.branch_id = b.branch_id "
+                "AND l.unit = ? WHERE b.run_id = ? AND b.branch_id = ?",
+                [unit, run_id, branch_id],
+            ).fetchone()
+            if found is None:
+                raise NotFound(f"no branch {branch_id!r} in run {run_id!r}",
+                               hint="list runs with `keepstep status DIR`")
+            head_version, head_hash, current_hash, lease_token = found
+            if head_version != expected_version:
                 raise CheckpointConflict(
-                    f"{run_id}/{branch_id}: head is {head.version}, expected {expected_version}"
+                    f"{run_id}/{branch_id}: head is {head_version}, expected {expected_version}"
                 )
             if fencing_token is not None:
                 if unit is None:
                     raise StorageError("a fenced commit must name its unit")
-                lease = self._q1(
-                    "SELECT fencing_token FROM leases WHERE run_id = ? AND branch_id = ? "
-                    "AND unit = ?", [run_id, branch_id, unit],
-                )
-                if lease is None or lease["fencing_token"] != fencing_token:
+                if lease_token != fencing_token:
                     raise StaleFencingToken(
                         f"{run_id}/{unit}: token {fencing_token} is no longer current "
-                        f"(lease {'gone' if lease is None else 'token ' + str(lease['fencing_token'])})"
+                        f"(lease {'gone' if lease_token is None else 'token ' + str(lease_token)})"
                     )
             version = expected_version + 1
-            state_hash = self._apply_delta(db, run_id, branch_id, delta)
+            state_hash = self._apply_delta(conn, run_id, branch_id, values,
+                                           current_hash or EMPTY_STATE_HASH)
             crash_point("commit.inside_txn")
             row = {
                 "run_id": run_id, "branch_id": branch_id, "version": version,
                 "parent_branch": branch_id, "parent_version": expected_version,
-                "parent_hash": head.hash, "kind": kind, "schema_version": SCHEMA_VERSION,
+                "parent_hash": head_hash, "kind": kind, "schema_version": SCHEMA_VERSION,
                 "unit": unit, "attempt": attempt_id, "fencing_token": fencing_token,
-                "delta": dict(delta), "state_hash": state_hash, "created_at": ts,
+                "state_hash": state_hash, "created_at": ts,
             }
-            row["hash"] = _checkpoint_hash(row)
-            self._insert_checkpoint(db, row)
-            db.conn.execute(
+            row["hash"] = _checkpoint_hash_encoded(row, delta_json)
+            row["delta"] = delta_json
+            conn.execute(
+                f"INSERT INTO checkpoints ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                list(row.values()),
+            )
+            conn.execute(
                 "UPDATE branches SET head_version = ?, head_hash = ? "
                 "WHERE run_id = ? AND branch_id = ?",
                 [version, row["hash"], run_id, branch_id],
             )
-            for e in manifest:
-                db.conn.execute(
+            if manifest:
+                conn.executemany(
                     "INSERT INTO artifacts (run_id, branch_id, unit, attempt_id, name, path, "
                     "media_type, size, sha256, schema_version, source_ids, validators, "
                     "producer_version, created_at, checkpoint_version) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [run_id, branch_id, e.unit, e.attempt_id, e.name, e.path, e.media_type,
-                     e.size, e.sha256, e.schema_version, canonical_json(e.source_ids),
-                     canonical_json(e.validators), e.producer_version, e.created_at, version],
+                    [(run_id, branch_id, e.unit, e.attempt_id, e.name, e.path, e.media_type,
+                      e.size, e.sha256, e.schema_version, canonical_json(e.source_ids),
+                      canonical_json(e.validators), e.producer_version, e.created_at, version)
+                     for e in manifest],
                 )
             if attempt_id is not None:
-                db.conn.execute(
+                conn.execute(
                     "UPDATE attempts SET status = 'committed', ended_at = ? "
                     "WHERE run_id = ? AND attempt_id = ?", [ts, run_id, attempt_id],
                 )
             if fencing_token is not None:
-                db.conn.execute(
+                conn.execute(
                     "DELETE FROM leases WHERE run_id = ? AND branch_id = ? AND unit = ? "
                     "AND fencing_token = ?", [run_id, branch_id, unit, fencing_token],
                 )
-            for u in clear_unit_status:
-                db.conn.execute(
+            cleared = [(run_id, branch_id, u) for u in clear_unit_status]
+            if cleared:
+                conn.executemany(
                     "DELETE FROM unit_status WHERE run_id = ? AND branch_id = ? AND unit = ?",
-                    [run_id, branch_id, u],
+                    cleared,
                 )
-            self._append_events(db, run_id, branch_id, ts, [
-                EventIn(kind="checkpoint.committed", unit=unit, attempt_id=attempt_id,
-                        payload={"version": version, "kind": kind}),
-                *events,
-            ])
+            conn.executemany(
+                "INSERT INTO events (run_id, branch_id, ts, kind, unit, attempt_id, payload) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, branch_id, ts, "checkpoint.committed", unit, attempt_id,
+                  f'{{"kind":{json.dumps(kind, ensure_ascii=False)},"version":{version}}}'),
+                 *((run_id, branch_id, ts, e.kind, e.unit, e.attempt_id,
+                    canonical_json(e.payload)) for e in events)],
+            )
             crash_point("commit.before_commit")
         crash_point("commit.after_commit")
         return version
@@ -630,46 +705,57 @@ class SQLiteStore(ApprovalsAndEffectsMixin):
         ts = _iso(now)
         crash_point("claim.before")
         with self._write() as db:
-            head = self.get_head(run_id, branch_id)
-            if head.version != expected_version:
+            conn = db.conn
+            # Head, the unit's lease (if any) and its next attempt number in one read.
+            found = conn.execute(
+                "SELECT b.head_version, "
+                "(SELECT COALESCE(MAX(a.attempt_no), 0) + 1 FROM attempts a "
+                " WHERE a.run_id = b.run_id AND a.unit = ?), "
+                "l.attempt_id, l.owner, l.fencing_token, l.expires_at, l.renewed_at, "
+                "l.progress, l.progress_at FROM branches b "
+                "LEFT JOIN leases l ON l.run_id = b.run_id AND l.branch_id = b.branch_id "
+                "AND l.unit = ? WHERE b.run_id = ? AND b.branch_id = ?",
+                [unit, unit, run_id, branch_id],
+            ).fetchone()
+            if found is None:
+                raise NotFound(f"no branch {branch_id!r} in run {run_id!r}",
+                               hint="list runs with `keepstep status DIR`")
+            head_version, n, lease_attempt, lease_owner, lease_token, *rest = found
+            if head_version != expected_version:
                 raise CheckpointConflict(
-                    f"{run_id}/{branch_id}: head is {head.version}, expected {expected_version}"
+                    f"{run_id}/{branch_id}: head is {head_version}, expected {expected_version}"
                 )
-            lease = self._q1(
-                "SELECT * FROM leases WHERE run_id = ? AND branch_id = ? AND unit = ?",
-                [run_id, branch_id, unit],
-            )
-            if lease is not None:
-                if lease["expires_at"] > now:
-                    raise LeaseHeld(
-                        f"{unit} is leased by {lease['owner']} until {_iso(lease['expires_at'])}"
-                    )
-                self._fence(db, run_id, branch_id, Lease(**lease), ts)
-            token = db.conn.execute(
+            if lease_attempt is not None:
+                expires_at, renewed_at, progress, progress_at = rest
+                if expires_at > now:
+                    raise LeaseHeld(f"{unit} is leased by {lease_owner} until {_iso(expires_at)}")
+                self._fence(db, run_id, branch_id, Lease(
+                    run_id=run_id, branch_id=branch_id, unit=unit, attempt_id=lease_attempt,
+                    owner=lease_owner, fencing_token=lease_token, expires_at=expires_at,
+                    renewed_at=renewed_at, progress=progress, progress_at=progress_at), ts)
+            token = conn.execute(
                 "UPDATE fencing SET last_token = last_token + 1 WHERE id = 1 RETURNING last_token"
-            ).fetchone()[0]
-            n = db.conn.execute(
-                "SELECT COALESCE(MAX(attempt_no), 0) + 1 FROM attempts WHERE run_id = ? AND unit = ?",
-                [run_id, unit],
             ).fetchone()[0]
             attempt_id = f"{unit}/a{n}"
             expires = now + lease_seconds
-            db.conn.execute(
+            conn.execute(
                 "INSERT INTO attempts (attempt_id, run_id, branch_id, unit, attempt_no, executor, "
                 "fencing_token, status, claimed_at_version, started_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, 'claimed', ?, ?)",
                 [attempt_id, run_id, branch_id, unit, n, owner, token, expected_version, ts],
             )
-            db.conn.execute(
+            conn.execute(
                 "INSERT INTO leases (run_id, branch_id, unit, attempt_id, owner, fencing_token, "
                 "expires_at, renewed_at, progress, progress_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
                 [run_id, branch_id, unit, attempt_id, owner, token, expires, now, now],
             )
-            self._append_events(db, run_id, branch_id, ts, [EventIn(
-                kind="unit.claimed", unit=unit, attempt_id=attempt_id,
-                payload={"owner": owner, "token": token, "at_version": expected_version,
-                         "expires_at": _iso(expires)},
-            )])
+            conn.execute(
+                "INSERT INTO events (run_id, branch_id, ts, kind, unit, attempt_id, payload) "
+                "VALUES (?, ?, ?, 'unit.claimed', ?, ?, ?)",
+                [run_id, branch_id, ts, unit, attempt_id, canonical_json(
+                    {"owner": owner, "token": token, "at_version": expected_version,
+                     "expires_at": _iso(expires)})],
+            )
         crash_point("claim.after")
         return Claim(run_id=run_id, branch_id=branch_id, unit=unit, attempt_id=attempt_id,
                      attempt_no=n, fencing_token=token, owner=owner, expires_at=expires,
@@ -1094,12 +1180,14 @@ class SQLiteStore(ApprovalsAndEffectsMixin):
 
     # -- maintenance -------------------------------------------------------------
     def integrity_check(self) -> str:
-        return self.db.conn.execute("PRAGMA integrity_check").fetchone()[0]
+        with sqlite_errors("checking the database's integrity"):
+            return self.db.conn.execute("PRAGMA integrity_check").fetchone()[0]
 
     def backup_to(self, target: Path) -> None:
         """A consistent copy through SQLite's online backup API."""
-        dst = sqlite3.connect(str(target))
-        try:
-            self.db.conn.backup(dst)
-        finally:
-            dst.close()
+        with sqlite_errors(f"backing up the database to {target}"):
+            dst = sqlite3.connect(str(target))
+            try:
+                self.db.conn.backup(dst)
+            finally:
+                dst.close()

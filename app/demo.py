@@ -1,0 +1,128 @@
+"""``python -m keepstep.app.demo OUTDIR`` (``make demo``): the ME-042 pack, offline, end to end.
+
+Copies ``sample_projects/market-entry`` (or, outside a source checkout, the ``keepstep
+init`` example) into OUTDIR with a fresh ``.keepstep``, runs run ME-042 with the audience
+approved as "product team", then prints the dashboard, the deliverables with their
+sha256 and, when the engine provides it, the handover narrative. Exits non-zero unless
+the run is done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import cli_output as out
+
+RUN_ID = "ME-042"
+APPROVE = {"audience": "product team"}
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_projects" / "market-entry"
+COPY_IGNORE = shutil.ignore_patterns(".keepstep", "__pycache__", ".ipynb_checkpoints")
+
+
+def source_project() -> tuple[Path | None, str]:
+    """(folder to copy, label). None means: the packaged ``keepstep init`` example."""
+    if (SAMPLE / "keepstep.toml").is_file():
+        return SAMPLE, f"sample project {SAMPLE}"
+    return None, "the `keepstep init` example (sample_projects/market-entry not found)"
+
+
+def prepare(outdir: Path) -> str:
+    """Copy the project into ``outdir``, dropping any earlier state; returns its label."""
+    from .cli import _copy_tree, example_files
+
+    src, label = source_project()
+    if outdir.exists() and not outdir.is_dir():
+        raise SystemExit(f"error: {outdir} is a file; pass a folder")
+    shutil.rmtree(outdir / ".keepstep", ignore_errors=True)
+    outdir.mkdir(parents=True, exist_ok=True)
+    if src is not None:
+        shutil.copytree(src, outdir, dirs_exist_ok=True, ignore=COPY_IGNORE)
+    else:
+        _copy_tree(example_files(), outdir)
+    return label
+
+
+def handover_text(run: Any) -> str | None:
+    """The handover narrative when ``engine.handover`` is in this build, else None."""
+    if importlib.util.find_spec("keepstep.engine.handover") is None:
+        return None
+    handover = importlib.import_module("keepstep.engine.handover")
+    for name in ("narrative", "handover_narrative", "build_narrative"):
+        fn = getattr(handover, name, None)
+        if callable(fn):
+            return out.render_any(fn(run))
+    return None
+
+
+def deliverables_text(rows: list[dict[str, Any]], root: Path) -> str:
+    if not rows:
+        return "no deliverables committed"
+    table_rows = []
+    for r in rows:
+        path = Path(r["path"])
+        shown = path.relative_to(root) if path.is_relative_to(root) else path
+        table_rows.append([r["unit"], r["name"], r["sha256"],
+                           "ok" if r["matches"] else "MISMATCH", shown])
+    return out.table(["unit", "file", "sha256", "on disk", "path"], table_rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m keepstep.app.demo",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("outdir", type=Path, help="where to put the demo project")
+    args = parser.parse_args(argv)
+    outdir: Path = args.outdir
+
+    from keepstep.engine import open_project
+    from keepstep.engine.views import current_deliverables
+
+    from .cli import _dashboard, describe_error, drive
+
+    label = prepare(outdir)
+    print(f"keepstep demo: {label} → {outdir}")
+    try:
+        with open_project(outdir) as project:
+            from .cli import _models
+
+            models = _models(project)
+            print(out.model_line(models))
+            if set(models) == {out.OFFLINE_MODEL}:
+                print("The model is the offline heuristic: findings come from fixed rules over "
+                      "the approved sources, not from a language model.")
+            print(f"run {RUN_ID}, approving gate audience = {APPROVE['audience']!r}\n")
+            run = project.open_or_start(RUN_ID)
+            status, cancelled = drive(
+                lambda cancel, on_event: run.run(cancel=cancel, on_event=on_event,
+                                                 approve=dict(APPROVE)))
+            status = run.status()
+            print("\n" + _dashboard(project, run, status))
+            print("\nDeliverables (sha256 from the committed records)")
+            print(deliverables_text(current_deliverables(run), outdir.resolve()))
+            narrative = handover_text(run)
+            print("\nHandover narrative")
+            print(narrative if narrative else "(engine.handover is not in this build yet)")
+    except Exception as exc:
+        described = describe_error(exc)
+        if described is None:
+            raise
+        print(f"error: {described[1]}", file=sys.stderr)
+        return described[0]
+    if cancelled:
+        print("cancelled", file=sys.stderr)
+        return 130
+    if status.decision != "done":
+        print(f"\nthe run is not done ({status.decision}): {status.next_action}", file=sys.stderr)
+        return 1
+    print(f"\nrun {RUN_ID} is done: {status.counts.get('current', 0)}/{len(status.units)} units "
+          f"current, {status.checkpoint_commits} checkpoint commits")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
