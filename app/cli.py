@@ -136,7 +136,8 @@ def command(target: typer.Typer, name: str | None = None, **kwargs: Any) -> Call
 
 
 # --- shared arguments and helpers ----------------------------------------------------------
-DirArg = Annotated[Path, typer.Argument(metavar="DIR", help="The project folder.", show_default=False)]
+DirArg = Annotated[Path, typer.Argument(metavar="DIR", help="The project folder.",
+                                        show_default=False)]
 RunOpt = Annotated[str, typer.Option("--run", "-r", help="The run id, e.g. ME-042.")]
 BranchOpt = Annotated[str, typer.Option("--branch", "-b", help="The branch of the run.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
@@ -195,6 +196,14 @@ def _parse_approvals(values: list[str] | None) -> dict[str, str]:
                                "e.g. --approve audience='product team'")
         answers[gate.strip()] = choice.strip()
     return answers
+
+
+def _check_gates(plan: Any, answers: dict[str, str]) -> None:
+    gates = {g.id for g in plan.gates}
+    unknown = sorted(set(answers) - gates)
+    if unknown:
+        raise UsageProblem(f"--approve names no gate of this plan: {', '.join(unknown)}",
+                           "gates: " + (", ".join(sorted(gates)) or "none"))
 
 
 def _models(project: Project, run: Run | None = None) -> list[str]:
@@ -586,6 +595,8 @@ def run_cmd(root: DirArg, run: RunOpt, approve: ApproveOpt = None, max_units: Ma
     """Start the run (or continue it) until done, blocked or cancelled (Ctrl-C)."""
     answers = _parse_approvals(approve)
     with open_project_dir(root) as project:
+        exists = run in project.runs()
+        _check_gates(project.run(run, branch).plan if exists else project.files.plan, answers)
         the_run = project.open_or_start(run, branch)
         result, cancelled = drive(
             lambda cancel, on_event: the_run.run(cancel=cancel, on_event=on_event,
@@ -601,6 +612,7 @@ def resume(root: DirArg, run: RunOpt, approve: ApproveOpt = None, max_units: Max
     answers = _parse_approvals(approve)
     with open_project_dir(root) as project:
         the_run = _existing_run(project, run, branch)
+        _check_gates(the_run.plan, answers)
         result, cancelled = drive(
             lambda cancel, on_event: the_run.resume(cancel=cancel, on_event=on_event,
                                                     approve=answers, max_units=max_units),

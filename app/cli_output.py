@@ -45,7 +45,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, indent: str 
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
 
     def line(r: Sequence[str]) -> str:
-        return (indent + "  ".join(c.ljust(w) for c, w in zip(r, widths))).rstrip()
+        return (indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True))).rstrip()
 
     out = [line(cells[0]), indent + "  ".join("-" * w for w in widths)]
     out += [line(r) for r in cells[1:]]

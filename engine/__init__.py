@@ -8,6 +8,7 @@ from .decide import Decision, DecisionKind, decide, ready_units
 from .errors import (
     ApprovalError,
     AuthError,
+    BudgetDecisionError,
     BudgetExhausted,
     ConfigError,
     KeepstepError,
@@ -31,7 +32,8 @@ from .state import Explanation, RunFacts, UnitRecord, UnitState
 from .status import RunStatus
 
 __all__ = [
-    "ApprovalError", "AuthError", "BudgetExhausted", "ConfigError", "Decision", "DecisionKind",
+    "ApprovalError", "AuthError", "BudgetDecisionError", "BudgetExhausted", "ConfigError",
+    "Decision", "DecisionKind",
     "Dependency", "EdgeType", "Explanation", "Gate", "KeepstepError", "LeaseLost",
     "MissingKeyError", "ModelError", "Plan", "PlanValidationError", "Project", "ProjectError",
     "ProjectFiles", "QuotaExhausted", "RateLimited", "RecoveryReport", "Run", "RunCancelled",

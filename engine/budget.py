@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from keepstep.storage import EventIn
 
-from .errors import KeepstepError
+from .errors import BudgetDecisionError
 
 if TYPE_CHECKING:
     from .project import Run
@@ -16,20 +16,24 @@ KNOWN = ("calls", "tool_calls", "tokens", "cost", "wall_time_s", "retries", "rec
 
 
 def raise_budget(run: Run, *, reason: str, who: str, limits: dict[str, float | None]) -> Any:
-    """Raise limits with a decision event; release units that the budget blocked."""
+    """Raise limits with a decision event; release units that the budget blocked.
+
+    Raises BudgetDecisionError (nothing recorded) for an unknown counter, no limit, an empty
+    reason, or a limit lower than the current one.
+    """
     new = {k: float(v) for k, v in limits.items() if v is not None}
     unknown = sorted(set(new) - set(KNOWN))
     if unknown:
-        raise KeepstepError(f"unknown budget counter(s): {', '.join(unknown)}",
+        raise BudgetDecisionError(f"unknown budget counter(s): {', '.join(unknown)}",
                             hint=f"use one of {', '.join(KNOWN)}")
     if not new:
-        raise KeepstepError("no limit given", hint="e.g. --calls 120 or --cost 5")
+        raise BudgetDecisionError("no limit given", hint="e.g. --calls 120 or --cost 5")
     if not reason.strip():
-        raise KeepstepError("a budget raise needs a reason", hint="pass --reason '...'")
+        raise BudgetDecisionError("a budget raise needs a reason", hint="pass --reason '...'")
     old = run.store.get_budget(run.run_id, run.branch_id)
     lowered = [k for k, v in new.items() if k in old.limits and v < old.limits[k]]
     if lowered:
-        raise KeepstepError(f"this would lower {', '.join(lowered)}",
+        raise BudgetDecisionError(f"this would lower {', '.join(lowered)}",
                             hint="a raise only raises; lowering a limit is a plan decision")
     budget = run.store.set_budget_limits(
         run.run_id, new, branch_id=run.branch_id,

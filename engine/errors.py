@@ -109,10 +109,15 @@ class BudgetExhausted(KeepstepError):
     def __init__(self, message: str, *, figures: dict[str, Any] | None = None):
         super().__init__(
             message,
-            hint="record a decision to raise the limit (`keepstep budget raise RUN --calls N "
-            "--reason ...`), then resume",
+            hint="record a decision raising the limit (`keepstep budget raise DIR --run RUN "
+            "--calls N --reason ...`), then resume",
         )
         self.figures = figures or {}
+
+
+class BudgetDecisionError(KeepstepError):
+    """A budget decision was asked for wrongly (no reason, no limit, an unknown counter, a
+    lower limit); nothing was recorded."""
 
 
 class LeaseLost(BaseException):

@@ -69,14 +69,16 @@ def group_calls(calls: Iterable[ModelCall]) -> dict[str, list[ModelCall]]:
 
 
 def _settled(uid: str, calls: Iterable[ModelCall], attempt: str | None, basis: str) -> UnitCost:
-    uc = UnitCost(unit=uid, basis=basis)
+    n = tokens = latency_ms = 0
+    cost = 0.0
     for c in calls:
         if c.status == "settled" and (attempt is None or c.attempt_id == attempt):
-            uc.calls += 1
-            uc.tokens += c.tokens_in + c.tokens_out
-            uc.cost += c.cost
-            uc.seconds += c.latency_ms / 1000.0
-    return uc
+            n += 1
+            tokens += c.tokens_in + c.tokens_out
+            cost += c.cost
+            latency_ms += c.latency_ms
+    return UnitCost(unit=uid, calls=n, tokens=tokens, cost=cost, seconds=latency_ms / 1000.0,
+                    basis=basis)
 
 
 def estimate_costs(plan: Plan, unit_ids: list[str], records: Mapping[str, UnitRecord],

@@ -47,10 +47,12 @@ template typo in the appendix never reaches them.
 Results: a reached unit whose record is ``succeeded`` is ``affected`` (it becomes invalidated);
 a reached unit without one (never run, or already invalidated) is ``pending_affected`` ("will
 run under the new plan"); ``reused`` is every other succeeded unit. Each reached unit carries one
-``Explanation`` per route into it — per incoming edge from a reached unit, or per entry — each
-with the full path origin → [edge] unit → … (the shortest path to that predecessor, ties broken by
-plan order). That is every edge that carried the change, without enumerating the exponentially
-many paths of a DAG. Output order is plan order; the same inputs give the same result.
+``Explanation`` per change that reaches it: the full path origin → [edge] unit → … → unit along
+the fewest hops (ties broken by plan order), and a note with the change's detail plus every other
+edge the change came in by ("also via U28 [content], U29 [content]"). So every edge that carried
+the change into the unit is named, at a size proportional to the edges walked; enumerating every
+path of a DAG would be exponential. Output order is plan order; the same inputs give the same
+result.
 
 ``high_risk_rules`` (keepstep.toml) may widen, never narrow: the default walk is computed first
 and left as it is; a matching rule adds units (``also``) or re-walks over every edge type
@@ -127,7 +129,8 @@ class HighRiskRule(BaseModel):
         return f"widened by rule {n} ({'; '.join(parts)})"
 
 
-def parse_rules(rules: Iterable[Mapping[str, Any] | HighRiskRule], plan: Plan) -> list[HighRiskRule]:
+def parse_rules(rules: Iterable[Mapping[str, Any] | HighRiskRule],
+                plan: Plan) -> list[HighRiskRule]:
     """Validate keepstep.toml's ``high_risk_rules``; every problem names the rule."""
     rules = list(rules)
     if not rules:
@@ -186,38 +189,46 @@ def _walk(ix: PlanIndex, change: Change, starts: list[Start], follow: frozenset[
     mutated; only one step object is made per reached unit.
     """
     canon: dict[str, list[ExplanationStep]] = {}
-    first: dict[str, str] = {}
-    extra: dict[str, list[str]] = {}
+    first: dict[str, str] = {}  # unit -> "U12 [content]", the route its path takes
+    extra: dict[str, list[str]] = {}  # unit -> every other route in (strings: no GC tracking)
     queue: deque[str] = deque()
     for uid, edge, via in starts:
         if uid not in ix.order:
             continue
-        label = f"{via} [{edge}]"
         if uid in canon:
-            extra[uid].append(label)
+            extra.setdefault(uid, []).append(f"{via} [{edge}]")
             continue
         canon[uid] = [] if edge is None else [
             ExplanationStep(source=change.origin, target=f"unit:{uid}", edge=edge)]
-        first[uid], extra[uid] = label, []
+        first[uid] = f"{via} [{edge}]"
         queue.append(uid)
+    dependents = ix.dependents
     while queue:
         uid = queue.popleft()
         base, src = canon[uid], f"unit:{uid}"
-        for dep, edge in ix.dependents.get(uid, ()):
+        for dep, edge in dependents.get(uid, ()):
             if edge not in follow:
                 continue
             if dep in canon:
-                extra[dep].append(f"{uid} [{edge}]")
+                more = extra.get(dep)
+                if more is None:
+                    extra[dep] = [f"{uid} [{edge}]"]
+                else:
+                    more.append(f"{uid} [{edge}]")
             else:
                 canon[dep] = [*base, ExplanationStep(source=src, target=f"unit:{dep}", edge=edge)]
-                first[dep], extra[dep] = f"{uid} [{edge}]", []
+                first[dep] = f"{uid} [{edge}]"
                 queue.append(dep)
-    kind = change.kind.value
+    kind, origin = change.kind.value, change.origin
     out = {}
     for uid, path in canon.items():
-        also = [x for x in dict.fromkeys(extra[uid]) if x != first[uid]]
-        text = f"{note}; also via {', '.join(also)}" if also else note
-        out[uid] = [Explanation(change_kind=kind, origin=change.origin, path=path, note=text)]
+        text = note
+        more = extra.get(uid)
+        if more:
+            also = [x for x in dict.fromkeys(more) if x != first[uid]]
+            if also:
+                text = f"{note}; also via {', '.join(also)}"
+        out[uid] = [Explanation(change_kind=kind, origin=origin, path=path, note=text)]
     return out
 
 

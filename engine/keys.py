@@ -121,8 +121,19 @@ def set_api_key(provider: str, key: str) -> None:
     try:
         keyring.set_password(KEYRING_SERVICE, provider, key.strip())
     except keyring.errors.KeyringError as exc:
-        raise _keyring_unavailable(provider, f"the OS keyring refused the key ({type(exc).__name__})"
-                                   ) from None
+        why = f"the OS keyring refused the key ({type(exc).__name__})"
+        raise _keyring_unavailable(provider, why) from None
+
+
+def keyring_available() -> bool:
+    """Whether an OS keyring backend that can hold a key exists (not the null or fail
+    backend). Asks keyring only which backend it picked; reads and writes nothing."""
+    import keyring
+
+    try:
+        return _has_real_backend(keyring.get_keyring())
+    except Exception:  # a broken backend configuration counts as none
+        return False
 
 
 def delete_api_key(provider: str) -> bool:

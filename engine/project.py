@@ -61,17 +61,30 @@ class Project:
         executor_id: str | None = None,
         gateway_factory: Callable[[StoreCallLedger], Any] | None = None,
         synchronous: str = "FULL",
+        policy: dict[str, Any] | None = None,
+        validate: bool = True,
     ) -> None:
         self.root = Path(root).resolve()
         self.clock = clock
         self.executor_id = executor_id or default_executor_id()
         self.gateway_factory = gateway_factory
-        self.files: ProjectFiles = load_project_files(self.root)
+        # Per-process policy settings (e.g. the worker's --lease-seconds) that must survive
+        # reload(): recovery re-reads the files, which would otherwise drop them.
+        self.policy_overrides = dict(policy or {})
+        # validate=False opens a project whose plan does not validate yet (listing or approving
+        # sources); reload() — which every run, resume and preview goes through — validates.
+        self.files: ProjectFiles = self._load_files(validate=validate)
         self.store = SQLiteStore(self.root / STATE_DIR, clock=clock, synchronous=synchronous)
+
+    def _load_files(self, *, validate: bool = True) -> ProjectFiles:
+        files = load_project_files(self.root, validate=validate)
+        for key, value in self.policy_overrides.items():
+            setattr(files.config.policy, key, value)
+        return files
 
     def reload(self) -> ProjectFiles:
         """Re-read the project files (after an edit); validation errors raise."""
-        self.files = load_project_files(self.root)
+        self.files = self._load_files()
         return self.files
 
     def close(self) -> None:
@@ -358,13 +371,14 @@ class Run:
         return self.store.events(self.run_id, **kwargs)
 
 
-def open_project(path: str | Path, **kwargs: Any) -> Project:
-    """Open a project folder (validating its files) and its state database."""
+def open_project(path: str | Path, *, validate: bool = True, **kwargs: Any) -> Project:
+    """Open a project folder and its state database. Its files are validated unless
+    ``validate=False`` (the plan may then be invalid; running still validates)."""
     root = Path(path)
     if not (root / "keepstep.toml").is_file():
         raise ProjectError(f"{root} is not a keepstep project (no keepstep.toml)",
                            hint="create one with `keepstep init DIR`")
-    return Project(root, **kwargs)
+    return Project(root, validate=validate, **kwargs)
 
 
 __all__ = ["Project", "Run", "open_project", "NotFound"]

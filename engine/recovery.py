@@ -256,8 +256,8 @@ class Recovery:
         for uid in records:
             if uid not in files.plan.unit_map():
                 delta[unit_key(uid)] = None  # a removed unit leaves the current state
-        plan_level = any(c.plan_level for c in changes)
-        input_level = any(not c.plan_level for c in changes)
+        plan_level = any(c.needs == "plan" for c in changes)
+        input_level = any(c.needs == "inputs" for c in changes)
         head = store.get_head(run.run_id, run.branch_id)
         event_payload = {
             "changes": [c.model_dump(mode="json") for c in changes],
@@ -283,8 +283,8 @@ class Recovery:
             delta["versions"] = run.project.versions()
             event_payload["plan"] = f"plan-v{n}"
             kind = "plan-change"
-        elif any(c.kind == "artifact_lost" for c in changes) and not input_level:
-            kind = "repair"
+        elif not input_level:
+            kind = "repair"  # only lost or changed artifacts: same plan, same inputs
         delta["budget"] = store.get_budget(run.run_id, run.branch_id).used
         try:
             version = store.commit_checkpoint(
@@ -299,14 +299,9 @@ class Recovery:
         self.report.commits.append(version)
 
     def _artifact_changes(self) -> list[Any]:
-        from .changes import Change, ChangeKind
-        from .plan import EdgeType
+        from .changes import artifact_lost
 
-        return [
-            Change(kind=ChangeKind.artifact_lost, origin=f"unit:{uid}", edge=EdgeType.content,
-                   detail=what, plan_level=False)
-            for uid, what in getattr(self, "_lost", [])
-        ]
+        return [artifact_lost(uid, what) for uid, what in getattr(self, "_lost", [])]
 
 
 class Detected(BaseModel):

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from keepstep.storage import (
     CheckpointConflict,
+    CommitOutcomeUnknown,
     EventIn,
     LeaseHeld,
     StaleFencingToken,
-    StorageError,
+    StorageBusy,
     crash_point,
 )
 
@@ -278,9 +278,8 @@ class RunLoop:
                 if cur_plan.get("n") != record.plan_n:
                     raise LeaseLost(f"{claim.unit}: the plan changed under the attempt") from None
                 expected = head.version
-            except (sqlite3.OperationalError, StorageError) as exc:
-                if isinstance(exc, StaleFencingToken):
-                    raise
+            except (StorageBusy, CommitOutcomeUnknown):
+                # The outcome is learnt from the database, never guessed as "failed".
                 att = store.get_attempt(run.run_id, claim.attempt_id)
                 if att is not None and att.status == "committed":
                     return store.get_head(run.run_id, run.branch_id).version

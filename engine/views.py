@@ -1,8 +1,8 @@
-"""Small read-only views over a run for the CLI and the demo.
+"""Small views over a run for the CLI and the demo.
 
-Each function reads stored facts through the engine's objects and returns plain
-data; none of them changes a state. They exist so that ``app/`` never reaches
-into ``run.store`` or SQL itself.
+Each function reads stored facts through the engine's objects and returns plain data
+or an engine model; none of them changes a state (``backup_state`` only writes a copy
+of the database). They exist so that ``app/`` never reaches into ``run.store`` or SQL.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def backup_state(project: Project, target: Path | None = None) -> Path:
     import datetime as dt
 
     if target is None:
-        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         target = project.root / STATE_DIR / "backups" / f"state-{stamp}.db"
     target = Path(target)
     if target.exists():
@@ -125,5 +125,5 @@ def preview_run(run: Run) -> Any:
                    source_groups=found.source_groups)
 
 
-__all__ = ["backup_state", "current_deliverables", "explain_run_unit", "input_snapshots", "preview_run",
-           "verify_run_chain"]
+__all__ = ["backup_state", "current_deliverables", "explain_run_unit", "input_snapshots",
+           "preview_run", "verify_run_chain"]

@@ -11,6 +11,8 @@ import argparse
 import json
 import sys
 
+from keepstep.storage.errors import StorageError
+
 from .errors import KeepstepError
 
 
@@ -27,16 +29,17 @@ def main(argv: list[str] | None = None) -> int:
     from .project import open_project
 
     approve = dict(a.split("=", 1) for a in args.approve)
+    policy = {}
+    if args.lease_seconds:
+        policy = {"lease_seconds": args.lease_seconds,
+                  "heartbeat_seconds": max(0.05, args.lease_seconds / 3)}
     try:
-        project = open_project(args.project, executor_id=args.executor_id)
-        if args.lease_seconds:
-            project.files.config.policy.lease_seconds = args.lease_seconds
-            project.files.config.policy.heartbeat_seconds = max(0.05, args.lease_seconds / 3)
+        project = open_project(args.project, executor_id=args.executor_id, policy=policy)
         run = project.open_or_start(args.run)
         status = run.run(approve=approve, stop_after=set(args.stop_after),
                          max_units=args.max_units,
                          on_event=lambda e: print(json.dumps(e, default=str), flush=True))
-    except KeepstepError as exc:
+    except (KeepstepError, StorageError) as exc:  # e.g. SchemaTooNew: a message, no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps({"status": status.model_dump(mode="json")}), flush=True)

@@ -1,15 +1,25 @@
 """keepstep.storage — SQLite state and the artifact store. Knows no engine rules."""
 
 from .artifacts import ArtifactStore, safe_name
+from .backup import (
+    BackupReport,
+    Baseline,
+    RestoreRefused,
+    RestoreReport,
+    backup,
+    restore,
+)
 from .errors import (
     ArtifactImmutable,
     ChainBroken,
     CheckpointConflict,
+    CommitOutcomeUnknown,
     CorruptDatabase,
     NotFound,
     SchemaMigrationFailed,
     SchemaTooNew,
     StaleFencingToken,
+    StorageBusy,
     StorageError,
     UnsafeArtifactName,
 )
@@ -32,16 +42,18 @@ from .models import (
     OrphanAttempt,
     UnitStatus,
 )
+from .retention import GcItem, GcReport, gc
 from .schema import SCHEMA_VERSION
 from .sqlite_store import BudgetLimitReached, LeaseHeld, SQLiteStore
 from .store import Store
 
 __all__ = [
     "SCHEMA_VERSION", "ArtifactEntry", "ArtifactImmutable", "ArtifactProblem", "ArtifactStore",
-    "Attempt", "Budget", "BudgetLimitReached", "ChainBroken", "ChainProblem", "ChainReport",
-    "Checkpoint", "CheckpointConflict", "Claim", "CorruptDatabase", "Event", "EventIn", "Head",
-    "Lease", "LeaseHeld", "ModelCall", "NotFound", "OrphanAttempt", "SQLiteStore",
-    "SchemaMigrationFailed", "SchemaTooNew", "StaleFencingToken", "Store", "StorageError",
-    "UnitStatus", "UnsafeArtifactName", "canonical_json", "crash_point", "safe_name",
-    "sha256_hex",
+    "Attempt", "BackupReport", "Baseline", "Budget", "BudgetLimitReached", "ChainBroken",
+    "ChainProblem", "ChainReport", "Checkpoint", "CheckpointConflict", "Claim",
+    "CommitOutcomeUnknown", "CorruptDatabase", "Event", "EventIn", "GcItem", "GcReport", "Head",
+    "Lease", "LeaseHeld", "ModelCall", "NotFound", "OrphanAttempt", "RestoreRefused",
+    "RestoreReport", "SQLiteStore", "SchemaMigrationFailed", "SchemaTooNew", "StaleFencingToken",
+    "Store", "StorageBusy", "StorageError", "UnitStatus", "UnsafeArtifactName", "backup",
+    "canonical_json", "crash_point", "gc", "restore", "safe_name", "sha256_hex",
 ]

@@ -59,11 +59,15 @@ class ArtifactStore:
         self.durable = durable
 
     # -- paths ---------------------------------------------------------------
-    def attempt_dir(self, run_id: str, attempt_id: str) -> Path:
+    @staticmethod
+    def _attempt_parts(run_id: str, attempt_id: str) -> tuple[str, str, str]:
         unit, _, attempt = attempt_id.partition("/")
         for value, what in ((run_id, "run id"), (unit, "unit id"), (attempt, "attempt")):
             _check_id(value, what)
-        return self.root / run_id / unit / attempt
+        return run_id, unit, attempt
+
+    def attempt_dir(self, run_id: str, attempt_id: str) -> Path:
+        return self.root.joinpath(*self._attempt_parts(run_id, attempt_id))
 
     def relpath(self, run_id: str, attempt_id: str, name: str) -> str:
         return str(PurePosixPath(run_id, *attempt_id.split("/"), *safe_name(name).parts))
@@ -72,25 +76,26 @@ class ArtifactStore:
         return self.root / entry.path
 
     # -- writing -------------------------------------------------------------
-    def _mkdirs(self, directory: Path) -> list[Path]:
+    @staticmethod
+    def _mkdirs(directory: str) -> list[str]:
         """Create ``directory`` and any missing parents; return the folders whose entries
         changed (each created folder's parent), deepest first, for the caller to fsync."""
         try:  # the common case: only the last level is missing
-            directory.mkdir()
-            return [directory.parent]
+            os.mkdir(directory)
+            return [os.path.dirname(directory)]
         except FileExistsError:
             return []
         except FileNotFoundError:
             pass
         missing = []
         d = directory
-        while not d.exists():
+        while not os.path.exists(d):
             missing.append(d)
-            d = d.parent
-        directory.mkdir(parents=True, exist_ok=True)
-        return [created.parent for created in missing]
+            d = os.path.dirname(d)
+        os.makedirs(directory, exist_ok=True)
+        return [os.path.dirname(created) for created in missing]
 
-    def _sync_dirs(self, dirs: Iterable[Path]) -> None:
+    def _sync_dirs(self, dirs: Iterable[str | Path]) -> None:
         if self.durable:
             for d in dirs:
                 fsync_dir(d)
@@ -108,7 +113,7 @@ class ArtifactStore:
         for unit in units:
             _check_id(unit, "unit id")
         run_dir = self.root / run_id
-        self._sync_dirs(self._mkdirs(run_dir))
+        self._sync_dirs(self._mkdirs(str(run_dir)))
         created = []
         for unit in units:
             try:
@@ -136,27 +141,34 @@ class ArtifactStore:
     ) -> ArtifactEntry:
         """Write one file durably into the attempt directory and describe it."""
         rel = safe_name(name)
-        target = self.attempt_dir(run_id, attempt_id).joinpath(*rel.parts)
-        if target.exists():
+        relpath = "/".join((*self._attempt_parts(run_id, attempt_id), *rel.parts))
+        target = os.path.join(self.root, relpath)
+        directory = os.path.dirname(target)
+        new_entries = self._mkdirs(directory)
+        # A folder created just now holds nothing, so only an existing one needs the check.
+        if not new_entries and os.path.lexists(target):
             raise ArtifactImmutable(f"{target} already exists")
-        new_entries = self._mkdirs(target.parent)
-        tmp = target.with_name(target.name + ".tmp")
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
+        tmp = target + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
             if self.durable:
-                os.fsync(fh.fileno())
+                os.fsync(fd)
+        finally:
+            os.close(fd)
         os.rename(tmp, target)
         # The file's folder first, then every folder that gained a subfolder, deepest first.
         # All of them are synced before returning, so the guarantee is the same as syncing
         # each mkdir on the spot; the order lets a journaling file system commit all the
         # pending metadata with the first fsync and find the later ones clean.
-        self._sync_dirs([target.parent, *(d for d in new_entries if d != target.parent)])
+        self._sync_dirs([directory, *(d for d in new_entries if d != directory)])
         return ArtifactEntry(
             unit=attempt_id.partition("/")[0],
             attempt_id=attempt_id,
             name=str(rel),
-            path=self.relpath(run_id, attempt_id, name),
+            path=relpath,
             media_type=media_type,
             size=len(data),
             sha256=sha256_hex(data),

@@ -81,7 +81,7 @@ def connect(path: Path, *, synchronous: str = "FULL") -> Database:
     except sqlite3.Error as exc:
         conn.close()
         err = storage_error(exc, f"opening {path}")
-        if type(err) is StorageError:  # e.g. "file is encrypted": not a database we can read
+        if not isinstance(err, StorageBusy):  # anything else: not a database we can read
             err = CorruptDatabase(f"{path} is not a readable keepstep database: {exc}")
         raise err from exc
     return Database(conn, execute_plugins=False)
@@ -111,7 +111,7 @@ def read_schema_version(path: Path) -> tuple[int, list[str]]:
         return version, names
     except sqlite3.Error as exc:
         err = storage_error(exc, f"reading the schema version of {path}")
-        if type(err) is StorageError:
+        if not isinstance(err, StorageBusy):  # anything else: not a database we can read
             err = CorruptDatabase(f"{path} is not a readable keepstep database: {exc}")
         raise err from exc
     finally:

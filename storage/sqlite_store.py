@@ -74,7 +74,6 @@ _HASHED_FIELDS = (
     "run_id", "branch_id", "version", "parent_branch", "parent_version", "parent_hash",
     "kind", "schema_version", "unit", "attempt", "fencing_token", "state_hash", "created_at",
 )
-_HASHED_ORDER = sorted((*_HASHED_FIELDS, "delta"))
 
 
 def _checkpoint_hash(row: Mapping[str, Any]) -> str:
@@ -97,10 +96,15 @@ def _object_json(values: Mapping[str, str | None]) -> str:
 
 
 def _checkpoint_hash_encoded(row: Mapping[str, Any], delta_json: str) -> str:
-    """_checkpoint_hash of ``row`` whose delta is given as its canonical JSON."""
-    return sha256_hex("{" + ",".join(
-        f'"{k}":{delta_json if k == "delta" else canonical_json(row[k])}' for k in _HASHED_ORDER
-    ) + "}")
+    """_checkpoint_hash of ``row`` whose delta is given as its canonical JSON.
+
+    "delta" sorts just before "fencing_token" among the hashed fields, so the delta is
+    spliced in before that key. The key's text cannot occur earlier: inside a JSON
+    string every quote is escaped.
+    """
+    head = canonical_json({k: row[k] for k in _HASHED_FIELDS})
+    at = head.index(',"fencing_token":')
+    return sha256_hex(f'{head[:at]},"delta":{delta_json}{head[at:]}')
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

@@ -410,3 +410,30 @@ def test_demo_runs_the_pack_to_done(tmp_path: Path, capsys) -> None:
     assert "offline heuristic" in text
     assert "report.md" in text and "MISMATCH" not in text
     assert "is done" in text
+
+
+def test_approve_for_a_gate_the_plan_lacks_is_refused_before_starting(project: Path) -> None:
+    """--approve naming no gate of the plan exits 2 and creates no run."""
+    result = invoke("run", project, "--run", "R1", "--approve", "nogate=x")
+    assert_clean_failure(result, 2)
+    assert "no runs yet" in invoke("status", project).output
+
+
+def test_ctrl_c_sets_cancel_and_reports_cancelled() -> None:
+    """In `drive`, SIGINT sets the cancel event; the engine's RunCancelled becomes
+    (None, cancelled=True) instead of a traceback."""
+    import os
+    import signal
+
+    from keepstep.app.cli import drive
+    from keepstep.engine import RunCancelled
+
+    def action(cancel, on_event):
+        os.kill(os.getpid(), signal.SIGINT)  # delivered to the main thread's handler
+        assert cancel.wait(10), "SIGINT did not set the cancel event"
+        on_event({"kind": "attempt", "unit": "U1", "attempt": "U1/a1", "outcome": "cancelled"})
+        raise RunCancelled("cancelled at a safe point")
+
+    previous = signal.getsignal(signal.SIGINT)
+    assert drive(action, quiet=True) == (None, True)
+    assert signal.getsignal(signal.SIGINT) is previous

@@ -61,7 +61,8 @@ def test_preview_of_the_audience_change_matches_the_ledger(which: str) -> None:
                                 f"redo U27–U30 (~9 calls, ~{round(p.estimate.redo.tokens / 1000)}k"
                                 " tokens, $0.04) · then run ")
     assert "under the new plan" in p.summary
-    assert p.summary.endswith("under the new plan (no figures yet: no unit of their kinds has run).")
+    assert p.summary.endswith(
+        "under the new plan (no figures yet: no unit of their kinds has run).")
 
 
 def test_preview_estimates_first_runs_from_units_of_the_same_kind() -> None:

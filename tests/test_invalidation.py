@@ -58,7 +58,8 @@ def built_me042() -> Plan:
     """A 36-unit plan matching ME-042.md (used when the sample plan.toml is not there)."""
     specs: list[dict[str, Any]] = [
         {"id": "U01", "kind": "intake", "inputs": [f"group:{g}" for g in GROUPS]},
-        {"id": "U02", "kind": "intake", "inputs": ["contract:goal"], "deps": [("U01", "structure")]},
+        {"id": "U02", "kind": "intake", "inputs": ["contract:goal"],
+         "deps": [("U01", "structure")]},
         {"id": "U03", "kind": "intake", "deps": ["U02"]},
         {"id": "U04", "kind": "intake", "deps": ["U03"]},
     ]

@@ -1,0 +1,161 @@
+"""Plain-text helpers shared by the TUI screens: state symbols, figures, previews.
+
+Everything here is a pure function of engine objects (RunStatus, Preview, …) so the
+screens stay small and the wording is the same on every screen.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from keepstep.engine.explain import compact_ids
+
+# One symbol per state; colour is extra (component classes), never the only signal.
+STATE_SYMBOLS = {
+    "succeeded": "✓", "invalidated": "↺", "blocked": "◼", "failed": "✗",
+    "running": "●", "pending": "·", "cancelled": "⊘",
+}
+STATE_WORDS = {"succeeded": "current"}
+DECISION_LABELS = {
+    "claim": "▶ ready", "done": "✓ done", "blocked": "◼ blocked", "waiting": "… waiting",
+}
+
+
+def state_symbol(state: str) -> str:
+    return STATE_SYMBOLS.get(state, "?")
+
+
+def ids(units: Iterable[str]) -> str:
+    """'U27–U30, U33' (or 'none')."""
+    text = compact_ids(list(units))
+    return text or "none"
+
+
+def tokens(n: float) -> str:
+    n = int(n)
+    if n >= 1_000_000:
+        return f"{n / 1_000_000:.1f}M"
+    return f"{round(n / 1000)}k" if n >= 1000 else str(n)
+
+
+def figure(key: str, value: float) -> str:
+    """A budget figure in its unit: $ for cost, minutes for wall time, k/M for tokens."""
+    if key == "cost":
+        return f"${value:.2f}"
+    if key == "wall_time_s":
+        return f"{int(value // 60)}m"
+    if key in ("tokens", "storage_bytes"):
+        return tokens(value)
+    return f"{value:g}"
+
+
+def parse_ts(value: str | float | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def ago(value: str | float | None, now: float) -> str:
+    """'12 s ago', '3 min ago', '2 h ago', '4 days ago' (or 'never')."""
+    ts = parse_ts(value)
+    if ts is None:
+        return "never"
+    s = max(0, int(now - ts))
+    if s < 90:
+        return f"{s} s ago"
+    if s < 90 * 60:
+        return f"{s // 60} min ago"
+    if s < 36 * 3600:
+        return f"{s // 3600} h ago"
+    return f"{s // 86400} days ago"
+
+
+def expires_in(seconds: float) -> str:
+    s = int(seconds)
+    if s <= 0:
+        return "expired"
+    if s < 120:
+        return f"{s} s"
+    if s < 7200:
+        return f"{s // 60} min"
+    if s < 2 * 86400:
+        return f"{s // 3600} h"
+    return f"{s // 86400} days"
+
+
+def estimate_text(estimate: Mapping[str, Any]) -> str:
+    calls = estimate.get("calls", 0) or 0
+    cost = estimate.get("cost", 0.0) or 0.0
+    parts = [f"~{calls:g} calls"]
+    if estimate.get("tokens"):
+        parts.append(f"~{tokens(estimate['tokens'])} tokens")
+    parts.append(f"~${cost:.2f}")
+    return ", ".join(parts)
+
+
+def option_line(option: Mapping[str, Any]) -> str:
+    """'reuse 21 units · redo U27, U31, U35, U36 (~4 calls, ~$0.00)'."""
+    reuse = len(option.get("reuse", []))
+    redo = option.get("redo", [])
+    text = f"reuse {reuse} units · "
+    text += f"redo {ids(redo)} ({estimate_text(option.get('estimate', {}))})" if redo else \
+        "redo nothing"
+    return text
+
+
+def bound_text(bound: Mapping[str, Any], expires_days: float | None) -> str:
+    parts = []
+    if "plan_n" in bound:
+        parts.append(f"plan-v{bound['plan_n']}")
+    if bound.get("contract_hash"):
+        parts.append(f"contract sha256:{str(bound['contract_hash'])[:8]}…")
+    if bound.get("artifact_unit"):
+        arts = bound.get("artifact") or []
+        first = f" sha256:{str(arts[0])[:8]}…" if arts else ""
+        parts.append(f"artifact of {bound['artifact_unit']}{first}")
+    if expires_days is not None:
+        parts.append(f"expires {expires_days:g} days after approval")
+    return " · ".join(parts) or "nothing (no bound object)"
+
+
+def preview_lines(preview: Any, *, limit: int = 40) -> list[str]:
+    """The preview as lines: summary, each invalidated unit with its path, reuse, estimate."""
+    lines = [preview.summary, ""]
+    if preview.invalidated:
+        lines.append(f"Invalidated ({len(preview.invalidated)}):")
+        for n, (uid, explanations) in enumerate(sorted(preview.invalidated.items())):
+            if n >= limit:
+                lines.append(f"  … and {len(preview.invalidated) - limit} more")
+                break
+            why = explanations[0].render() if explanations else "(no explanation recorded)"
+            lines.append(f"  ↺ {uid}  {why}")
+    else:
+        lines.append("Invalidated: none")
+    lines.append(f"Reused ({len(preview.reused)}): {ids(preview.reused)}")
+    if preview.will_run:
+        lines.append(f"Will run ({len(preview.will_run)}): {ids(preview.will_run)}")
+    total = preview.estimate.total
+    lines.append(f"Estimated cost: ~{total.calls} calls, ~{tokens(total.tokens)} tokens, "
+                 f"${total.cost:.2f}")
+    return lines
+
+
+def error_text(exc: BaseException) -> tuple[str, str]:
+    """(message, hint) of an engine or storage error, without the hint repeated."""
+    hint = str(getattr(exc, "hint", "") or "")
+    message = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+    if not message:
+        message = type(exc).__name__
+    return message, hint
+
+
+__all__ = ["DECISION_LABELS", "STATE_SYMBOLS", "ago", "bound_text", "error_text",
+           "estimate_text", "expires_in", "figure", "ids", "option_line", "parse_ts",
+           "preview_lines", "state_symbol", "tokens"]

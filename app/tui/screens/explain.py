@@ -1,0 +1,46 @@
+"""Explain: why a unit is in its state — attempts, the invalidation path, the gate or the
+budget figures that hold it — in the engine's own sentences (Run.explain(unit).render())."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from keepstep.engine.views import explain_run_unit
+
+if TYPE_CHECKING:
+    from ..app import KeepstepApp
+
+
+class ExplainScreen(Screen[None]):
+    BINDINGS = [Binding("escape,q", "app.pop_screen", "back")]
+
+    app: KeepstepApp
+
+    def __init__(self, unit: str) -> None:
+        super().__init__()
+        self.unit = unit
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"Explain {self.unit}", classes="screen-title", markup=False)
+        with VerticalScroll(id="explain-body", classes="panel"):
+            yield Static(id="explanation", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        run = self.app.run
+        text = "no run yet" if run is None else None
+        if run is not None:
+            # explain_run_unit is Run.explain with the run's approvals loaded as well.
+            found = self.app.guarded(f"Could not explain {self.unit}", explain_run_unit, run,
+                                     self.unit)
+            text = found.render() if found is not None else f"no explanation for {self.unit}"
+        self.query_one("#explanation", Static).update(text)
+
+
+__all__ = ["ExplainScreen"]

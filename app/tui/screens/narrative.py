@@ -1,0 +1,87 @@
+"""Narrative: the handover story generated from the run's structured state
+(engine.handover.narrative), rendered as Markdown; `x` exports the handover bundle.
+
+The handover module is written alongside the TUI; until it exists, both say so.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Markdown, Static
+
+if TYPE_CHECKING:
+    from keepstep.engine import Run
+
+    from ..app import KeepstepApp
+
+NOT_AVAILABLE = "handover not available yet"
+
+
+def handover_function(name: str) -> Any | None:
+    """engine.handover.<name> when that module exists and has it, else None."""
+    try:
+        module = importlib.import_module("keepstep.engine.handover")
+    except ImportError:
+        return None
+    return getattr(module, name, None)
+
+
+def bundle_path(run: Run) -> Path:
+    """Where the TUI exports a run's handover bundle: <project>/handover/<run>-<branch>."""
+    return run.project.root / "handover" / f"{run.run_id}-{run.branch_id}"
+
+
+def export_bundle(app: KeepstepApp) -> Path | None:
+    """Export the shown run's handover bundle; notifies and returns the path (None if not)."""
+    export = handover_function("export_handover")
+    if export is None or app.run is None:
+        app.notify(NOT_AVAILABLE if export is None else "no run yet", severity="warning")
+        return None
+    path = app.guarded("The handover bundle was not exported", export, app.run,
+                       bundle_path(app.run))
+    if path is not None:
+        app.notify(f"handover bundle: {path}")
+    return path
+
+
+class NarrativeScreen(Screen[None]):
+    BINDINGS = [
+        Binding("escape,q", "app.pop_screen", "back"),
+        Binding("x", "export", "export bundle"),
+    ]
+
+    app: KeepstepApp
+
+    def compose(self) -> ComposeResult:
+        yield Static("Handover narrative", classes="screen-title", id="narrative-title",
+                     markup=False)
+        with VerticalScroll(id="narrative-body", classes="panel"):
+            yield Markdown(id="narrative")
+        yield Static(id="export-path", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        make = handover_function("narrative")
+        run = self.app.run
+        if make is None or run is None:
+            text = f"_{NOT_AVAILABLE}_" if make is None else "_no run yet_"
+        else:
+            text = self.app.guarded("Could not write the narrative", make, run) or ""
+        self.query_one(Markdown).update(text)
+        self.query_one(VerticalScroll).focus()
+
+    def action_export(self) -> None:
+        path = export_bundle(self.app)
+        self.query_one("#export-path", Static).update(
+            f"exported: {path}" if path is not None else "")
+
+
+__all__ = ["NOT_AVAILABLE", "NarrativeScreen", "bundle_path", "export_bundle",
+           "handover_function"]

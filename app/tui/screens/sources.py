@@ -1,0 +1,199 @@
+"""Sources: every source in sources.toml with its group, approval, sha256 prefix and how it
+stands against the run's input snapshot; approve / revoke writes sources.toml.
+
+A source that differs from the snapshot is flagged ⚑ with the units it would invalidate
+(from Run.preview(), a dry run: nothing is committed until the next resume).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from keepstep.engine.errors import KeepstepError
+from keepstep.engine.project_files import load_sources, save_sources
+from keepstep.storage.hashing import file_sha256
+
+from ..format import ids
+
+if TYPE_CHECKING:
+    from keepstep.engine.project_files import SourceEntry
+
+    from ..app import KeepstepApp
+
+COLUMNS = ("", "id", "group", "approved", "sha256", "snapshot", "title")
+
+
+class SourcesScreen(Screen[None]):
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "back"),
+        Binding("space", "toggle", "approve/revoke"),
+        Binding("a", "approve", "approve"),
+        Binding("d", "revoke", "revoke"),
+    ]
+
+    app: KeepstepApp
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entries: dict[str, SourceEntry] = {}
+        self.hashes: dict[str, str | None] = {}
+        self.flags: dict[str, str] = {}
+        self.preview: Any = None
+        self.preview_note = ""
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="sources-title", classes="screen-title", markup=False)
+        yield DataTable(id="sources-table", cursor_type="row", zebra_stripes=True)
+        with Vertical(id="source-detail-box", classes="panel") as box:
+            box.border_title = "Selected source · what a change would invalidate"
+            yield Static(id="source-detail", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(DataTable).add_columns(*COLUMNS)
+        self.reload()
+        self.query_one(DataTable).focus()
+
+    # -- facts -------------------------------------------------------------------------------
+    def _snapshot(self) -> tuple[str, dict[str, str]]:
+        run = self.app.run
+        if run is None:
+            return "", {}
+        status = self.app.dashboard.status
+        label = status.input_version if status is not None else "the run's snapshot"
+        return label, dict(run.snapshot.sources)
+
+    def _compute_preview(self) -> None:
+        self.preview, self.preview_note = None, ""
+        run = self.app.run
+        if run is None:
+            self.preview_note = f"run {self.app.run_id} has not started: no snapshot to compare"
+        elif self.app.dashboard.running:
+            self.preview_note = "a run is in progress: the preview waits until it stops"
+        else:
+            try:
+                self.preview = run.preview()
+            except KeepstepError as exc:
+                self.preview_note = f"no preview: {exc}"
+
+    def _affected(self, source: SourceEntry) -> list[str]:
+        if self.preview is None:
+            return []
+        origins = {f"source:{source.id}", f"group:{source.group}"}
+        return sorted(uid for uid, exps in self.preview.invalidated.items()
+                      if any(e.origin in origins for e in exps))
+
+    def reload(self) -> None:
+        root = self.app.project.root
+        sources = self.app.guarded("Could not read sources.toml", load_sources, root)
+        if sources is None:
+            return
+        self.entries = {s.id: s for s in sources.sources}
+        label, snap = self._snapshot()
+        self._compute_preview()
+        table = self.query_one(DataTable)
+        row = table.cursor_row
+        table.clear()
+        self.flags = {}
+        for s in sources.sources:
+            path = root / s.path
+            sha = file_sha256(str(path)) if path.is_file() else None
+            self.hashes[s.id] = sha
+            state, changed = _against(s.approved, sha, snap.get(s.id), label)
+            self.flags[s.id] = state
+            table.add_row("⚑" if changed else "", s.id, s.group, "yes" if s.approved else "no",
+                          sha[:12] if sha else "(missing)", state, s.title or s.path, key=s.id)
+        if sources.sources:
+            table.move_cursor(row=min(max(row, 0), len(sources.sources) - 1))
+        approved = sum(1 for s in sources.sources if s.approved)
+        where = f" · run {self.app.run_id} at {label}" if label else ""
+        self.query_one("#sources-title", Static).update(
+            f"Sources · {len(sources.sources)} in sources.toml, {approved} approved{where}")
+        self._show_detail()
+
+    # -- detail ------------------------------------------------------------------------------
+    def _current(self) -> SourceEntry | None:
+        table = self.query_one(DataTable)
+        if not table.row_count:
+            return None
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return self.entries.get(str(key))
+
+    @on(DataTable.RowHighlighted)
+    def _show_detail(self) -> None:
+        source = self._current()
+        lines = []
+        if source is not None:
+            sha = self.hashes.get(source.id)
+            lines.append(f"{source.id} · {source.title or '(no title)'} · {source.kind or 'source'}"
+                         f" · group {source.group or '-'}")
+            lines.append(f"{source.path} · sha256 {sha or '(file missing)'}")
+            lines.append(f"{'approved' if source.approved else 'not approved'} · "
+                         f"{self.flags.get(source.id, '')}")
+            affected = self._affected(source)
+            if affected:
+                lines.append(f"⚑ would invalidate {len(affected)}: {ids(affected)}")
+        lines.append("")
+        lines.append(self.preview.summary if self.preview is not None else self.preview_note)
+        self.query_one("#source-detail", Static).update("\n".join(lines))
+
+    # -- actions -----------------------------------------------------------------------------
+    def _set_approved(self, approved: bool | None) -> None:
+        source = self._current()
+        if source is None:
+            return
+        root = self.app.project.root
+        sources = load_sources(root)
+        entry = next((s for s in sources.sources if s.id == source.id), None)
+        if entry is None:
+            return
+        wanted = (not entry.approved) if approved is None else approved
+        if entry.approved == wanted:
+            self.notify(f"{entry.id} is already {'approved' if wanted else 'not approved'}")
+            return
+        if wanted and not (root / entry.path).is_file():
+            self.app.show_error(f"source {entry.id}: file {entry.path} is missing",
+                                title="Not approved",
+                                hint="restore the file (or fix its path in sources.toml)")
+            return
+        entry.approved = wanted
+        self.app.guarded("sources.toml was not saved", save_sources, root, sources)
+        self.notify(f"source {entry.id} {'approved' if wanted else 'revoked'} "
+                    "(sources.toml updated; a run takes it in on its next resume)")
+        self.reload()
+
+    def action_toggle(self) -> None:
+        self._set_approved(None)
+
+    def action_approve(self) -> None:
+        self._set_approved(True)
+
+    def action_revoke(self) -> None:
+        self._set_approved(False)
+
+
+def _against(approved: bool, sha: str | None, taken: str | None, label: str) -> tuple[str, bool]:
+    """(how a source stands against the run's snapshot, whether that is a change)."""
+    if not label:
+        return ("approved" if approved else "-"), False
+    if approved and taken is None:
+        return f"new (not in {label})", True
+    if not approved and taken is not None:
+        return f"revoked (in {label})", True
+    if not approved:
+        return "-", False
+    if sha is None:
+        return f"file missing (in {label})", True
+    if sha != taken:
+        return f"changed since {label}", True
+    return label, False
+
+
+__all__ = ["SourcesScreen"]
