@@ -125,6 +125,20 @@ def record_choice(run: Run, gate: Gate, answer: str, *, who: str, token: str | N
                             expires_days=gate.expires_days, token=token)
 
 
+def revoke_choice(run: Run, gate: Gate, *, who: str, reason: str) -> Any:
+    """Revoke the gate's current decision (an ``approval.revoked`` decision event).
+
+    The gate then asks again the next time the run reaches it (a new request on resume)
+    — unless its unit has already run: a revocation does not redo work. Raises
+    ApprovalError when the gate has no decision to revoke or the reason is empty.
+    """
+    from . import approvals
+
+    if not reason.strip():
+        raise ApprovalError("a revocation needs a reason", hint="pass --reason '...'")
+    return approvals.revoke(run.store, run.run_id, gate.id, who, reason)
+
+
 def pending_approvals(run: Run) -> list[dict[str, Any]]:
     from . import approvals
 

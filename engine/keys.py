@@ -136,6 +136,13 @@ def keyring_available() -> bool:
         return False
 
 
+def require_keyring(provider: str) -> None:
+    """Raise KeyringUnavailable (naming ``provider``'s environment variable) when no OS keyring
+    backend can hold a key — so a caller can refuse before asking for one."""
+    if not keyring_available():
+        raise _keyring_unavailable(provider, "no OS keyring backend is available on this machine")
+
+
 def delete_api_key(provider: str) -> bool:
     """Remove ``provider``'s key from the OS keyring; False when there was none to remove."""
     import keyring

@@ -39,7 +39,7 @@ from .executor import (
 )
 from .kinds import get_kind
 from .plan import UnitKind
-from .state import UnitState, unit_key
+from .state import UnitRecord, UnitState, unit_key
 
 if TYPE_CHECKING:
     from .project import Run
@@ -245,14 +245,41 @@ class RunLoop:
                                                     "message": message[:300], "will_retry": True})
         return AttemptResult(unit.id, aid, "retry", message)
 
+    def _cutoff(self, unit_id: str, record: UnitRecord) -> dict[str, UnitRecord]:
+        """Early cut-off: invalidated dependents that consumed byte-identical output stay
+        current (transitively), each with a note saying so."""
+        from .invalidation import cutoff, cutoff_note
+
+        plan = self.run.plan
+        records = dict(self.run.facts_records())
+        records[unit_id] = record
+        kept: dict[str, UnitRecord] = {}
+        frontier = [unit_id]
+        while frontier:
+            uid = frontier.pop()
+            outs = {n: o.sha256 for n, o in records[uid].outputs.items()}
+            for dep in cutoff(plan, uid, outs, records):
+                rec = records[dep]
+                if rec.state != UnitState.invalidated:
+                    continue
+                rec = rec.model_copy(update={"state": UnitState.succeeded,
+                                             "cutoff_note": cutoff_note(uid)})
+                records[dep] = kept[dep] = rec
+                frontier.append(dep)
+        return kept
+
     def _commit(self, ctx: ExecContext, claim: Any, record: Any) -> int:
         """CAS commit; on a head move by another unit, re-check and rebase; read the head
         when the acknowledgement is lost."""
         run, store = self.run, self.store
         expected = claim.claimed_at_version
         for _ in range(20):
+            kept = self._cutoff(claim.unit, record)
             delta = {unit_key(claim.unit): record.model_dump(mode="json"),
-                     "budget": store.get_budget(run.run_id, run.branch_id).used}
+                     "budget": store.get_budget(run.run_id, run.branch_id).used,
+                     **{unit_key(u): r.model_dump(mode="json") for u, r in kept.items()}}
+            kept_events = [EventIn(kind="unit.kept_current", unit=u,
+                                   payload={"note": r.cutoff_note}) for u, r in kept.items()]
             try:
                 return store.commit_checkpoint(
                     run.run_id, run.branch_id, expected, delta, ctx.staged, claim.fencing_token,
@@ -261,7 +288,8 @@ class RunLoop:
                     events=[EventIn(kind="unit.succeeded", unit=claim.unit,
                                     attempt_id=claim.attempt_id,
                                     payload={"outputs": {k: v.sha256[:12] for k, v in
-                                                         record.outputs.items()}})],
+                                                         record.outputs.items()}}),
+                            *kept_events],
                 )
             except CheckpointConflict:
                 # Another unit committed meanwhile. Rebase only if what this attempt

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from keepstep.storage import ChainReport, SQLiteStore
+from keepstep.storage import ChainReport
 from keepstep.storage.hashing import file_sha256
 
 from .plan import UnitKind
@@ -27,23 +27,13 @@ def verify_run_chain(run: Run) -> ChainReport:
     return run.store.verify_chain(run.run_id, run.branch_id)
 
 
-def input_snapshots(root: Path) -> dict[str, dict[str, Any]]:
-    """run id -> the input snapshot its main branch is at ({"label", "sources": {id: sha256}}).
-
-    Empty when the project has no state database yet; the database is not created.
-    """
-    db_path = Path(root) / STATE_DIR / "state.db"
-    if not db_path.is_file():
-        return {}
-    store = SQLiteStore(Path(root) / STATE_DIR)
-    try:
-        out = {}
-        for run_id in store.runs():
-            info = store.read_key(run_id, "inputs") or {}
-            out[run_id] = {"label": info.get("label", ""), "sources": dict(info.get("sources", {}))}
-        return out
-    finally:
-        store.close()
+def input_snapshots(project: Project) -> dict[str, dict[str, Any]]:
+    """run id -> the input snapshot its main branch is at ({"label", "sources": {id: sha256}})."""
+    out = {}
+    for run_id in project.runs():
+        info = project.store.read_key(run_id, "inputs") or {}
+        out[run_id] = {"label": info.get("label", ""), "sources": dict(info.get("sources", {}))}
+    return out
 
 
 def backup_state(project: Project, target: Path | None = None) -> Path:

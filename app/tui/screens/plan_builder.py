@@ -1,0 +1,352 @@
+"""Plan builder: the plan's units by phase on the left, the selected unit's form on the right,
+validation messages under the form as you edit, and saving with an invalidation preview.
+
+Edits change an in-memory copy of plan.toml's Plan; validate_plan runs on every change.
+ctrl+s writes plan.toml (Plan.save) only when the plan validates, then shows what the
+change would invalidate (Run.preview()) with the choice to keep it or undo the save.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static, Tree
+
+from keepstep.engine import EdgeType, Gate, Plan, Unit, UnitKind, validate_plan
+from keepstep.engine.project_files import PLAN_FILE
+
+from ..format import preview_lines
+from .preview import PreviewModal
+
+if TYPE_CHECKING:
+    from ..app import KeepstepApp
+
+FIELDS = (("f-id", "id"), ("f-title", "title"), ("f-phase", "phase"), ("f-inputs", "inputs"),
+          ("f-outputs", "outputs"), ("f-gate", "gate"), ("f-gate-options", "gate options"),
+          ("f-max-rounds", "max rounds"))
+EDGES = [(e.value, e.value) for e in EdgeType]
+
+
+class DependencyRow(Horizontal):
+    """One dependency: the unit it needs and the edge type (what kind of change travels)."""
+
+    DEFAULT_CSS = """
+    DependencyRow { height: 1; margin: 0 0 0 1; }
+    DependencyRow > Input { width: 1fr; }
+    DependencyRow > Select { width: 16; }
+    DependencyRow > Button { width: 5; min-width: 5; }
+    """
+
+    def __init__(self, unit: str = "", edge: str = "content") -> None:
+        super().__init__(classes="dep-row")
+        self.unit, self.edge = unit, edge
+
+    def compose(self) -> ComposeResult:
+        yield Input(self.unit, placeholder="unit id", compact=True, classes="dep-unit")
+        yield Select(EDGES, value=self.edge, allow_blank=False, compact=True, classes="dep-edge")
+        yield Button("✕", compact=True, classes="dep-remove", tooltip="remove this dependency")
+
+    def value(self) -> dict[str, str] | None:
+        unit = self.query_one(".dep-unit", Input).value.strip()
+        edge = self.query_one(".dep-edge", Select).value
+        return {"unit": unit, "edge": str(edge)} if unit else None
+
+
+class PlanBuilderScreen(Screen[None]):
+    BINDINGS = [
+        Binding("escape", "back", "back"),
+        Binding("ctrl+n", "add_unit", "add unit"),
+        Binding("ctrl+d", "remove_unit", "remove unit"),
+        Binding("ctrl+e", "add_dependency", "add dependency"),
+        Binding("ctrl+s", "save", "save"),
+    ]
+
+    app: KeepstepApp
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plan: Plan = Plan()
+        self.index: int | None = None
+        self.problems: list[str] = []
+        self.dirty = False
+
+    def compose(self) -> ComposeResult:
+        yield Static("Plan builder · plan.toml", id="plan-title", classes="screen-title",
+                     markup=False)
+        with Horizontal(id="plan-body"):
+            tree: Tree[int] = Tree("plan", id="plan-tree")
+            tree.show_root = False
+            tree.border_title = "Units by phase"
+            yield tree
+            with Vertical(id="plan-right"):
+                with VerticalScroll(id="unit-form", classes="panel") as form:
+                    form.border_title = "Unit"
+                    for field_id, label in FIELDS[:3]:
+                        yield from _field(field_id, label)
+                    with Horizontal(classes="field"):
+                        yield Label("kind", classes="field-label")
+                        yield Select([(k.value, k.value) for k in UnitKind], allow_blank=False,
+                                     compact=True, id="f-kind")
+                    for field_id, label in FIELDS[3:]:
+                        yield from _field(field_id, label)
+                    with Horizontal(classes="field"):
+                        yield Label("final", classes="field-label")
+                        yield Checkbox("required final", compact=True, id="f-required")
+                    with Horizontal(classes="field"):
+                        yield Label("depends on", classes="field-label")
+                        yield Button("+ dependency", compact=True, id="add-dep")
+                    yield Vertical(id="f-deps")
+                with VerticalScroll(id="problems-box", classes="panel") as box:
+                    box.border_title = "Validation"
+                    yield Static(id="problems", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.plan = self.app.project.files.plan.model_copy(deep=True)
+        self.rebuild_tree()
+        if self.plan.units:
+            self.call_after_refresh(self.select_unit, self.plan.units[0].id)
+        self.validate()
+        self.query_one(Tree).focus()
+
+    # -- tree --------------------------------------------------------------------------------
+    def rebuild_tree(self) -> None:
+        tree: Tree[int] = self.query_one(Tree)
+        tree.clear()
+        phases: dict[str, Any] = {}
+        for i, unit in enumerate(self.plan.units):
+            node = phases.get(unit.phase)
+            if node is None:
+                node = phases[unit.phase] = tree.root.add(unit.phase or "(no phase)", expand=True)
+            node.add_leaf(f"{unit.id} {unit.title}", data=i)
+
+    def _node(self, index: int) -> Any:
+        tree: Tree[int] = self.query_one(Tree)
+        stack = list(tree.root.children)
+        while stack:
+            node = stack.pop(0)
+            if node.data == index:
+                return node
+            stack.extend(node.children)
+        return None
+
+    def select_unit(self, unit_id: str) -> None:
+        """Show ``unit_id`` in the form and put the tree's cursor on it."""
+        index = next((i for i, u in enumerate(self.plan.units) if u.id == unit_id), None)
+        if index is None:
+            return
+        self.load_form(index)
+        node = self._node(index)
+        if node is not None:
+            self.query_one(Tree).move_cursor(node)
+
+    @on(Tree.NodeHighlighted, "#plan-tree")
+    def _highlighted(self, event: Tree.NodeHighlighted) -> None:
+        if event.node.data is not None and event.node.data != self.index:
+            self.load_form(event.node.data)
+
+    # -- form <-> unit -----------------------------------------------------------------------
+    def load_form(self, index: int) -> None:
+        self.index = index
+        unit = self.plan.units[index]
+        gate = self.plan.gate_for(unit.id)
+        values = {"f-id": unit.id, "f-title": unit.title, "f-phase": unit.phase,
+                  "f-inputs": ", ".join(unit.inputs), "f-outputs": ", ".join(unit.outputs),
+                  "f-gate": gate.question if gate else "",
+                  "f-gate-options": ", ".join(gate.options) if gate else "",
+                  "f-max-rounds": "" if unit.max_rounds is None else str(unit.max_rounds)}
+        with self.prevent(Input.Changed, Select.Changed, Checkbox.Changed):
+            for field_id, value in values.items():
+                self.query_one(f"#{field_id}", Input).value = value
+            self.query_one("#f-kind", Select).value = unit.kind.value
+            self.query_one("#f-required", Checkbox).value = unit.required_final
+            deps = self.query_one("#f-deps", Vertical)
+            deps.remove_children()
+            deps.mount_all([DependencyRow(d.unit, d.edge.value) for d in unit.depends_on])
+        self.query_one("#unit-form").border_title = f"Unit {unit.id} · {unit.kind.value}"
+
+    def _text(self, field_id: str) -> str:
+        return self.query_one(f"#{field_id}", Input).value.strip()
+
+    def _list(self, field_id: str) -> list[str]:
+        return [p.strip() for p in self._text(field_id).split(",") if p.strip()]
+
+    def apply_form(self) -> None:
+        """Form -> the selected unit (and its gate) in the in-memory plan, then validate."""
+        if self.index is None or self.index >= len(self.plan.units):
+            return
+        old = self.plan.units[self.index]
+        data = old.model_dump(mode="json")
+        rounds = self._text("f-max-rounds")
+        data.update(id=self._text("f-id"), title=self._text("f-title"),
+                    phase=self._text("f-phase"), kind=self.query_one("#f-kind", Select).value,
+                    inputs=self._list("f-inputs"), outputs=self._list("f-outputs"),
+                    depends_on=[v for row in self.query(DependencyRow) if (v := row.value())],
+                    max_rounds=rounds or None,
+                    required_final=self.query_one("#f-required", Checkbox).value)
+        field_problems = []
+        try:
+            unit = Unit.model_validate(data)
+        except ValidationError as exc:
+            field_problems = [f"unit {data['id'] or '?'}: field {'.'.join(map(str, e['loc']))}: "
+                              f"{e['msg']}" for e in exc.errors()]
+            unit = None
+        if unit is not None:
+            self.plan.units[self.index] = unit
+            self._apply_gate(old.id, unit.id)
+            self.dirty = True
+            if (old.id, old.title, old.phase) != (unit.id, unit.title, unit.phase):
+                self.rebuild_tree()
+                self.call_after_refresh(self._recursor)
+        self.validate(field_problems)
+
+    def _recursor(self) -> None:
+        node = self._node(self.index) if self.index is not None else None
+        if node is not None:
+            self.query_one(Tree).move_cursor(node)
+
+    def _apply_gate(self, old_id: str, new_id: str) -> None:
+        question = self._text("f-gate")
+        gate = self.plan.gate_for(old_id)
+        if not question:
+            if gate is not None:
+                self.plan.gates.remove(gate)
+            return
+        if gate is None:
+            gate = Gate(id=_slug(f"{new_id}-gate"), unit=new_id, question=question)
+            self.plan.gates.append(gate)
+        gate.unit, gate.question, gate.options = new_id, question, self._list("f-gate-options")
+
+    def validate(self, extra: list[str] | None = None) -> list[str]:
+        files = self.app.project.files
+        sources = {s.id: s.approved for s in files.sources.sources}
+        groups = {s.group for s in files.sources.sources if s.approved and s.group}
+        self.problems = list(extra or []) + validate_plan(
+            self.plan, sources=sources, groups=groups,
+            contract_fields=set(files.contract.fields) | {"body"})
+        text = "\n".join(f"✗ {p}" for p in self.problems) or \
+            f"✓ the plan validates ({len(self.plan.units)} units, {len(self.plan.gates)} gates)"
+        self.query_one("#problems", Static).update(text)
+        box = self.query_one("#problems-box")
+        box.border_title = f"Validation · {len(self.problems)} problem(s)" if self.problems \
+            else "Validation · ok"
+        box.set_class(bool(self.problems), "has-problems")
+        return self.problems
+
+    @on(Input.Changed, "#unit-form Input")
+    @on(Select.Changed, "#unit-form Select")
+    @on(Checkbox.Changed, "#f-required")
+    def _form_changed(self) -> None:
+        self.apply_form()
+
+    # -- structure ---------------------------------------------------------------------------
+    def action_add_unit(self) -> None:
+        current = self.plan.units[self.index] if self.index is not None and self.plan.units \
+            else None
+        numbers = [int(m.group(1)) for u in self.plan.units if (m := re.fullmatch(r"U(\d+)", u.id))]
+        new_id = f"U{max(numbers, default=0) + 1:02d}"
+        unit = Unit(id=new_id, title="New unit", phase=current.phase if current else "new",
+                    kind=current.kind if current else UnitKind.synthesize)
+        last = max((i for i, u in enumerate(self.plan.units) if u.phase == unit.phase),
+                   default=len(self.plan.units) - 1)
+        self.plan.units.insert(last + 1, unit)
+        self.dirty = True
+        self.rebuild_tree()
+        self.call_after_refresh(self.select_unit, new_id)
+        self.validate()
+        self.notify(f"added {new_id}: edit its fields, then ctrl+s to save")
+
+    def action_remove_unit(self) -> None:
+        if self.index is None or not self.plan.units:
+            return
+        unit = self.plan.units.pop(self.index)
+        gate = self.plan.gate_for(unit.id)
+        if gate is not None:
+            self.plan.gates.remove(gate)
+        self.dirty = True
+        self.index = None
+        self.rebuild_tree()
+        if self.plan.units:
+            self.call_after_refresh(self.select_unit, self.plan.units[0].id)
+        self.validate()
+        self.notify(f"removed {unit.id} (units that depended on it are flagged below)")
+
+    @on(Button.Pressed, "#add-dep")
+    def action_add_dependency(self) -> None:
+        if self.index is None:
+            return
+        row = DependencyRow()
+        self.query_one("#f-deps", Vertical).mount(row)
+        self.call_after_refresh(lambda: row.query_one(Input).focus())
+
+    @on(Button.Pressed, ".dep-remove")
+    def _remove_dependency(self, event: Button.Pressed) -> None:
+        row = next((a for a in event.button.ancestors if isinstance(a, DependencyRow)), None)
+        if row is not None:
+            row.remove()
+            self.call_after_refresh(self.apply_form)
+
+    # -- save --------------------------------------------------------------------------------
+    def action_save(self) -> None:
+        if self.problems:
+            self.app.show_error(f"plan.toml was not saved: {len(self.problems)} problem(s) "
+                                "remain (listed under the form)", title="Not saved",
+                                hint="fix them, then ctrl+s again")
+            return
+        path = self.app.project.root / PLAN_FILE
+        before = path.read_bytes()
+        try:
+            self.plan.save(path)
+            self.app.project.reload()
+        except Exception as exc:  # the file stays as it was
+            path.write_bytes(before)
+            self.app.show_error(exc, title="plan.toml was not saved")
+            return
+        self.dirty = False
+        run = self.app.run
+        if run is None:
+            self.notify("saved plan.toml (no run yet: nothing to invalidate)")
+            return
+        preview = self.app.guarded("Could not preview the change", run.preview)
+        if preview is None:
+            return
+
+        def decided(keep: bool | None) -> None:
+            if keep:
+                self.notify("saved plan.toml: the next resume commits the plan change")
+                return
+            path.write_bytes(before)
+            self.app.guarded("Could not re-read the project", self.app.project.reload)
+            self.plan = self.app.project.files.plan.model_copy(deep=True)
+            self.rebuild_tree()
+            self.validate()
+            self.notify("undone: plan.toml is back as it was")
+
+        self.app.push_screen(PreviewModal("Saved plan.toml · what this change invalidates",
+                                          preview_lines(preview), keep="Keep",
+                                          undo="Undo the save"), decided)
+
+    def action_back(self) -> None:
+        if self.dirty:
+            self.notify("unsaved edits were discarded (ctrl+s saves)", severity="warning")
+        self.app.pop_screen()
+
+
+def _field(field_id: str, label: str) -> ComposeResult:
+    with Horizontal(classes="field"):
+        yield Label(label, classes="field-label")
+        yield Input(compact=True, id=field_id)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+__all__ = ["DependencyRow", "PlanBuilderScreen"]
