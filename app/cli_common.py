@@ -110,6 +110,17 @@ def add_command(target: typer.Typer, fn: Callable[..., Any], name: str | None = 
     target.command(name, **kwargs)(friendly(fn))
 
 
+def command(target: typer.Typer, name: str | None = None, **kwargs: Any) -> Callable:
+    """``@target.command(name)`` with friendly error handling (the decorator form of
+    ``add_command``)."""
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        add_command(target, fn, name, **kwargs)
+        return fn
+
+    return deco
+
+
 def sub_app(help_text: str) -> typer.Typer:
     """A command group (``keepstep sources …``) styled like the main app."""
     return typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,

@@ -24,7 +24,7 @@ from .cli_common import (
 
 
 # --- init, validate ------------------------------------------------------------------------
-def _copy_tree(src: Any, dest: Path) -> list[Path]:
+def copy_tree(src: Any, dest: Path) -> list[Path]:
     written = []
     for item in sorted(src.iterdir(), key=lambda t: t.name):
         if item.name.startswith((".", "__pycache__")):
@@ -32,7 +32,7 @@ def _copy_tree(src: Any, dest: Path) -> list[Path]:
         target = dest / item.name
         if item.is_dir():
             target.mkdir(parents=True, exist_ok=True)
-            written += _copy_tree(item, target)
+            written += copy_tree(item, target)
         else:
             target.write_bytes(item.read_bytes())
             written.append(target)
@@ -56,7 +56,7 @@ def init(root: DirArg, force: Annotated[bool, typer.Option(
         raise UsageProblem(f"{root} is not empty",
                            "choose a new folder, or pass --force to write the example into it")
     root.mkdir(parents=True, exist_ok=True)
-    written = _copy_tree(example_files(), root)
+    written = copy_tree(example_files(), root)
     typer.echo(f"created a keepstep project in {root} ({len(written)} files)")
     typer.echo("next:")
     typer.echo(f"  keepstep validate {root}")

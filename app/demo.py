@@ -34,7 +34,7 @@ def source_project() -> tuple[Path | None, str]:
 
 def prepare(outdir: Path) -> str:
     """Copy the project into ``outdir``, dropping any earlier state; returns its label."""
-    from .cli import _copy_tree, example_files
+    from .cli_project import copy_tree, example_files
 
     src, label = source_project()
     if outdir.exists() and not outdir.is_dir():
@@ -44,7 +44,7 @@ def prepare(outdir: Path) -> str:
     if src is not None:
         shutil.copytree(src, outdir, dirs_exist_ok=True, ignore=COPY_IGNORE)
     else:
-        _copy_tree(example_files(), outdir)
+        copy_tree(example_files(), outdir)
     return label
 
 
@@ -82,15 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     from keepstep.engine import open_project
     from keepstep.engine.views import current_deliverables
 
-    from .cli import _dashboard, describe_error, drive
+    from .cli_common import dashboard, describe_error, drive, models_of
 
     label = prepare(outdir)
     print(f"keepstep demo: {label} → {outdir}")
     try:
         with open_project(outdir) as project:
-            from .cli import _models
-
-            models = _models(project)
+            models = models_of(project)
             print(out.model_line(models))
             if set(models) == {out.OFFLINE_MODEL}:
                 print("The model is the offline heuristic: findings come from fixed rules over "
@@ -101,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                 lambda cancel, on_event: run.run(cancel=cancel, on_event=on_event,
                                                  approve=dict(APPROVE)))
             status = run.status()
-            print("\n" + _dashboard(project, run, status))
+            print("\n" + dashboard(project, run, status))
             print("\nDeliverables (sha256 from the committed records)")
             print(deliverables_text(current_deliverables(run), outdir.resolve()))
             narrative = handover_text(run)

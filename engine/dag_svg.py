@@ -36,7 +36,8 @@ EDGE_STYLES: dict[str, tuple[str, str]] = {
     "policy": ("#00838f", "8 3 2 3"),
     "template": ("#5c6bc0", "4 2"),
 }
-NODE_W, NODE_H, COL_GAP, ROW_GAP, MARGIN, HEADER = 64, 34, 46, 10, 16, 40
+FONTS = "DejaVu Sans, Helvetica, Arial, sans-serif"
+NODE_W, NODE_H, COL_GAP, ROW_GAP, MARGIN, HEADER = 64, 34, 46, 10, 40, 40
 
 
 def _columns(plan: Plan) -> tuple[list[tuple[str, int, int]], dict[str, int]]:
@@ -83,8 +84,8 @@ def dag_svg(plan: Plan, states: Mapping[str, str], *, attempts: Mapping[str, str
     body_h = rows * (NODE_H + ROW_GAP) - ROW_GAP
     n_cols = sum(b[2] for b in bands) or 1
     width = 2 * MARGIN + n_cols * NODE_W + (n_cols - 1) * COL_GAP
-    legend_y = MARGIN + HEADER + body_h + 24
-    height = legend_y + 52
+    legend_y = MARGIN + HEADER + body_h + 28
+    height = legend_y + 44
     pos: dict[str, tuple[float, float]] = {}
     for col, members in per_col.items():
         offset = (body_h - (len(members) * (NODE_H + ROW_GAP) - ROW_GAP)) / 2
@@ -93,7 +94,7 @@ def dag_svg(plan: Plan, states: Mapping[str, str], *, attempts: Mapping[str, str
                         MARGIN + HEADER + offset + i * (NODE_H + ROW_GAP))
     gates = {g.unit: g for g in plan.gates}
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11" '
+           f'viewBox="0 0 {width} {height}" font-family="{FONTS}" font-size="11" '
            f'role="img" aria-label="{escape(title or "plan DAG")}">',
            f"<title>{escape(title or 'plan DAG')}</title>",
            f'<rect width="{width}" height="{height}" fill="#ffffff"/>']
@@ -101,9 +102,9 @@ def dag_svg(plan: Plan, states: Mapping[str, str], *, attempts: Mapping[str, str
         x = MARGIN + first * (NODE_W + COL_GAP) - COL_GAP / 2
         w = count * (NODE_W + COL_GAP)
         if i % 2 == 0:
-            out.append(f'<rect x="{x:.1f}" y="{MARGIN}" width="{w:.1f}" '
-                       f'height="{HEADER + body_h + 8}" fill="#f5f7fa" rx="6"/>')
-        out.append(f'<text x="{x + w / 2:.1f}" y="{MARGIN + 16}" text-anchor="middle" '
+            out.append(f'<rect x="{x:.1f}" y="{MARGIN / 2}" width="{w:.1f}" '
+                       f'height="{MARGIN / 2 + HEADER + body_h + 8}" fill="#f5f7fa" rx="6"/>')
+        out.append(f'<text x="{x + w / 2:.1f}" y="{MARGIN + 12}" text-anchor="middle" '
                    f'font-weight="bold" fill="#37474f">{escape(phase)}</text>')
     for u in plan.units:
         x2, y2 = pos[u.id]
@@ -162,7 +163,7 @@ def _legend(y: float, width: float) -> list[str]:
     x += 100
     out.append(f'<circle cx="{x + 4:.1f}" cy="{y + 6:.1f}" r="4" fill="#d32f2f"/>'
                f'<text x="{x + 12:.1f}" y="{y + 10:.1f}">orphan</text>')
-    x, y = float(MARGIN), y + 24
+    x, y = float(MARGIN), y + 22
     for edge, (colour, dash) in EDGE_STYLES.items():
         dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
         out.append(f'<line x1="{x:.1f}" y1="{y + 6:.1f}" x2="{x + 24:.1f}" y2="{y + 6:.1f}" '

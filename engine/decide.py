@@ -77,13 +77,23 @@ def budget_blocked(facts: RunFacts) -> bool:
                for st in facts.statuses.values())
 
 
+# The budget, the provider's quota and the API key are shared by every unit that calls a
+# model: while one of them blocks a unit, the others would only open more blocked attempts.
+RUN_WIDE_BLOCKS = ("budget", "quota", "auth")
+
+
+def model_calls_blocked(facts: RunFacts) -> bool:
+    return any(st.status == "blocked" and st.details.get("kind") in RUN_WIDE_BLOCKS
+               for st in facts.statuses.values())
+
+
 def ready_units(plan: Plan, facts: RunFacts) -> list[str]:
     """Units that may be claimed now: not current, not running/blocked/failed, deps current,
     gate (if any) approved, and — for units that call models — budget left."""
     units = plan.unit_map()
-    # A stored budget block means the budget is not available: other model units wait
-    # for the recorded decision instead of each opening a blocked attempt.
-    no_budget = budget_blocked(facts)
+    # A stored budget, quota or key block means model calls are not available: other model
+    # units wait for the decision (a raise, a retry) instead of each opening a blocked attempt.
+    no_budget = model_calls_blocked(facts)
     out = []
     for uid in topo_order(plan):
         if facts.effective_state(uid) not in (UnitState.pending, UnitState.invalidated):

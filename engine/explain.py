@@ -8,10 +8,10 @@ same sentences, and tests need no database.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, overload
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_serializer
 
 from keepstep.storage.models import ModelCall
 
@@ -35,25 +35,106 @@ class Estimate(BaseModel):
     total: UnitCost
     redo: UnitCost  # the invalidated units
     first_run: UnitCost  # units that will run under the new plan
-    units: list[UnitCost]
+    units: Sequence[UnitCost]  # per unit, redo then first run; from preview: built when read
     unknown: list[str] = Field(default_factory=list)
+
+    @field_serializer("units")
+    def _dump_units(self, value: Sequence[UnitCost]) -> list[UnitCost]:
+        return list(value)
 
 
 class Preview(BaseModel):
-    """A dry run: what is reused, invalidated and run, and the estimated cost."""
+    """A dry run: what is reused, invalidated and run, and the estimated cost.
+
+    ``invalidated`` is ``InvalidationResult.affected``: each unit's explanations are built when
+    first read, so a preview of a change that reaches 10,000 units costs little until someone
+    reads all of them.
+    """
 
     changes: list[Change]
-    invalidated: dict[str, list[Explanation]]
+    invalidated: Mapping[str, list[Explanation]]
     will_run: list[str]
     reused: list[str]
     estimate: Estimate
     summary: str
 
+    @field_serializer("invalidated")
+    def _dump_invalidated(self, value: Mapping[str, list[Explanation]],
+                          ) -> dict[str, list[Explanation]]:
+        return dict(value.items())
 
-def _sum(label: str, items: list[UnitCost]) -> UnitCost:
-    return UnitCost(unit=label, calls=sum(i.calls for i in items),
-                    tokens=sum(i.tokens for i in items), cost=round(sum(i.cost for i in items), 6),
-                    seconds=round(sum(i.seconds for i in items), 3), basis="sum")
+    def _repr_html_(self) -> str:  # Jupyter
+        from .display import preview_html
+
+        return preview_html(self)
+
+
+Figures = tuple[int, int, float, float]  # calls, tokens, cost, seconds
+
+
+class _UnitCosts(Sequence[UnitCost]):
+    """Per-unit estimates kept as plain columns of numbers and strings, which the garbage
+    collector does not track; the ``UnitCost`` rows are built when first read, then kept."""
+
+    __slots__ = ("unit", "calls", "tokens", "cost", "seconds", "basis", "_rows")
+
+    def __init__(self) -> None:
+        self.unit: list[str] = []
+        self.calls: list[int] = []
+        self.tokens: list[int] = []
+        self.cost: list[float] = []
+        self.seconds: list[float] = []
+        self.basis: list[str] = []
+        self._rows: list[UnitCost] | None = None
+
+    def add(self, uid: str, figures: Figures, basis: str) -> None:
+        self.unit.append(uid)
+        self.calls.append(figures[0])
+        self.tokens.append(figures[1])
+        self.cost.append(figures[2])
+        self.seconds.append(figures[3])
+        self.basis.append(basis)
+
+    def total(self, label: str, start: int = 0, stop: int | None = None) -> UnitCost:
+        """The sum of rows ``start:stop``, summed in row order like the rows themselves."""
+        cut = slice(start, stop)
+        return UnitCost(unit=label, calls=sum(self.calls[cut]), tokens=sum(self.tokens[cut]),
+                        cost=round(sum(self.cost[cut]), 6),
+                        seconds=round(sum(self.seconds[cut]), 3), basis="sum")
+
+    def rows(self) -> list[UnitCost]:
+        if self._rows is None:
+            self._rows = [
+                UnitCost(unit=uid, basis=basis) if basis == "unknown" else
+                UnitCost(unit=uid, calls=n, tokens=tokens, cost=cost, seconds=seconds,
+                         basis=basis)
+                for uid, n, tokens, cost, seconds, basis in zip(
+                    self.unit, self.calls, self.tokens, self.cost, self.seconds, self.basis,
+                    strict=True)]
+        return self._rows
+
+    @overload
+    def __getitem__(self, i: int) -> UnitCost: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[UnitCost]: ...
+    def __getitem__(self, i: int | slice) -> UnitCost | list[UnitCost]:
+        return self.rows()[i]
+
+    def __len__(self) -> int:
+        return len(self.unit)
+
+    def __iter__(self) -> Iterator[UnitCost]:
+        return iter(self.rows())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return self.rows() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value like a list
+
+    def __repr__(self) -> str:
+        return repr(self.rows())
 
 
 Calls = Iterable[ModelCall] | Mapping[str, list[ModelCall]]
@@ -68,7 +149,7 @@ def group_calls(calls: Iterable[ModelCall]) -> dict[str, list[ModelCall]]:
     return out
 
 
-def _settled(uid: str, calls: Iterable[ModelCall], attempt: str | None, basis: str) -> UnitCost:
+def _ledger_figures(calls: Iterable[ModelCall], attempt: str | None) -> Figures:
     n = tokens = latency_ms = 0
     cost = 0.0
     for c in calls:
@@ -77,44 +158,52 @@ def _settled(uid: str, calls: Iterable[ModelCall], attempt: str | None, basis: s
             tokens += c.tokens_in + c.tokens_out
             cost += c.cost
             latency_ms += c.latency_ms
-    return UnitCost(unit=uid, calls=n, tokens=tokens, cost=cost, seconds=latency_ms / 1000.0,
-                    basis=basis)
+    return n, tokens, cost, latency_ms / 1000.0
+
+
+def _settled(uid: str, calls: Iterable[ModelCall], attempt: str | None, basis: str) -> UnitCost:
+    n, tokens, cost, seconds = _ledger_figures(calls, attempt)
+    return UnitCost(unit=uid, calls=n, tokens=tokens, cost=cost, seconds=seconds, basis=basis)
+
+
+def _unit_costs(ix: PlanIndex, unit_ids: Iterable[str], records: Mapping[str, UnitRecord],
+                calls: Calls) -> _UnitCosts:
+    by_unit = calls if isinstance(calls, Mapping) else group_calls(calls)
+    means: dict[str, tuple[Figures, str] | None] = {}
+    out = _UnitCosts()
+
+    def known(uid: str) -> Figures | None:
+        rec = records.get(uid)
+        return None if rec is None else _ledger_figures(by_unit.get(uid, ()), rec.attempt)
+
+    def mean(kind: str) -> tuple[Figures, str] | None:
+        if kind not in means:
+            seen = [c for uid in ix.ids if ix.kinds[uid] == kind and (c := known(uid))]
+            k = len(seen)
+            means[kind] = None if not seen else (
+                (round(sum(c[0] for c in seen) / k), round(sum(c[1] for c in seen) / k),
+                 sum(c[2] for c in seen) / k, sum(c[3] for c in seen) / k),
+                f"mean of {k} {kind} units")
+        return means[kind]
+
+    for uid in unit_ids:
+        rec = records.get(uid)
+        if rec is not None:
+            figures, basis = _ledger_figures(by_unit.get(uid, ()), rec.attempt), \
+                f"ledger {rec.attempt}"
+        elif (m := mean(ix.kinds.get(uid, ""))) is not None:
+            figures, basis = m
+        else:
+            figures, basis = (0, 0, 0.0, 0.0), "unknown"
+        out.add(uid, figures, basis)
+    return out
 
 
 def estimate_costs(plan: Plan, unit_ids: list[str], records: Mapping[str, UnitRecord],
                    calls: Calls, *, index: PlanIndex | None = None) -> list[UnitCost]:
     """Per unit: its latest committed attempt's settled calls, else the mean of the units of
     the same kind that have one, else zeros marked ``unknown``."""
-    ix = index or PlanIndex(plan)
-    by_unit = calls if isinstance(calls, Mapping) else group_calls(calls)
-    means: dict[str, UnitCost | None] = {}
-
-    def known(uid: str) -> UnitCost | None:
-        rec = records.get(uid)
-        if rec is None:
-            return None
-        return _settled(uid, by_unit.get(uid, ()), rec.attempt, f"ledger {rec.attempt}")
-
-    def mean(kind: str) -> UnitCost | None:
-        if kind not in means:
-            seen = [c for uid in ix.ids if ix.kinds[uid] == kind and (c := known(uid))]
-            means[kind] = None if not seen else UnitCost(
-                unit=kind, calls=round(sum(c.calls for c in seen) / len(seen)),
-                tokens=round(sum(c.tokens for c in seen) / len(seen)),
-                cost=sum(c.cost for c in seen) / len(seen),
-                seconds=sum(c.seconds for c in seen) / len(seen),
-                basis=f"mean of {len(seen)} {kind} units")
-        return means[kind]
-
-    out = []
-    for uid in unit_ids:
-        cost = known(uid)
-        if cost is None:
-            m = mean(ix.kinds.get(uid, ""))
-            cost = m.model_copy(update={"unit": uid}) if m else UnitCost(unit=uid,
-                                                                         basis="unknown")
-        out.append(cost)
-    return out
+    return _unit_costs(index or PlanIndex(plan), unit_ids, records, calls).rows()
 
 
 def compact_ids(ids: Iterable[str]) -> str:
@@ -193,15 +282,19 @@ def preview(plan: Plan, changes: list[Change], records: Mapping[str, UnitRecord]
     ix = index or PlanIndex(plan)
     result = invalidate(plan, changes, records, high_risk_rules=high_risk_rules,
                         source_groups=source_groups, index=ix)
-    per_unit = estimate_costs(plan, result.redo, records, calls, index=ix)
-    redo = per_unit[:len(result.affected)]
-    first = per_unit[len(result.affected):]
-    est = Estimate(total=_sum("total", per_unit), redo=_sum("redo", redo),
-                   first_run=_sum("first run", first), units=per_unit,
-                   unknown=[c.unit for c in per_unit if c.basis == "unknown"])
-    return Preview(changes=list(changes), invalidated=result.affected,
-                   will_run=list(result.pending_affected), reused=result.reused, estimate=est,
-                   summary=_summary(result, est))
+    per_unit = _unit_costs(ix, result.redo, records, calls)
+    n_redo = len(result.affected)
+    # model_construct: every value is built above from validated models, and the lazy
+    # ``invalidated`` / ``units`` must not be copied (validation would build every row).
+    est = Estimate.model_construct(
+        total=per_unit.total("total"), redo=per_unit.total("redo", 0, n_redo),
+        first_run=per_unit.total("first run", n_redo), units=per_unit,
+        unknown=[uid for uid, basis in zip(per_unit.unit, per_unit.basis, strict=True)
+                 if basis == "unknown"])
+    return Preview.model_construct(
+        changes=list(changes), invalidated=result.affected,
+        will_run=list(result.pending_affected), reused=list(result.reused), estimate=est,
+        summary=_summary(result, est))
 
 
 # -- one unit --------------------------------------------------------------------------------
@@ -236,6 +329,11 @@ class UnitExplanation(BaseModel):
             tail += (f" · ledger: {self.ledger.calls} calls, {_tokens(self.ledger.tokens)} tokens, "
                      f"${self.ledger.cost:.2f}")
         return "\n".join([*lines, tail])
+
+    def _repr_html_(self) -> str:  # Jupyter
+        from .display import explanation_html
+
+        return explanation_html(self)
 
 
 def _flat(figures: Mapping[str, Any]) -> str:

@@ -22,19 +22,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from .display import Raw, budget_rows, key_values, state_badge, table
+from .display import handover_index_html
 from .errors import KeepstepError
 from .narrative import check_narrative, narrative
+from .narrative_history import gather
+from .redaction import find_secrets, redact
 
 if TYPE_CHECKING:
     from .project import Run
@@ -42,33 +44,13 @@ if TYPE_CHECKING:
 BUNDLE_FORMAT = "keepstep-handover/1"
 MANIFEST = "manifest.json"
 RECENT_ERRORS = 50
+BASELINE_FIELDS = ("version", "hash", "kind", "state_hash", "parent_version", "parent_hash",
+                   "created_at", "unit", "attempt", "schema_version")
 ERROR_KINDS = ("attempt.failed", "unit.blocked", "recovery.failed", "recovery.blocked",
                "attempt.fenced")
 # Keys never written to a bundle, whatever their value.
 DROP_KEYS = frozenset({"token_hash", "token", "resume_token", "secret", "api_key", "apikey",
                        "password", "authorization"})
-SECRET_PATTERNS = (
-    ("openai-style key", re.compile(r"\bsk-[A-Za-z0-9_\-]{12,}")),
-    ("aws access key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("google api key", re.compile(r"\bAIza[0-9A-Za-z_\-]{20,}")),
-    ("bearer token", re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._\-]{12,}")),
-    ("api_key", re.compile(r"(?i)\bapi[_-]?key\b")),
-    ("named hex secret", re.compile(
-        r"(?i)[\w-]*(?:key|secret|token|password)[\w-]*[\"']?\s*[:=]\s*[\"']?[0-9a-f]{24,}")),
-)
-
-
-# -- secrets -------------------------------------------------------------------------------
-def find_secrets(text: str) -> list[str]:
-    """The names of the key-like patterns found in ``text`` (empty when clean)."""
-    return [name for name, rx in SECRET_PATTERNS if rx.search(text)]
-
-
-def redact(text: str) -> str:
-    """``text`` with every key-like string replaced by ``[redacted]``."""
-    for _name, rx in SECRET_PATTERNS:
-        text = rx.sub("[redacted]", text)
-    return text
 
 
 def _safe(value: Any) -> Any:
@@ -120,11 +102,8 @@ def _collect(run: Run) -> dict[str, Any]:
     from .approvals_flow import pending_approvals
 
     store = run.store
-    status = run.status()
-    records = run.facts_records()
-    head = store.get_head(run.run_id, run.branch_id)
-    cp = store.get_checkpoint(run.run_id, head.version, run.branch_id)
-    check = store.verify_head(run.run_id, run.branch_id)
+    facts = gather(run)
+    status, records, cp = facts.status, facts.records, facts.baseline
     units = {}
     for u in run.plan.units:
         view = status.units[u.id]
@@ -146,18 +125,18 @@ def _collect(run: Run) -> dict[str, Any]:
                for n in r.outputs}
     artifacts = [e.model_dump(mode="json") for e in store.manifest(run.run_id)
                  if (e.attempt_id, e.name) in current]
-    events = run.events(branch_id=run.branch_id)
+    events = facts.events
     errors = [e for e in events if e.kind in ERROR_KINDS][-RECENT_ERRORS:]
     changes = [e for e in events if e.kind in ("decision.plan_change", "decision.input_change")]
     approvals = [a for a in store.approvals(run.run_id, branch_id=run.branch_id)]
     return {
         "status": status, "units": units, "artifacts": artifacts,
-        "baseline": {"version": cp.version, "hash": cp.hash, "kind": cp.kind,
-                     "state_hash": cp.state_hash, "parent_version": cp.parent_version,
-                     "parent_hash": cp.parent_hash, "created_at": cp.created_at,
-                     "unit": cp.unit, "attempt": cp.attempt, "schema_version": cp.schema_version,
-                     "verified": check.ok,
-                     "problems": [p.problem for p in check.problems]},
+        "baseline": {
+            "head_version": status.head_version,
+            "verified": cp is not None and cp.version == status.head_version,
+            "verification": facts.verification,
+            **({k: None for k in BASELINE_FIELDS} if cp is None else
+               {k: getattr(cp, k) for k in BASELINE_FIELDS})},
         "inputs": store.read_key(run.run_id, "inputs", run.branch_id) or {},
         "invalidations": {
             "current": {u: [e.model_dump(mode="json") | {"text": e.render()}
@@ -165,9 +144,9 @@ def _collect(run: Run) -> dict[str, Any]:
                         for u, r in records.items() if r.state.value == "invalidated"},
             "history": [{"seq": e.seq, "ts": e.ts, "kind": e.kind, **e.payload}
                         for e in changes]},
-        "orphans": [o.model_dump(mode="json") | {"directory": str(Path(o.directory).relative_to(
-            store.artifacts.root)) if Path(o.directory).is_relative_to(store.artifacts.root)
-            else Path(o.directory).name} for o in store.orphaned_attempts(run.run_id)],
+        "orphans": [o.model_dump(mode="json") | {"directory": _relative(o.directory,
+                                                                        store.artifacts.root)}
+                    for o in store.orphaned_attempts(run.run_id)],
         "approvals": {"pending": pending_approvals(run),
                       "history": [a.model_dump(mode="json") for a in approvals
                                   if a.status != "requested"]},
@@ -180,6 +159,12 @@ def _collect(run: Run) -> dict[str, Any]:
                        for e in events if e.kind.startswith("recovery.")
                        and e.kind != "recovery.orphan"],
     }
+
+
+def _relative(path: str, root: Path) -> str:
+    """A path under the artifact root, without the machine-specific prefix."""
+    p = Path(path)
+    return p.relative_to(root).as_posix() if p.is_relative_to(root) else p.name
 
 
 def _contract(run: Run) -> tuple[str, bool]:
@@ -285,8 +270,11 @@ def _write_bundle(run: Run, out: Path) -> Path:
     artifacts = [a | ({"bundle_path": by_attempt[(a["unit"], a["name"])]}
                       if (a["unit"], a["name"]) in by_attempt else {})
                  for a in facts["artifacts"]]
-    w.text("index.html", _index_html(run, facts, deliverables, svg, story, contract_current,
-                                     _listing(out)))
+    title = f"Handover: run {run.run_id} — {run.plan.plan.title or run.project.files.config.name}"
+    w.text("index.html", handover_index_html(
+        title=title, run_label=f"{run.run_id} ({run.branch_id})", facts=facts,
+        deliverables=deliverables, svg=svg, story=story, contract_current=contract_current,
+        files=_listing(out)))
     manifest = {
         "format": BUNDLE_FORMAT, "run": run.run_id, "branch": run.branch_id,
         "plan_version": st.plan_version, "input_version": st.input_version,
@@ -308,98 +296,6 @@ def _listing(root: Path) -> list[dict[str, Any]]:
         data = path.read_bytes()
         rows.append({"path": rel, "sha256": _sha256(data), "size": len(data)})
     return rows
-
-
-def _link(href: str, text: str | None = None) -> Raw:
-    from html import escape
-
-    return Raw(f'<a href="{escape(href)}">{escape(text or href)}</a>')
-
-
-def _index_html(run: Run, facts: dict[str, Any], deliverables: list[dict[str, Any]], svg: str,
-                story: str, contract_current: bool, files: list[dict[str, Any]]) -> str:
-    from html import escape
-
-    from markdown_it import MarkdownIt
-
-    st, base = facts["status"], facts["baseline"]
-    title = f"Handover: run {run.run_id} — {run.plan.plan.title or run.project.files.config.name}"
-    summary = key_values([
-        ("run", f"{run.run_id} ({run.branch_id})"),
-        ("plan · inputs", f"{st.plan_version} · {st.input_version} "
-         f"({len(facts['inputs'].get('sources', {}))} approved sources)"),
-        ("baseline checkpoint", f"{base['version']} ({base['kind']}) · hash {base['hash'][:16]}… · "
-         f"state {base['state_hash'][:16]}… · {base['created_at']} · "
-         + ("verifies" if base["verified"] else "DOES NOT VERIFY: " + "; ".join(base["problems"]))),
-        ("decision", Raw(f"<b>{escape(st.decision)}</b> — {escape('; '.join(st.reasons))}")),
-        ("suggested next step", Raw(f"<b>{escape(st.next_action)}</b>")),
-        ("contract", _link("contract.md") if contract_current else Raw(
-            f"{_link('contract.md')} — edited since {escape(st.plan_version)}: the run has not "
-            "seen this edit yet")),
-        ("plan", _link("plan.toml")),
-        ("narrative", _link("narrative.md")),
-    ])
-    sections = [("Summary", summary),
-                ("Narrative", '<div class="narrative">'
-                 + MarkdownIt("commonmark", {"html": False}).render(story) + "</div>"),
-                ("DAG", f'<p>{_link("dag.svg")}</p>'
-                 + svg.split("\n", 0)[0].replace('<?xml version="1.0"?>', ""))]
-    units = facts["units"]
-    sections.append(("Units", table(
-        ["unit", "phase", "title", "state", "attempts", "current attempt", "reason / why"],
-        [[u, v["phase"], v["title"], state_badge(v["state"]), v["attempts"],
-          v["current_attempt"], v["reason"] or "; ".join((v["record"] or {}).get(
-              "explanations", []))] for u, v in units.items()])))
-    inv = facts["invalidations"]
-    sections.append(("Invalidations", table(
-        ["when", "change", "invalidated", "why", "reused"],
-        [[h["ts"], "; ".join(c.get("detail", "") for c in h.get("changes", [])),
-          ", ".join(sorted(h.get("invalidated", {}))),
-          Raw("<br>".join(escape(t) for ts in h.get("invalidated", {}).values() for t in ts)),
-          f"{len(h.get('reused', []))} units"] for h in inv["history"]])
-        + ("" if not inv["current"] else table(
-            ["unit", "invalidated now because"],
-            [[u, Raw("<br>".join(escape(e["text"]) for e in es))]
-             for u, es in inv["current"].items()]))))
-    sections.append(("Orphans", table(
-        ["attempt", "files (quarantined, never promoted)"],
-        [[o["attempt_id"], ", ".join(o["files"])] for o in facts["orphans"]])))
-    sections.append(("Pending approvals", table(
-        ["gate", "unit", "question"],
-        [[a.get("gate"), a.get("unit"), a.get("question")]
-         for a in facts["approvals"]["pending"]])))
-    sections.append(("Budget", table(["counter", "used", "limit", "left"],
-                                     budget_rows(st.budget))))
-    sections.append(("External unknowns", table(
-        ["unit", "action", "status", "key"],
-        [[e.get("unit"), e.get("action"), e.get("status"), e.get("idem_key")]
-         for e in st.external_unknown])))
-    sections.append(("Recent errors", table(
-        ["when", "event", "unit", "attempt", "class", "message"],
-        [[e["ts"], e["kind"], e["unit"], e["attempt"], e["class"], e["message"]]
-         for e in facts["errors"]])))
-    sections.append(("Deliverables", table(
-        ["unit", "file", "sha256", "matches the manifest"],
-        [[d["unit"], _link(d["bundle_path"], d["name"]), d["sha256"][:16] + "…",
-          "yes" if d["matches"] else "NO"] for d in deliverables])))
-    sections.append(("Files", "<p>Every file's sha256 is in "
-                     f"{_link('manifest.json')}; check them with "
-                     "<code>keepstep verify-bundle PATH</code>.</p>" + table(
-                         ["file", "size", "sha256"],
-                         [[_link(f["path"]), f["size"], f["sha256"][:16] + "…"] for f in files])))
-    body = "".join(f'<h2 id="{escape(name.lower().replace(" ", "-"))}">{escape(name)}</h2>'
-                   f"{html}" for name, html in sections)
-    nav = " · ".join(f'<a href="#{escape(n.lower().replace(" ", "-"))}">{escape(n)}</a>'
-                     for n, _ in sections)
-    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>{escape(title)}</title><style>"
-            "body{font-family:system-ui,sans-serif;margin:24px;max-width:1200px;color:#1f2328}"
-            "h2{border-bottom:1px solid #d0d7de;padding-bottom:4px;margin-top:28px}"
-            ".narrative{background:#f6f8fa;padding:4px 16px;border-radius:6px}"
-            "svg{max-width:100%;height:auto}code{background:#f6f8fa}</style></head><body>"
-            f"<h1>{escape(title)}</h1><p>{nav}</p>{body}"
-            "<p><small>Generated by keepstep from the run's stored state. No model responses, "
-            "source texts or keys are included.</small></p></body></html>\n")
 
 
 # -- verification --------------------------------------------------------------------------
@@ -433,12 +329,15 @@ class BundleReport(BaseModel):
         return "\n".join(lines)
 
 
-def _reader(path: Path) -> tuple[list[str], Any]:
+@contextmanager
+def _opened(path: Path) -> Iterator[tuple[list[str], Callable[[str], bytes]]]:
+    """(file names, read(name) -> bytes) of a bundle folder or zip."""
     if path.is_dir():
         names = [p.relative_to(path).as_posix() for p in sorted(path.rglob("*")) if p.is_file()]
-        return names, lambda rel: (path / rel).read_bytes()
-    zf = zipfile.ZipFile(path)
-    return [n for n in zf.namelist() if not n.endswith("/")], zf.read
+        yield names, lambda rel: (path / rel).read_bytes()
+        return
+    with zipfile.ZipFile(path) as zf:
+        yield [n for n in zf.namelist() if not n.endswith("/")], zf.read
 
 
 def verify_bundle(path: str | Path) -> BundleReport:
@@ -450,19 +349,25 @@ def verify_bundle(path: str | Path) -> BundleReport:
         report.problems.append("no such file or folder")
         return report
     try:
-        names, read = _reader(path)
+        with _opened(path) as (names, read):
+            _check(report, names, read)
     except zipfile.BadZipFile:
         report.problems.append("not a folder and not a zip file")
-        return report
+    report.ok = not (report.missing or report.changed or report.unlisted or report.secrets
+                     or report.problems)
+    return report
+
+
+def _check(report: BundleReport, names: list[str], read: Callable[[str], bytes]) -> None:
     if MANIFEST not in names:
         report.problems.append("manifest.json is missing")
-        return report
+        return
     try:
         manifest = json.loads(read(MANIFEST))
         files = {f["path"]: f for f in manifest["files"]}
     except (ValueError, KeyError, TypeError) as exc:
         report.problems.append(f"manifest.json is unreadable: {exc}")
-        return report
+        return
     if manifest.get("format") != BUNDLE_FORMAT:
         report.problems.append(f"unknown bundle format {manifest.get('format')!r}")
     present = set(names)
@@ -490,14 +395,12 @@ def verify_bundle(path: str | Path) -> BundleReport:
         rel = row.get("bundle_path")
         if rel and rel in files and files[rel].get("sha256") != row.get("sha256"):
             report.problems.append(f"{rel} does not have the committed artifact's sha256")
-    report.ok = not (report.missing or report.changed or report.unlisted or report.secrets
-                     or report.problems)
-    return report
 
 
-def bundle_files(path: str | Path) -> Iterable[str]:
+def bundle_files(path: str | Path) -> list[str]:
     """The file names inside a bundle (folder or zip)."""
-    return _reader(Path(path))[0]
+    with _opened(Path(path)) as (names, _read):
+        return names
 
 
 __all__ = ["BUNDLE_FORMAT", "BundleReport", "FileProblem", "bundle_files", "export_handover",

@@ -59,18 +59,24 @@ and left as it is; a matching rule adds units (``also``) or re-walks over every 
 (``widen_to = "downstream_all_edges"``); units reached only that way say "widened by rule …".
 
 Cost: the adjacency is built once per plan (``PlanIndex``; pass one to reuse it), and a walk
-visits only what it reaches and those units' outgoing edges. Listing ``reused`` is one pass over
-the plan. The dry run with cost estimates (``preview``) is in ``engine.explain``.
+visits only what it reaches and those units' outgoing edges. A walk keeps plain dicts of strings
+(each unit's parent and the edge type into it), which the garbage collector does not track. A
+unit's ``Explanation`` is built when ``affected`` / ``pending_affected`` is read at that unit
+(its other routes in are then read back from the index), and kept. Building ~5 GC-tracked
+pydantic objects per reached unit up front made a root change on a 10,000-unit plan spend more
+time in GC pauses than in the walk. Listing ``reused`` is one pass over the plan. The dry run
+with cost estimates (``preview``) is in ``engine.explain``.
 """
 
 from __future__ import annotations
 
 import fnmatch
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer
 
 from .changes import Change, ChangeKind
 from .errors import ConfigError
@@ -100,6 +106,17 @@ class PlanIndex:
                 self.dependents.setdefault(d.unit, []).append((u.id, d.edge.value))
             for ref in dict.fromkeys(u.inputs):
                 self.readers.setdefault(ref, []).append(u.id)
+
+    @cached_property
+    def in_edges(self) -> dict[str, list[tuple[str, str]]]:
+        """unit -> (dependency, edge) for each of its incoming edges: grouped by dependency in
+        plan order, a dependency's edges in the order the unit declares them. Built on first
+        use (only explanations need it)."""
+        out: dict[str, list[tuple[str, str]]] = {}
+        for uid in self.ids:
+            for dep, edge in self.dependents.get(uid, ()):
+                out.setdefault(dep, []).append((uid, edge))
+        return out
 
 
 class HighRiskRule(BaseModel):
@@ -160,11 +177,174 @@ def parse_rules(rules: Iterable[Mapping[str, Any] | HighRiskRule],
     return out
 
 
-class InvalidationResult(BaseModel):
-    """What a set of changes reaches. Dicts and lists are in plan order."""
+# -- the walk -------------------------------------------------------------------------------
 
-    affected: dict[str, list[Explanation]]  # succeeded -> becomes invalidated
-    pending_affected: dict[str, list[Explanation]] = Field(default_factory=dict)
+Start = tuple[str, str | None, str]  # (unit, edge of the first hop or None for the origin, via)
+
+
+class _Walk:
+    """One breadth-first walk of one change, kept as dicts of strings.
+
+    ``parent`` maps each reached unit, in the order reached, to the unit its path comes from
+    (None for a start) and ``edge`` to the type of that hop (None for the origin unit itself).
+    A start's routes in are in ``via``. The other routes in are not recorded: they are the
+    unit's incoming edges of a followed type from reached units, which ``explanation(uid)``
+    lists in the order the walk came through them (the order it reached their sources). Steps
+    are built once per unit and shared between paths.
+    """
+
+    __slots__ = ("kind", "origin", "note", "follow", "_ix", "parent", "edge", "via", "_rank",
+                 "_steps")
+
+    def __init__(self, ix: PlanIndex, change: Change, follow: frozenset[str], note: str) -> None:
+        self.kind, self.origin, self.note = change.kind.value, change.origin, note
+        self.follow, self._ix = follow, ix
+        self.parent: dict[str, str | None] = {}
+        self.edge: dict[str, str | None] = {}
+        self.via: dict[str, tuple[str, ...]] = {}  # a start -> "origin [edge]" for each entry
+        self._rank: dict[str, int] | None = None
+        self._steps: dict[str, ExplanationStep | None] = {}  # the last step of a unit's path
+
+    def _routes(self, uid: str) -> list[str]:
+        """Every route the change came into ``uid`` by, the path's first."""
+        if self._rank is None:
+            self._rank = {u: i for i, u in enumerate(self.parent)}
+        rank, follow = self._rank, self.follow
+        hops = sorted(((dep, edge) for dep, edge in self._ix.in_edges.get(uid, ())
+                       if edge in follow and dep in rank), key=lambda hop: rank[hop[0]])
+        return [*self.via.get(uid, ()), *(f"{dep} [{edge}]" for dep, edge in hops)]
+
+    def _path(self, uid: str) -> list[ExplanationStep]:
+        """The steps from the origin to ``uid`` (none for the origin unit itself)."""
+        path: list[ExplanationStep] = []
+        u: str | None = uid
+        while u is not None:
+            up, edge = self.parent[u], self.edge[u]
+            if u not in self._steps:
+                self._steps[u] = None if edge is None else ExplanationStep(
+                    source=self.origin if up is None else f"unit:{up}", target=f"unit:{u}",
+                    edge=edge)
+            step = self._steps[u]
+            if step is not None:
+                path.append(step)
+            u = up
+        path.reverse()
+        return path
+
+    def explanation(self, uid: str) -> Explanation:
+        text = self.note
+        also = list(dict.fromkeys(self._routes(uid)))[1:]
+        if also:
+            text = f"{text}; also via {', '.join(also)}"
+        return Explanation(change_kind=self.kind, origin=self.origin, path=self._path(uid),
+                           note=text)
+
+
+def _walk(ix: PlanIndex, change: Change, starts: list[Start], follow: frozenset[str],
+          note: str) -> _Walk:
+    """Breadth-first from ``starts`` over edges whose type is in ``follow``.
+
+    The first route into a unit is its path (fewest hops, ties by plan order); every other
+    edge the change came in by is kept for the note ("also via U33 [content]"). A start with
+    no edge is the origin unit itself (empty path).
+    """
+    walk = _Walk(ix, change, follow, note)
+    parent, edge_in, vias = walk.parent, walk.edge, walk.via
+    order = ix.order
+    for uid, edge, via in starts:
+        if uid in order:
+            if uid not in parent:
+                parent[uid] = None
+                edge_in[uid] = edge
+            # Tuples of strings: the collector stops tracking them at its first look.
+            vias[uid] = (*vias.get(uid, ()), f"{via} [{edge}]")
+    queue = deque(parent)
+    dependents = ix.dependents
+    while queue:
+        uid = queue.popleft()
+        for dep, edge in dependents.get(uid, ()):
+            if edge in follow and dep not in parent:
+                parent[dep] = uid
+                edge_in[dep] = edge
+                queue.append(dep)
+    return walk
+
+
+class _Reach:
+    """The walks of one ``invalidate`` call and each reached unit's explanations, built on
+    first request and then kept (so repeated reads return the same list)."""
+
+    __slots__ = ("_walks", "_owners", "_built")
+
+    def __init__(self, walks: list[tuple[_Walk, _Walk | None]]) -> None:
+        # (walk, the default walk of the same change when the walk is a rule's widening: a unit
+        # the default reaches is explained by the default only). Defaults come first.
+        self._walks = walks
+        self._owners: dict[str, list[_Walk]] | None = None
+        self._built: dict[str, list[Explanation]] = {}
+
+    def units(self) -> Mapping[str, Any]:
+        """Every reached unit (keys only; in no particular order)."""
+        if len(self._walks) == 1:
+            return self._walks[0][0].parent
+        out: dict[str, Any] = {}
+        for walk, _ in self._walks:
+            out.update(walk.parent)
+        return out
+
+    def explanations(self, uid: str) -> list[Explanation]:
+        built = self._built.get(uid)
+        if built is None:
+            if len(self._walks) == 1:
+                owners = [self._walks[0][0]]
+            else:
+                if self._owners is None:
+                    index: dict[str, list[_Walk]] = {}
+                    for walk, default in self._walks:
+                        for u in walk.parent:
+                            if default is None or u not in default.parent:
+                                index.setdefault(u, []).append(walk)
+                    self._owners = index
+                owners = self._owners[uid]
+            built = self._built[uid] = [w.explanation(uid) for w in owners]
+        return built
+
+
+class _Explanations(Mapping[str, list[Explanation]]):
+    """unit -> its explanations, in plan order; a unit's list is built when first read."""
+
+    __slots__ = ("_units", "_reach")
+
+    def __init__(self, units: dict[str, None], reach: _Reach) -> None:
+        self._units, self._reach = units, reach
+
+    def __getitem__(self, uid: str) -> list[Explanation]:
+        if uid not in self._units:
+            raise KeyError(uid)
+        return self._reach.explanations(uid)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._units)
+
+    def __len__(self) -> int:
+        return len(self._units)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._units
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+
+class InvalidationResult(BaseModel):
+    """What a set of changes reaches, in plan order.
+
+    ``affected`` and ``pending_affected`` are read-only mappings unit -> explanations; each
+    unit's explanations are built when first read (``model_dump`` reads them all).
+    """
+
+    affected: Mapping[str, list[Explanation]]  # succeeded -> becomes invalidated
+    pending_affected: Mapping[str, list[Explanation]] = Field(default_factory=dict)
     reused: list[str] = Field(default_factory=list)
     changes: list[Change] = Field(default_factory=list)
 
@@ -172,64 +352,10 @@ class InvalidationResult(BaseModel):
     def redo(self) -> list[str]:
         return list(self.affected) + list(self.pending_affected)
 
-
-# -- the walk -------------------------------------------------------------------------------
-
-Start = tuple[str, str | None, str]  # (unit, edge of the first hop or None for the origin, via)
-
-
-def _walk(ix: PlanIndex, change: Change, starts: list[Start], follow: frozenset[str],
-          note: str) -> dict[str, list[Explanation]]:
-    """Breadth-first from ``starts`` over edges whose type is in ``follow``: one explanation
-    per reached unit.
-
-    The first route into a unit is its path (fewest hops, ties by plan order); every other
-    edge the change came in by is named in the note ("also via U33 [content]"). A start with
-    no edge is the origin unit itself (empty path). Steps are shared between paths, never
-    mutated; only one step object is made per reached unit.
-    """
-    canon: dict[str, list[ExplanationStep]] = {}
-    first: dict[str, str] = {}  # unit -> "U12 [content]", the route its path takes
-    extra: dict[str, list[str]] = {}  # unit -> every other route in (strings: no GC tracking)
-    queue: deque[str] = deque()
-    for uid, edge, via in starts:
-        if uid not in ix.order:
-            continue
-        if uid in canon:
-            extra.setdefault(uid, []).append(f"{via} [{edge}]")
-            continue
-        canon[uid] = [] if edge is None else [
-            ExplanationStep(source=change.origin, target=f"unit:{uid}", edge=edge)]
-        first[uid] = f"{via} [{edge}]"
-        queue.append(uid)
-    dependents = ix.dependents
-    while queue:
-        uid = queue.popleft()
-        base, src = canon[uid], f"unit:{uid}"
-        for dep, edge in dependents.get(uid, ()):
-            if edge not in follow:
-                continue
-            if dep in canon:
-                more = extra.get(dep)
-                if more is None:
-                    extra[dep] = [f"{uid} [{edge}]"]
-                else:
-                    more.append(f"{uid} [{edge}]")
-            else:
-                canon[dep] = [*base, ExplanationStep(source=src, target=f"unit:{dep}", edge=edge)]
-                first[dep] = f"{uid} [{edge}]"
-                queue.append(dep)
-    kind, origin = change.kind.value, change.origin
-    out = {}
-    for uid, path in canon.items():
-        text = note
-        more = extra.get(uid)
-        if more:
-            also = [x for x in dict.fromkeys(more) if x != first[uid]]
-            if also:
-                text = f"{note}; also via {', '.join(also)}"
-        out[uid] = [Explanation(change_kind=kind, origin=origin, path=path, note=text)]
-    return out
+    @field_serializer("affected", "pending_affected")
+    def _dump_explanations(self, value: Mapping[str, list[Explanation]],
+                           ) -> dict[str, list[Explanation]]:
+        return dict(value.items())
 
 
 def _entry_refs(change: Change, source_groups: Mapping[str, str]) -> list[str]:
@@ -244,15 +370,15 @@ def _entry_refs(change: Change, source_groups: Mapping[str, str]) -> list[str]:
 
 
 def _default_reach(ix: PlanIndex, change: Change, source_groups: Mapping[str, str],
-                   follow: frozenset[str] | None = None, note: str | None = None,
-                   ) -> dict[str, list[Explanation]]:
+                   follow: frozenset[str] | None = None, note: str | None = None) -> _Walk:
     t = change.edge.value
     redone = follow or frozenset({EdgeType.content.value, EdgeType.presentation.value, t})
     note = change.detail if note is None else note
     if change.is_unit_origin:
         uid = change.origin.split(":", 1)[1]
         if uid not in ix.order:
-            return {}  # a removed unit: its dependents carry their own dependency changes
+            # a removed unit: its dependents carry their own dependency changes
+            return _walk(ix, change, [], redone, note)
         if change.kind in _REDONE_ORIGIN:
             return _walk(ix, change, [(uid, None, change.origin)], redone, note)
         hop = follow or ({t, EdgeType.presentation.value} if t == EdgeType.content.value
@@ -266,8 +392,9 @@ def _default_reach(ix: PlanIndex, change: Change, source_groups: Mapping[str, st
 
 
 def _widened(ix: PlanIndex, change: Change, rules: list[HighRiskRule],
-             source_groups: Mapping[str, str]) -> dict[str, list[Explanation]]:
-    out: dict[str, list[Explanation]] = {}
+             source_groups: Mapping[str, str]) -> list[_Walk]:
+    """The rules' walks for ``change``, in rule order (``widen_to`` before ``also``)."""
+    out = []
     t = change.edge.value
     for n, rule in enumerate(rules, start=1):
         if not rule.matches(change):
@@ -275,15 +402,11 @@ def _widened(ix: PlanIndex, change: Change, rules: list[HighRiskRule],
         note = rule.describe(n)
         follow = _ALL_EDGES if rule.widen_to else frozenset(
             {EdgeType.content.value, EdgeType.presentation.value, t})
-        parts = []
         if rule.widen_to:
-            parts.append(_default_reach(ix, change, source_groups, follow=_ALL_EDGES, note=note))
+            out.append(_default_reach(ix, change, source_groups, follow=_ALL_EDGES, note=note))
         if rule.also:
-            starts: list[Start] = [(uid, RULE_EDGE, change.origin) for uid in rule.also]
-            parts.append(_walk(ix, change, starts, follow, note))
-        for part in parts:
-            for uid, exps in part.items():
-                out.setdefault(uid, []).extend(exps)
+            starts = [(uid, RULE_EDGE, change.origin) for uid in rule.also]
+            out.append(_walk(ix, change, starts, follow, note))
     return out
 
 
@@ -305,30 +428,30 @@ def invalidate(
     ix = index or PlanIndex(plan)
     rules = parse_rules(high_risk_rules, plan)
     groups = source_groups or {}
-    reached: dict[str, list[Explanation]] = {}
-    widened: dict[str, list[Explanation]] = {}
+    defaults: list[tuple[_Walk, _Walk | None]] = []
+    widened: list[tuple[_Walk, _Walk | None]] = []
     for change in changes:
         if change.cosmetic:
             continue
         default = _default_reach(ix, change, groups)
-        for uid, exps in default.items():
-            reached.setdefault(uid, []).extend(exps)
-        if rules:
-            for uid, exps in _widened(ix, change, rules, groups).items():
-                if uid not in default:  # widen, never narrow or re-explain the default
-                    widened.setdefault(uid, []).extend(exps)
-    for uid, exps in widened.items():  # after every default explanation, which stay as they are
-        reached.setdefault(uid, []).extend(exps)
-    affected: dict[str, list[Explanation]] = {}
-    pending: dict[str, list[Explanation]] = {}
-    for uid in sorted(reached, key=ix.order.__getitem__):
-        rec = records.get(uid)
-        target = affected if rec is not None and rec.state == UnitState.succeeded else pending
-        target[uid] = reached[uid]
-    reused = [uid for uid in ix.ids if uid not in affected
-              and (rec := records.get(uid)) is not None and rec.state == UnitState.succeeded]
-    return InvalidationResult.model_construct(affected=affected, pending_affected=pending,
-                                              reused=reused, changes=list(changes))
+        defaults.append((default, None))
+        if rules:  # widen, never narrow or re-explain the default
+            widened += [(walk, default) for walk in _widened(ix, change, rules, groups)]
+    # Every default explanation first, left as it is; the rules' after them.
+    reach = _Reach(defaults + widened)
+    reached = reach.units()
+    succeeded, get = UnitState.succeeded, records.get
+    # Plan order: sorting is cheaper when few units are reached, one pass when many are.
+    ordered = (sorted(reached, key=ix.order.__getitem__) if len(reached) * 8 < len(ix.ids)
+               else [uid for uid in ix.ids if uid in reached])
+    affected = dict.fromkeys([uid for uid in ordered
+                              if (rec := get(uid)) is not None and rec.state == succeeded])
+    pending = dict.fromkeys([uid for uid in ordered if uid not in affected])
+    reused = [uid for uid in ix.ids if uid not in reached
+              and (rec := get(uid)) is not None and rec.state == succeeded]
+    return InvalidationResult.model_construct(
+        affected=_Explanations(affected, reach), pending_affected=_Explanations(pending, reach),
+        reused=reused, changes=list(changes))
 
 
 def downstream_of(plan: Plan, unit_ids: Iterable[str], *, index: PlanIndex | None = None,

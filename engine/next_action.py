@@ -21,7 +21,8 @@ def _cmd(status: Any, verb: str, rest: str = "") -> str:
 def next_action(status: Any, decision: Decision) -> str:
     resume = _cmd(status, "resume")
     if decision.kind == DecisionKind.done:
-        return f"done: export the handover ({_cmd(status, 'handover')})"
+        return (f"done: export the handover "
+                f"({_cmd(status, 'handover', f'--out handover-{status.run_id}.zip')})")
     if decision.kind == DecisionKind.claim:
         return f"resume: {decision.unit} is ready ({resume})"
     if decision.kind == DecisionKind.waiting:

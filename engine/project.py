@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from keepstep.storage import EventIn, NotFound, SQLiteStore
+from keepstep.storage import ArtifactImmutable, EventIn, NotFound, SQLiteStore, StorageError
 from keepstep.storage.hashing import file_sha256
 
 from .errors import KeepstepError, ProjectError
@@ -35,7 +35,7 @@ PROMPT_VERSION = "prompts-1"
 DECISION_KINDS = (
     "decision.plan_change", "decision.input_change", "decision.budget_raise",
     "decision.takeover", "approval.decided", "approval.revoked", "decision.repair",
-    "recovery.done",
+    "recovery.done", "decision.recovery_reset",
 )
 
 
@@ -110,12 +110,14 @@ class Project:
         """Create a run at plan-v1 / in-v1 from the project files as they are now."""
         snapshot = snapshot_sources(self.root, self.files.sources)
         plan_blob = (self.root / "plan.toml").read_bytes()
-        entry = self.store.artifacts.stage(
-            run_id, "_plan/v1", "plan.toml", plan_blob, media_type="application/toml",
-            producer_version=PRODUCER_VERSION, created_at=_iso(self.clock()),
-        ) if not (self.store.artifacts.attempt_dir(run_id, "_plan/v1") / "plan.toml").exists() \
-            else None
-        plan_path = entry.path if entry else f"{run_id}/_plan/v1/plan.toml"
+        if not (self.store.artifacts.attempt_dir(run_id, "_plan/v1") / "plan.toml").exists():
+            try:
+                self.store.artifacts.stage(
+                    run_id, "_plan/v1", "plan.toml", plan_blob, media_type="application/toml",
+                    producer_version=PRODUCER_VERSION, created_at=_iso(self.clock()))
+            except (ArtifactImmutable, FileNotFoundError):
+                pass  # another front end is starting this run and staged the same file
+        plan_path = f"{run_id}/_plan/v1/plan.toml"
         initial = {
             "plan": plan_state(1, self.files, plan_path, template_hashes(self.root)),
             "inputs": inputs_state(1, snapshot),
@@ -142,8 +144,14 @@ class Project:
         return Run(self, run_id, branch_id)
 
     def open_or_start(self, run_id: str, branch_id: str = "main") -> Run:
-        return self.run(run_id, branch_id) if self.store.run_exists(run_id) else \
-            self.start_run(run_id, branch_id=branch_id)
+        if self.store.run_exists(run_id):
+            return self.run(run_id, branch_id)
+        try:
+            return self.start_run(run_id, branch_id=branch_id)
+        except StorageError:
+            if not self.store.run_exists(run_id):
+                raise
+            return self.run(run_id, branch_id)  # another front end started it first
 
     def restart(self, run_id: str, new_run_id: str) -> Run:
         """A new business task: a new run id from the current files; the old run is kept."""
@@ -202,6 +210,14 @@ class Run:
 
     @property
     def plan(self) -> Plan:
+        """The plan the run works to: the recorded plan with a takeover's narrowed scope
+        applied (dropped units are not required final; see engine.takeover.scoped_plan)."""
+        from .takeover import scoped_plan
+
+        return scoped_plan(self, self.recorded_plan)
+
+    @property
+    def recorded_plan(self) -> Plan:
         """The plan the run is at (the stored snapshot), not the file being edited."""
         info = self.plan_info
         path = self.store.artifacts.root / info.get("snapshot_path", "")
@@ -314,6 +330,14 @@ class Run:
         from .budget import raise_budget
 
         return raise_budget(self, reason=reason, who=who, limits=limits)
+
+    def reset_recovery(self, *, reason: str, who: str = "user") -> None:
+        """Close recovery's circuit breaker after a person looked (a recorded decision);
+        the next resume runs recovery again from the start."""
+        if not reason.strip():
+            raise KeepstepError("a recovery reset needs a reason", hint="pass --reason '...'")
+        self.store.append_event(self.run_id, "decision.recovery_reset", branch_id=self.branch_id,
+                                payload={"who": who, "reason": reason})
 
     def branch(self, at_version: int, branch_id: str) -> Run:
         self.store.fork_branch(self.run_id, self.branch_id, at_version, branch_id)

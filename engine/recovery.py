@@ -13,6 +13,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
@@ -66,6 +67,16 @@ def _owner_dead(owner: str) -> bool:
             return fh.read().split(")")[-1].split()[0] == "Z"
     except OSError:
         return False
+
+
+# An attempt that ended with no outcome recorded (its executor died or was fenced).
+_ENDED_UNSEEN = ("claimed", "staged", "fenced")
+_IN_FLIGHT = ("claimed", "staged")
+
+
+def _sealed(directory: str) -> bool:
+    files = [f for f in Path(directory).rglob("*") if f.is_file()]
+    return bool(files) and not any(f.stat().st_mode & 0o222 for f in files)
 
 
 def _ts(iso: str) -> float:
@@ -212,11 +223,23 @@ class Recovery:
                     reason="owner process is gone"):
                 self.report.fenced.append(lease.attempt_id)
         for orphan in store.orphaned_attempts(run.run_id):
+            # The scan read the manifest and the leases before walking the folders, so
+            # re-read the attempt: it may have committed, or been claimed, meanwhile.
             att = store.get_attempt(run.run_id, orphan.attempt_id)
-            if att is not None and att.status == "orphaned":
+            status = att.status if att is not None else None
+            if status in ("orphaned", "committed") or (status in _IN_FLIGHT and any(
+                    le.attempt_id == orphan.attempt_id and le.expires_at > store.now()
+                    for le in store.leases(run.run_id))):
                 continue
-            store.set_attempt_status(run.run_id, orphan.attempt_id, "orphaned",
-                                     message="files staged but never committed; quarantined")
+            if status in _ENDED_UNSEEN:
+                if not store.set_attempt_status(
+                        run.run_id, orphan.attempt_id, "orphaned", only_if=_ENDED_UNSEEN,
+                        message="files staged but never committed; quarantined"):
+                    continue
+            elif _sealed(orphan.directory):
+                # A failed/timed-out/blocked attempt keeps its status (retry bounds count
+                # it); being read-only says it was quarantined already.
+                continue
             store.artifacts.seal_dir(orphan.directory)
             self.report.orphans.append(orphan.attempt_id)
             self._event("orphan", attempt=orphan.attempt_id, files=orphan.files,
@@ -329,7 +352,7 @@ def detect(run: Run) -> Detected:
     changes = detect_changes(
         old_inputs=old_inputs, new_snapshot=snapshot,
         old_contract_fields=old_plan_info.get("contract_fields", {}),
-        new_contract=files.contract, old_plan=run.plan, new_plan=files.plan,
+        new_contract=files.contract, old_plan=run.recorded_plan, new_plan=files.plan,
         old_templates=old_plan_info.get("templates", {}), new_templates=templates,
         old_versions=run.versions, new_versions=run.project.versions(),
     )

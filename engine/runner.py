@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from .project import Run
 
 RETRYABLE_OUTCOMES = ("failed", "timed_out")
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 
 
 class RunLoop:
@@ -140,7 +142,9 @@ class RunLoop:
         ctx = ExecContext(
             store=store, run_id=run.run_id, branch_id=run.branch_id, plan=plan,
             plan_n=run.plan_n, unit=unit, claim=claim, files=run.project.files,
-            snapshot=run.snapshot, records=facts.records, gateway=run.gateway(),
+            snapshot=run.snapshot, records=facts.records,
+            # A replay answers from the recorded calls: no model client is even built.
+            gateway=run.gateway() if self.replay is None else None,
             model=run.model_for(unit), api_base=run.project.files.config.api_base,
             replay=self.replay, cancel=self.cancel, lease_lost=lease_lost,
             deadline=started + unit.timeout_minutes * 60, clock=run.clock,
@@ -191,6 +195,19 @@ class RunLoop:
             store.release_lease(run.run_id, run.branch_id, unit.id, claim.fencing_token)
             store.set_unit_status(run.run_id, run.branch_id, unit.id, status, reason, details,
                                   attempt_id=aid)
+            return AttemptResult(unit.id, aid, "blocked", reason)
+        except OSError as exc:
+            if exc.errno not in DISK_FULL_ERRNOS:
+                raise
+            # A full disk is not the unit's fault and a retry cannot help until a person
+            # frees space: block it (the partial file stays an orphan, never promoted).
+            reason = (f"storage: the disk is full ({errno.errorcode[exc.errno]}) while "
+                      f"{unit.id} was staging its output")
+            store.set_attempt_status(run.run_id, aid, "blocked", error_class="storage",
+                                     message=reason)
+            store.release_lease(run.run_id, run.branch_id, unit.id, claim.fencing_token)
+            store.set_unit_status(run.run_id, run.branch_id, unit.id, "blocked", reason,
+                                  {"kind": "storage"}, attempt_id=aid)
             return AttemptResult(unit.id, aid, "blocked", reason)
         except UnitTimedOut as exc:
             return self._fail(claim, unit, "timed_out", str(exc).splitlines()[0], "timeout")

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from .decide import DecisionKind, decide, ready_units
+from .decide import Decision, DecisionKind, decide, ready_units
 from .state import UnitState, counts
 
 if TYPE_CHECKING:
@@ -50,7 +50,20 @@ class RunStatus(BaseModel):
         return status_html(self)
 
 
-def _alerts(run: Run, facts: Any, last_commit_ts: float | None, decision_kind: str) -> list[dict]:
+# Alerts and recovery outcomes are about now. The events table has no index by kind, so
+# "the newest event of kind X" scans back through the whole history; status reads only the
+# newest RECENT_EVENTS events instead, which keeps it flat as the history grows.
+RECENT_EVENTS = 5000
+
+
+def recent_after(run: Run) -> int:
+    """The ``after_seq`` that limits an events query to the newest RECENT_EVENTS."""
+    newest = run.store.events(run.run_id, newest_first=True, limit=1)
+    return max(0, newest[0].seq - RECENT_EVENTS) if newest else 0
+
+
+def _alerts(run: Run, facts: Any, last_commit_ts: float | None, decision_kind: str,
+            after_seq: int = 0) -> list[dict]:
     policy = run.project.files.config.policy
     out: list[dict[str, Any]] = []
     if decision_kind != DecisionKind.done and last_commit_ts is not None and \
@@ -63,12 +76,25 @@ def _alerts(run: Run, facts: Any, last_commit_ts: float | None, decision_kind: s
                         "message": f"{lease.unit}'s lease is renewed but its progress has not "
                         f"moved for {int(lease.renewed_at - lease.progress_at)} s"})
     for ev in run.store.events(run.run_id, branch_id=run.branch_id, kind_prefix="alert.",
-                               newest_first=True, limit=20):
+                               after_seq=after_seq, newest_first=True, limit=20):
         out.append({"kind": ev.kind.removeprefix("alert."), "unit": ev.unit, **ev.payload,
                     "ts": ev.ts})
     if decision_kind == DecisionKind.blocked:
         out.append({"kind": "nothing_ready", "message": "nothing is ready but the run is not done"})
     return out
+
+
+def recovery_stop(run: Run, after_seq: int | None = None) -> str | None:
+    """Why the newest recovery stopped (failed, blocked, breaker open), unless a later one
+    finished or a person reset it: a run whose recovery stopped must not read "resume".
+    (A stopped recovery ends its session, so its outcome is among the newest events.)"""
+    evs = run.store.events(run.run_id, branch_id=run.branch_id, kinds=[
+        "recovery.done", "recovery.failed", "recovery.blocked", "decision.recovery_reset"],
+        after_seq=recent_after(run) if after_seq is None else after_seq,
+        newest_first=True, limit=1)
+    if not evs or evs[0].kind in ("recovery.done", "decision.recovery_reset"):
+        return None
+    return str(evs[0].payload.get("reason") or "recovery stopped")
 
 
 def run_status(run: Run) -> RunStatus:
@@ -81,6 +107,11 @@ def run_status(run: Run) -> RunStatus:
     head = store.get_head(run.run_id, run.branch_id)
     ready = ready_units(plan, facts)
     decision = decide(plan, facts)
+    after_seq = recent_after(run)
+    stopped = recovery_stop(run, after_seq)
+    if stopped is not None:
+        decision = Decision(kind=DecisionKind.blocked, ready=decision.ready,
+                            reasons=[f"recovery stopped: {stopped}", *decision.reasons])
     attempts = store.attempts(run.run_id)
     by_unit: dict[str, list] = {}
     for a in attempts:
@@ -126,12 +157,15 @@ def run_status(run: Run) -> RunStatus:
         pending_approvals=pending_approvals(run),
         external_unknown=[e.model_dump(mode="json") if hasattr(e, "model_dump") else dict(e)
                           for e in effects],
-        alerts=_alerts(run, facts, last_ts, decision.kind.value),
+        alerts=_alerts(run, facts, last_ts, decision.kind.value, after_seq),
         next_action="", decision=decision.kind.value, reasons=decision.reasons,
         last_commit_at=last[0].created_at if last else None,
         progress_pct=round(100.0 * c["current"] / max(1, len(plan.units)), 1),
     )
     status.next_action = next_action(status, decision)
+    if stopped is not None:
+        status.alerts.insert(0, {"kind": "recovery_stopped", "message": stopped})
+        status.next_action = f"recovery stopped: {stopped}"
     return status
 
 

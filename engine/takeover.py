@@ -13,7 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
+from .changes import Change, ChangeKind
 from .errors import KeepstepError
+from .invalidation import InvalidationResult, invalidate
+from .plan import EdgeType
 
 if TYPE_CHECKING:
     from .plan import Plan
@@ -91,5 +94,124 @@ def mark_for_expert(run: Run, unit: str, note: str = "", *, who: str = "user") -
                               {"kind": "expert", "note": note})
 
 
-__all__ = ["EXPERT_REASON", "OUT_OF_SCOPE_REASON", "TAKEOVER_ACTIONS", "mark_for_expert",
-           "narrow_scope", "out_of_scope", "record_takeover", "scope_of"]
+# -- narrowed scope as the engine sees it -------------------------------------------------------
+
+def narrowed_scope(run: Run) -> tuple[set[str], set[str]]:
+    """(kept, dropped) from the branch's ``narrow_scope`` decisions, applied oldest first.
+
+    ``dropped``: units a narrowing held back, less any a later retry or rerun released;
+    ``kept``: the units a narrowing kept (the run's finals from then on). Both are empty
+    when the scope was never narrowed.
+    """
+    kept: set[str] = set()
+    dropped: set[str] = set()
+    for event in run.store.events(run.run_id, branch_id=run.branch_id,
+                                  kinds=["decision.takeover"]):
+        action = event.payload.get("action")
+        if action == "narrow_scope":
+            new_drop = set(event.payload.get("dropped", []))
+            new_keep = set(event.payload.get("keep", []))
+            dropped = (dropped | new_drop) - new_keep
+            kept = (kept - new_drop) | new_keep
+        elif action in ("retry", "rerun") and event.unit:
+            dropped.discard(event.unit)
+    return kept, dropped
+
+
+def dropped_units(run: Run) -> set[str]:
+    """Units a takeover dropped from the run's required scope (see ``narrowed_scope``)."""
+    return narrowed_scope(run)[1]
+
+
+def scoped_plan(run: Run, plan: Plan) -> Plan:
+    """``plan`` with the run's narrowed scope applied: a dropped unit is not required final,
+    a kept unit is. The same plan when the scope was never narrowed, so change detection —
+    which compares the plan as recorded — never sees a narrowing as a plan edit."""
+    kept, dropped = narrowed_scope(run)
+    if not kept and not dropped:
+        return plan
+    units = [u.model_copy(update={"required_final": (u.required_final or u.id in kept)
+                                  and u.id not in dropped}) for u in plan.units]
+    return plan.model_copy(update={"units": units})
+
+
+# -- rerun -------------------------------------------------------------------------------------
+
+RERUN = "rerun"
+
+
+def rerun_change(unit: str, who: str, note: str = "") -> Change:
+    """The change a rerun of ``unit`` stands for: the unit is redone and whatever uses its
+    content (content and presentation edges, transitively) is redone after it."""
+    detail = f"rerun of {unit} chosen at a takeover by {who}" + (f": {note}" if note else "")
+    return Change(kind=ChangeKind.unit_definition, origin=f"unit:{unit}", edge=EdgeType.content,
+                  detail=detail, plan_level=False)
+
+
+def rerun_invalidation(run: Run, unit: str, *, who: str = "user",
+                       note: str = "") -> InvalidationResult:
+    """What a rerun of ``unit`` invalidates (nothing is written). Explanations are labelled
+    ``rerun``: origin unit → edges → unit."""
+    plan = run.plan
+    _check_units(plan, [unit])
+    result = invalidate(plan, [rerun_change(unit, who, note)], run.facts_records())
+    relabel = {uid: [e.model_copy(update={"change_kind": RERUN}) for e in exps]
+               for uid, exps in result.affected.items()}
+    pending = {uid: [e.model_copy(update={"change_kind": RERUN}) for e in exps]
+               for uid, exps in result.pending_affected.items()}
+    return result.model_copy(update={"affected": relabel, "pending_affected": pending})
+
+
+def rerun_unit(run: Run, unit: str, *, who: str = "user", note: str = "") -> list[str]:
+    """Run ``unit`` again at the next resume; returns the units invalidated.
+
+    A current unit is invalidated with what uses its content, in one checkpoint commit (kind
+    ``takeover``) carrying the ``decision.takeover`` event; early cut-off keeps a dependent
+    current when the new output is byte-identical. A blocked, failed or held-back unit is
+    released (its runtime status cleared). Refuses a unit blocked by the budget: that needs
+    a budget decision first.
+    """
+    from keepstep.storage import CheckpointConflict, EventIn
+
+    from .state import UnitState, unit_key
+
+    _check_units(run.plan, [unit])
+    status = run.store.unit_statuses(run.run_id, run.branch_id).get(unit)
+    if status is not None and status.details.get("kind") == "budget":
+        raise KeepstepError(f"{unit} is blocked by the budget",
+                            hint="raise the limit with `keepstep budget raise` first")
+    for _ in range(20):
+        head = run.head()
+        records = run.facts_records()
+        result = rerun_invalidation(run, unit, who=who, note=note)
+        affected = [u for u in result.affected if records[u].state == UnitState.succeeded]
+        event = EventIn(kind="decision.takeover", unit=unit, payload={
+            "action": RERUN, "who": who, "note": note, "invalidated": affected})
+        if not affected:
+            run.store.append_event(run.run_id, event.kind, branch_id=run.branch_id, unit=unit,
+                                   payload=event.payload)
+            break
+        delta: dict[str, Any] = {
+            unit_key(u): records[u].model_copy(update={
+                "state": UnitState.invalidated,
+                "explanations": result.affected[u]}).model_dump(mode="json")
+            for u in affected}
+        delta["budget"] = run.store.get_budget(run.run_id, run.branch_id).used
+        try:
+            run.store.commit_checkpoint(run.run_id, run.branch_id, head.version, delta,
+                                        kind="takeover", unit=unit, events=[event])
+            break
+        except CheckpointConflict:
+            continue  # another executor committed meanwhile: recompute from the new head
+    else:
+        raise KeepstepError(f"the run kept moving; {unit} was not marked for a rerun",
+                            hint="stop the running executor, then try again")
+    if status is not None:
+        run.store.clear_unit_status(run.run_id, run.branch_id, unit)
+    return affected
+
+
+__all__ = ["EXPERT_REASON", "OUT_OF_SCOPE_REASON", "RERUN", "TAKEOVER_ACTIONS",
+           "dropped_units", "mark_for_expert", "narrow_scope", "narrowed_scope",
+           "out_of_scope", "record_takeover", "rerun_change", "rerun_invalidation",
+           "rerun_unit", "scope_of", "scoped_plan"]

@@ -79,6 +79,21 @@ def current_deliverables(run: Run) -> list[dict[str, Any]]:
     return rows
 
 
+EFFECT_FIELDS = ("key", "unit", "attempt", "action", "adapter", "status", "remote_id",
+                 "updated_at")
+
+
+def effect_rows(run: Run) -> list[dict[str, Any]]:
+    """The side-effect ledger of the run's branch, oldest first: one row per external action
+    (idempotency key, unit, attempt, action, adapter, status, remote id, last change).
+    ``status`` is intent, committed, unknown, failed, compensated or compensation-intent;
+    an intent without a receipt is ``unknown`` until recovery or a person settles it."""
+    return [{"key": e.idem_key, "unit": e.unit, "attempt": e.attempt_id, "action": e.action,
+             "adapter": e.adapter, "status": e.status, "remote_id": e.remote_id,
+             "updated_at": e.updated_at}
+            for e in run.store.effects(run.run_id, branch_id=run.branch_id)]
+
+
 def explain_run_unit(run: Run, unit_id: str) -> Any:
     """``engine.explain.explain_unit`` with the run's facts, call ledger and approvals loaded."""
     from .approvals import approval_applies
@@ -115,5 +130,5 @@ def preview_run(run: Run) -> Any:
                    source_groups=found.source_groups)
 
 
-__all__ = ["backup_state", "current_deliverables", "explain_run_unit", "input_snapshots",
-           "preview_run", "verify_run_chain"]
+__all__ = ["EFFECT_FIELDS", "backup_state", "current_deliverables", "effect_rows",
+           "explain_run_unit", "input_snapshots", "preview_run", "verify_run_chain"]

@@ -44,14 +44,16 @@ from .models import (
 )
 from .retention import GcItem, GcReport, gc
 from .schema import SCHEMA_VERSION
+from .sqlite_ledgers import ApprovalRecord, ApprovalRefused, EffectRecord
 from .sqlite_store import BudgetLimitReached, LeaseHeld, SQLiteStore
 from .store import Store
 
 __all__ = [
-    "SCHEMA_VERSION", "ArtifactEntry", "ArtifactImmutable", "ArtifactProblem", "ArtifactStore",
-    "Attempt", "BackupReport", "Baseline", "Budget", "BudgetLimitReached", "ChainBroken",
-    "ChainProblem", "ChainReport", "Checkpoint", "CheckpointConflict", "Claim",
-    "CommitOutcomeUnknown", "CorruptDatabase", "Event", "EventIn", "GcItem", "GcReport", "Head",
+    "SCHEMA_VERSION", "ApprovalRecord", "ApprovalRefused", "ArtifactEntry", "ArtifactImmutable",
+    "ArtifactProblem", "ArtifactStore", "Attempt", "BackupReport", "Baseline", "Budget",
+    "BudgetLimitReached", "ChainBroken", "ChainProblem", "ChainReport", "Checkpoint",
+    "CheckpointConflict", "Claim", "CommitOutcomeUnknown", "CorruptDatabase", "EffectRecord",
+    "Event", "EventIn", "GcItem", "GcReport", "Head",
     "Lease", "LeaseHeld", "ModelCall", "NotFound", "OrphanAttempt", "RestoreRefused",
     "RestoreReport", "SQLiteStore", "SchemaMigrationFailed", "SchemaTooNew", "StaleFencingToken",
     "Store", "StorageBusy", "StorageError", "UnitStatus", "UnsafeArtifactName", "backup",

@@ -149,7 +149,7 @@ class ArtifactStore:
         if not new_entries and os.path.lexists(target):
             raise ArtifactImmutable(f"{target} already exists")
         tmp = target + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         try:
             view = memoryview(data)
             while view:

@@ -119,7 +119,7 @@ def read_schema_version(path: Path) -> tuple[int, list[str]]:
 
 
 def _backup(path: Path, found: int) -> Path:
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S%f")
     target = path.with_name(f"{path.name}.v{found}-{stamp}.bak")
     src = sqlite3.connect(str(path))
     dst = sqlite3.connect(str(target))
@@ -153,7 +153,8 @@ def open_database(path: Path, *, synchronous: str = "FULL") -> tuple[Database, P
         if found > SCHEMA_VERSION or unknown:
             raise SchemaTooNew(
                 f"{path} has schema version {found} but this keepstep supports up to "
-                f"{SCHEMA_VERSION}" + (f" (unknown migrations: {', '.join(unknown)})" if unknown else "")
+                f"{SCHEMA_VERSION}"
+                + (f" (unknown migrations: {', '.join(unknown)})" if unknown else "")
             )
         if 0 < found < SCHEMA_VERSION:
             backup = _backup(path, found)

@@ -67,7 +67,7 @@ class BudgetLimitReached(StorageError):
 
 
 def _iso(ts: float) -> str:
-    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat(timespec="microseconds")
+    return _dt.datetime.fromtimestamp(ts, _dt.UTC).isoformat(timespec="microseconds")
 
 
 _HASHED_FIELDS = (
@@ -207,7 +207,7 @@ class SQLiteStore(ApprovalsAndEffectsMixin):
         try:
             cur = self.db.conn.execute(sql, list(params))
             cols = [c[0] for c in cur.description] if cur.description else []
-            return [dict(zip(cols, r)) for r in cur.fetchall()]
+            return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
         except sqlite3.Error as exc:
             raise storage_error(exc, "reading the database") from exc
 
@@ -750,7 +750,8 @@ class SQLiteStore(ApprovalsAndEffectsMixin):
             )
             conn.execute(
                 "INSERT INTO leases (run_id, branch_id, unit, attempt_id, owner, fencing_token, "
-                "expires_at, renewed_at, progress, progress_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+                "expires_at, renewed_at, progress, progress_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
                 [run_id, branch_id, unit, attempt_id, owner, token, expires, now, now],
             )
             conn.execute(
@@ -798,7 +799,8 @@ class SQLiteStore(ApprovalsAndEffectsMixin):
                 [run_id, branch_id, unit],
             )
             if lease is None or lease["fencing_token"] != fencing_token:
-                raise StaleFencingToken(f"{run_id}/{unit}: lease with token {fencing_token} is gone")
+                raise StaleFencingToken(
+                    f"{run_id}/{unit}: lease with token {fencing_token} is gone")
             moved = progress is not None and progress != lease["progress"]
             db.conn.execute(
                 "UPDATE leases SET expires_at = ?, renewed_at = ?, progress = ?, progress_at = ? "
@@ -963,7 +965,8 @@ class SQLiteStore(ApprovalsAndEffectsMixin):
             cur = db.conn.execute(
                 "INSERT INTO events (run_id, branch_id, ts, kind, unit, attempt_id, payload) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [run_id, branch_id, ts, kind, unit, attempt_id, canonical_json(dict(payload or {}))],
+                [run_id, branch_id, ts, kind, unit, attempt_id,
+                 canonical_json(dict(payload or {}))],
             )
             return cur.lastrowid
 

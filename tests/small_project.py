@@ -86,9 +86,10 @@ def small_units(groups: tuple[str, ...] = GROUPS) -> list[dict[str, Any]]:
 
 def write_plan(root: Path, units: list[dict[str, Any]], *,
                deliverables: list[str] | None = None) -> None:
-    doc = {"plan": {"title": "small keepstep test plan",
-                    "deliverables": deliverables if deliverables is not None else
-                    ["evidence-table.csv"]},
+    if deliverables is None:
+        deliverables = [o for o in ("evidence-table.csv",)
+                        if any(o in u.get("outputs", []) for u in units)]
+    doc = {"plan": {"title": "small keepstep test plan", "deliverables": deliverables},
            "unit": units}
     (root / "plan.toml").write_text(tomli_w.dumps(doc), encoding="utf-8")
 

@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from keepstep.storage import ArtifactImmutable, ArtifactStore, UnsafeArtifactName, safe_name
 
 RUN = "ME-042"
@@ -100,3 +101,54 @@ def test_staging_creates_nested_directories_and_leaves_no_tmp(artifacts: Artifac
     assert not list(directory.rglob("*.tmp"))
     listed = list(artifacts.attempt_dirs(RUN))
     assert listed == [("U07", ATTEMPT, directory, ["a/b/c/deep.json"])]
+
+
+@pytest.fixture
+def synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every directory fsynced by the artifact store, in order (as absolute paths)."""
+    from keepstep.storage import artifacts as artifacts_module
+
+    calls: list[str] = []
+    real = artifacts_module.fsync_dir
+
+    def record(path) -> None:
+        calls.append(str(path))
+        real(path)
+
+    monkeypatch.setattr(artifacts_module, "fsync_dir", record)
+    return calls
+
+
+def test_prepare_units_creates_unit_folders_with_one_fsync(
+    artifacts: ArtifactStore, synced: list[str]
+) -> None:
+    """Unit folders are made once, durably (one fsync of the run folder); a repeat is free."""
+    artifacts.root.mkdir(parents=True)
+    assert artifacts.prepare_units(RUN, ["U01", "U02", "U01"]) == ["U01", "U02"]
+    run_dir = artifacts.root / RUN
+    assert sorted(p.name for p in run_dir.iterdir()) == ["U01", "U02"]
+    assert synced == [str(artifacts.root), str(run_dir)]
+    synced.clear()
+    assert artifacts.prepare_units(RUN, ["U01", "U02"]) == [] and synced == []
+    with pytest.raises(UnsafeArtifactName):
+        artifacts.prepare_units(RUN, ["../U03"])
+
+
+def test_staging_syncs_every_folder_it_created_before_returning(
+    artifacts: ArtifactStore, synced: list[str]
+) -> None:
+    """With the unit folder prepared, staging syncs the attempt folder and the unit folder;
+    without it, the run folder too — the file's folder always first."""
+    artifacts.prepare_units(RUN, ["U07"])
+    synced.clear()
+    _stage(artifacts, "a.json")
+    attempt = artifacts.attempt_dir(RUN, ATTEMPT)
+    assert synced == [str(attempt), str(attempt.parent)]
+    synced.clear()
+    _stage(artifacts, "b.json")  # the attempt folder exists now: only it changes
+    assert synced == [str(attempt)]
+    synced.clear()
+    _stage(artifacts, "c.json", attempt="U08/a1")  # a unit nobody prepared
+    fresh = artifacts.attempt_dir(RUN, "U08/a1")
+    assert synced == [str(fresh), str(fresh.parent), str(fresh.parent.parent)]
+    assert (fresh / "c.json").read_bytes() == b"{}"

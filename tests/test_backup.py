@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from keepstep.engine import open_project
 from keepstep.engine.maintenance import backup_project, restore_project
 from keepstep.storage import RestoreRefused, StorageError, backup, restore

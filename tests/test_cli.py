@@ -437,3 +437,24 @@ def test_ctrl_c_sets_cancel_and_reports_cancelled() -> None:
     previous = signal.getsignal(signal.SIGINT)
     assert drive(action, quiet=True) == (None, True)
     assert signal.getsignal(signal.SIGINT) is previous
+
+
+def test_no_arguments_inside_a_project_opens_the_tui(project: Path, monkeypatch) -> None:
+    """`keepstep` alone inside a project builds the TUI with make_app(root) and runs it."""
+    import keepstep.app.tui as tui
+
+    opened: list[tuple[Path, str | None]] = []
+
+    class FakeApp:
+        def __init__(self, root: Path, run_id: str | None) -> None:
+            self.args = (Path(root), run_id)
+
+        def run(self) -> None:
+            opened.append(self.args)
+
+    monkeypatch.setattr(tui, "make_app", FakeApp)
+    monkeypatch.chdir(project)
+    assert invoke().exit_code == 0
+    assert invoke("tui", project, "--run", "R1").exit_code == 0
+    assert [(p.resolve(), r) for p, r in opened] == [(project.resolve(), None),
+                                                     (project.resolve(), "R1")]

@@ -82,11 +82,13 @@ def test_paused_executor_is_fenced_out_after_takeover(tmp_path: Path) -> None:
     """A SIGSTOPped worker whose lease expired cannot commit after another executor took the
     unit over: its attempt is fenced and its output an orphan; the unit is committed once."""
     root = make_small_project(tmp_path / "small")
+    with open_project(root) as p:
+        p.start_run(RUN)
     paused = start_worker(root, executor_id="paused:1:p", lease_seconds=0.5)
     store = SQLiteStore(root / ".keepstep")
     try:
-        wait_for(lambda: store.run_exists(RUN) and store.calls(RUN, unit="U03"), timeout=60,
-                 interval=0.005)
+        # Its first model call is reserved, then litellm loads (seconds): pause it there.
+        wait_for(lambda: store.calls(RUN, unit="U03"), timeout=60, interval=0.005)
         os.kill(paused.pid, signal.SIGSTOP)
         lease = wait_for(lambda: store.leases(RUN))[0]
         assert lease.attempt_id == "U03/a1"

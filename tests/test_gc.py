@@ -1,4 +1,4 @@
-"""gc: never a current artifact or a referenced one; orphans and old attempts go after the window."""
+"""gc: never a current or referenced artifact; orphans and old attempts go after the window."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from keepstep.engine import open_project
 from keepstep.engine.maintenance import gc_project
 from keepstep.storage import EventIn, SQLiteStore, gc

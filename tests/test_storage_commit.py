@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from keepstep.storage import (
     ArtifactEntry,
     BudgetLimitReached,
@@ -350,3 +351,36 @@ def test_fork_branch_verifies_and_keeps_the_budget_used(run_store: SQLiteStore) 
     # Budgets then move independently.
     run_store.add_usage(RUN, {"tokens": 1}, branch_id="alt")
     assert run_store.get_budget(RUN).used["tokens"] == 100
+
+
+def test_claim_and_commit_each_take_exactly_one_transaction(run_store: SQLiteStore) -> None:
+    """claim and commit_checkpoint each run one BEGIN IMMEDIATE … COMMIT, nothing more."""
+    statements: list[str] = []
+    conn = run_store.db.conn
+    conn.set_trace_callback(statements.append)
+    try:
+        claim, entry = _claim_and_stage(run_store, "U1")
+        claimed = list(statements)
+        statements.clear()
+        _commit(run_store, claim, entry)
+    finally:
+        conn.set_trace_callback(None)
+    for trace in (claimed, statements):
+        assert [s for s in trace if s.split()[0] in ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT",
+                                                      "RELEASE")] == ["BEGIN IMMEDIATE", "COMMIT"]
+    assert run_store.verify_chain(RUN).ok
+
+
+def test_commit_hashes_match_the_reference_encoding_for_awkward_values(
+    run_store: SQLiteStore,
+) -> None:
+    """Deltas with unicode, quotes, nesting, floats and deletions still verify (the commit
+    encodes each value once; verification re-encodes from scratch)."""
+    deltas = [
+        {"unit:U1": {"b": [1, 2.5, "é\"x"], "a": None}, "ü": "line\nbreak", "z": 1e300},
+        {"unit:U1": None, 'k"ey': {"fencing_token": ',"fencing_token":'}, "n": -0.0},
+    ]
+    for v, delta in enumerate(deltas):
+        run_store.commit_checkpoint(RUN, "main", v, delta, unit="U1", attempt_id='a"1')
+    assert run_store.verify_chain(RUN).ok and run_store.verify_head(RUN).ok
+    assert run_store.get_checkpoint(RUN, 2).delta == deltas[1]

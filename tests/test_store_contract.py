@@ -10,7 +10,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
 from keepstep.storage import (
+    ApprovalRefused,
     BudgetLimitReached,
     CheckpointConflict,
     EventIn,
@@ -274,3 +276,186 @@ def test_a_branch_has_its_own_head_over_shared_history(run: Store) -> None:
     assert run.verify_chain(RUN, "alt").ok and run.verify_chain(RUN).ok
     with pytest.raises(StorageError):
         run.fork_branch(RUN, "main", 1, "alt")
+
+
+# -- approvals ------------------------------------------------------------------------------
+def _request(store: Store, request_id: str = "req-1", *, gate: str = "audience",
+             token_hash: str | None = "t" * 64, expires: float | None = None,
+             retire: dict[str, str] | None = None):
+    return store.create_approval_request(
+        request_id=request_id, run_id=RUN, branch_id="main", gate_id=gate, unit="U1",
+        question="Confirm the audience", options=[{"label": "product team"}],
+        bound_object={"plan_n": 1, "contract_hash": "c" * 64}, token_hash=token_hash,
+        token_expires_at=expires, retire=retire)
+
+
+def test_an_approval_is_requested_decided_once_and_revoked(run: Store, clock: FakeClock) -> None:
+    """A request is decided once (with an event); a decided one can be revoked, once."""
+    req = _request(run, token_hash=None)
+    assert (req.status, req.gate_id, req.options) == ("requested", "audience",
+                                                      [{"label": "product team"}])
+    assert run.get_approval("req-1") == req and run.get_approval("nope") is None
+    assert [a.request_id for a in run.approvals(RUN, gate_id="audience",
+                                                statuses=["requested"])] == ["req-1"]
+    assert run.approvals(RUN, branch_id="other") == []
+    decided = run.decide_approval(RUN, "audience", "req-1", choice="product team",
+                                  decided_by="ana", scope="run", expires_at=None,
+                                  bound_object=req.bound_object, now=clock.t)
+    assert (decided.status, decided.choice, decided.decided_by) == ("decided", "product team",
+                                                                    "ana")
+    event = run.events(RUN, kinds=["approval.decided"])[-1]
+    assert (event.payload["request_id"], event.payload["via"]) == ("req-1", "direct")
+    with pytest.raises(ApprovalRefused) as again:
+        run.decide_approval(RUN, "audience", "req-1", choice="other", decided_by="bo",
+                            scope="run", expires_at=None, bound_object={}, now=clock.t)
+    assert again.value.code == "not-open"
+    assert run.get_approval("req-1").choice == "product team"
+    revoked = run.revoke_approval("req-1", who="ana", reason="wrong audience", now=clock.t)
+    assert (revoked.status, revoked.revoked_by, revoked.revoke_reason) == (
+        "revoked", "ana", "wrong audience")
+    assert run.events(RUN, kinds=["approval.revoked"])[-1].payload["reason"] == "wrong audience"
+    with pytest.raises(ApprovalRefused) as twice:
+        run.revoke_approval("req-1", who="ana", reason="again", now=clock.t)
+    assert twice.value.code == "not-decided"
+
+
+def test_deciding_an_unknown_or_foreign_request_is_refused(run: Store, clock: FakeClock) -> None:
+    """A request id that does not exist, or belongs to another gate, raises 'no-request'."""
+    _request(run, token_hash=None)
+    for gate, request_id in (("audience", "nope"), ("other-gate", "req-1")):
+        with pytest.raises(ApprovalRefused) as info:
+            run.decide_approval(RUN, gate, request_id, choice="x", decided_by="a", scope="run",
+                                expires_at=None, bound_object={}, now=clock.t)
+        assert info.value.code == "no-request"
+    with pytest.raises(ApprovalRefused) as revoke:
+        run.revoke_approval("nope", who="a", reason="r", now=clock.t)
+    assert revoke.value.code == "no-request"
+    assert run.get_approval("req-1").status == "requested"
+
+
+def test_a_new_request_retires_older_ones_in_the_same_step(run: Store) -> None:
+    """retire= supersedes or expires older open rows atomically, each with an event."""
+    _request(run, "req-1", token_hash=None)
+    _request(run, "req-2", token_hash=None)
+    _request(run, "req-3", token_hash=None, retire={"req-1": "superseded", "req-2": "expired"})
+    assert [(a.request_id, a.status) for a in run.approvals(RUN)] == [
+        ("req-1", "superseded"), ("req-2", "expired"), ("req-3", "requested")]
+    assert [e.payload["replaced_by"] for e in run.events(RUN, kind_prefix="approval.")
+            if e.kind in ("approval.superseded", "approval.expired")] == ["req-3", "req-3"]
+    with pytest.raises(StorageError):
+        _request(run, "req-4", token_hash=None, retire={"req-3": "decided"})
+    assert run.get_approval("req-4") is None
+    assert run.get_approval("req-3").status == "requested"
+
+
+def test_a_resume_token_is_single_use_bound_to_its_run_and_gate_and_expires(
+    run: Store, clock: FakeClock
+) -> None:
+    """check_resume_token predicts what consume does; a token works once, before expiry."""
+    token = "a" * 64
+    _request(run, token_hash=token, expires=clock.t + 60)
+    assert run.approval_by_token_hash(token).request_id == "req-1"
+    assert run.approval_by_token_hash("b" * 64) is None
+    assert run.check_resume_token(token, RUN, "audience", clock.t) is None
+    assert run.check_resume_token(token, RUN, "other", clock.t) == "token-other"
+    assert run.check_resume_token(token, "other-run", "audience", clock.t) == "token-other"
+    assert run.check_resume_token("b" * 64, RUN, "audience", clock.t) == "token-unknown"
+    assert run.check_resume_token(token, RUN, "audience", clock.t + 60) == "token-expired"
+    used = run.consume_resume_token(token, RUN, "audience", clock.t)
+    assert used.token_used_at == clock.t and used.status == "requested"
+    assert run.events(RUN, kinds=["approval.token_used"])[-1].payload["request_id"] == "req-1"
+    with pytest.raises(ApprovalRefused) as again:
+        run.consume_resume_token(token, RUN, "audience", clock.t)
+    assert again.value.code == "token-used"
+    assert run.check_resume_token(token, RUN, "audience", clock.t) == "token-used"
+
+
+def test_deciding_with_a_token_uses_it_in_the_same_step(run: Store, clock: FakeClock) -> None:
+    """A decision given with the request's token consumes it; a used or foreign token
+    refuses the decision and writes nothing."""
+    _request(run, "req-1", gate="audience", token_hash="a" * 64, expires=clock.t + 60)
+    _request(run, "req-2", gate="scope", token_hash="b" * 64, expires=clock.t + 60)
+    with pytest.raises(ApprovalRefused) as foreign:
+        run.decide_approval(RUN, "audience", "req-1", choice="x", decided_by="a", scope="run",
+                            expires_at=None, bound_object={}, now=clock.t, token_hash="b" * 64)
+    assert foreign.value.code == "token-other"
+    assert run.get_approval("req-1").status == "requested"
+    assert run.get_approval("req-2").token_used_at is None
+    decided = run.decide_approval(RUN, "audience", "req-1", choice="product team",
+                                  decided_by="link", scope="run", expires_at=clock.t + 3600,
+                                  bound_object={"plan_n": 1}, now=clock.t, token_hash="a" * 64)
+    assert (decided.status, decided.token_used_at, decided.expires_at) == (
+        "decided", clock.t, clock.t + 3600)
+    assert run.events(RUN, kinds=["approval.decided"])[-1].payload["via"] == "resume-token"
+
+
+# -- the side-effect ledger -------------------------------------------------------------------
+def _intent(store: Store, key: str = "k-1", *, unit: str = "U1", token: int | None = None,
+            compensates: str | None = None, detail: dict | None = None):
+    return store.record_effect_intent(
+        idem_key=key, run_id=RUN, branch_id="main", unit=unit, attempt_id=f"{unit}/a1",
+        action="notify", adapter="webhook", request_hash="h-" + key, fencing_token=token,
+        plan_n=1, compensates=compensates, detail=detail or {"request": {"to": "team"}})
+
+
+def test_an_effect_intent_is_recorded_once_per_key(run: Store) -> None:
+    """The first intent for a key is created with an event; a repeat returns it unchanged."""
+    row, created = _intent(run)
+    assert created and (row.status, row.idem_key, row.plan_n) == ("intent", "k-1", 1)
+    again, created_again = _intent(run, detail={"request": {"to": "someone else"}})
+    assert not created_again and again == row
+    assert run.get_effect("k-1") == row and run.get_effect("nope") is None
+    assert [e.payload["key"] for e in run.events(RUN, kinds=["effect.intent"])] == ["k-1"]
+    _intent(run, "k-2", unit="U2")
+    assert [r.idem_key for r in run.effects(RUN)] == ["k-1", "k-2"]
+    assert [r.idem_key for r in run.effects(RUN, "intent", unit="U2")] == ["k-2"]
+    assert run.effects(RUN, ["committed", "failed"]) == []
+    assert run.effects(RUN, branch_id="other") == []
+
+
+def test_a_fenced_executor_cannot_record_an_effect_intent(run: Store, clock: FakeClock) -> None:
+    """With a fencing token, the unit's lease must still carry it; else nothing is written."""
+    old = run.claim(RUN, "main", "U1", expected_version=0, owner="a", lease_seconds=5)
+    clock.t += 10
+    new = run.claim(RUN, "main", "U1", expected_version=0, owner="b", lease_seconds=60)
+    with pytest.raises(StaleFencingToken):
+        _intent(run, token=old.fencing_token)
+    assert run.get_effect("k-1") is None
+    row, created = _intent(run, token=new.fencing_token)
+    assert created and row.fencing_token == new.fencing_token
+
+
+def test_mark_effect_moves_the_status_merges_detail_and_honours_only_if(run: Store) -> None:
+    """mark_effect records a receipt (remote id kept when not given) with its event; only_if
+    refuses a move from another status (None, nothing written)."""
+    _intent(run)
+    done = run.mark_effect("k-1", "committed", remote_id="r-9", detail={"http": 201},
+                           only_if=["intent", "unknown"],
+                           event=EventIn(kind="decision.effect", payload={"who": "ana"}))
+    assert (done.status, done.remote_id) == ("committed", "r-9")
+    assert done.detail == {"request": {"to": "team"}, "http": 201}
+    assert run.events(RUN, kinds=["effect.committed"])[-1].payload["from"] == "intent"
+    assert run.events(RUN, kinds=["decision.effect"])[-1].payload == {"who": "ana"}
+    assert run.mark_effect("k-1", "failed", only_if=["intent"]) is None
+    assert run.get_effect("k-1").status == "committed"
+    assert run.mark_effect("k-1", "unknown").remote_id == "r-9"
+    with pytest.raises(StorageError):
+        run.mark_effect("k-1", "sent")
+    with pytest.raises(NotFound):
+        run.mark_effect("nope", "committed")
+
+
+def test_a_committed_compensation_marks_its_original_compensated(run: Store) -> None:
+    """A compensation is its own ledger entry: its intent moves the original to
+    compensation-intent, its receipt to compensated; only a committed effect is compensable."""
+    _intent(run, "k-1")
+    with pytest.raises(StorageError):
+        _intent(run, "k-1-undo", compensates="k-1")
+    assert run.get_effect("k-1-undo") is None
+    run.mark_effect("k-1", "committed", remote_id="r-1")
+    comp, created = _intent(run, "k-1-undo", compensates="k-1")
+    assert created and comp.compensates == "k-1"
+    assert run.get_effect("k-1").status == "compensation-intent"
+    run.mark_effect("k-1-undo", "committed", remote_id="r-2")
+    assert run.get_effect("k-1").status == "compensated"
+    assert [e.payload["key"] for e in run.events(RUN, kinds=["effect.compensated"])] == ["k-1"]

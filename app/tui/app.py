@@ -20,6 +20,7 @@ from .screens.dashboard import DashboardScreen
 from .screens.error import ErrorModal
 
 DEFAULT_RUN_ID = "run-1"
+QUIT_WAIT_S = 60.0
 
 
 class KeepstepApp(App[None]):
@@ -37,18 +38,18 @@ class KeepstepApp(App[None]):
         self.run_id = run_id
         self.branch_id = "main"
         self.who = who or _default_who()
-        self.run: Run | None = project.run(run_id) if run_id in project.runs() else None
+        self.active_run: Run | None = project.run(run_id) if run_id in project.runs() else None
 
     # -- the run ---------------------------------------------------------------------------
     def ensure_run(self) -> Run:
         """The run being shown, started from the project files if it does not exist yet."""
-        if self.run is None:
-            self.run = self.project.open_or_start(self.run_id, self.branch_id)
-        return self.run
+        if self.active_run is None:
+            self.active_run = self.project.open_or_start(self.run_id, self.branch_id)
+        return self.active_run
 
     def switch_run(self, run: Run) -> None:
         """Show another run or branch (after a branch at a takeover)."""
-        self.run = run
+        self.active_run = run
         self.run_id, self.branch_id = run.run_id, run.branch_id
         self.dashboard.refresh_status()
 
@@ -86,6 +87,10 @@ class KeepstepApp(App[None]):
         self.exit()
 
     def on_unmount(self) -> None:
+        # Quitting mid-run: the engine stops at its next safe point before the store closes
+        # (the unit in flight, if any, is an orphan the next resume finds and redoes).
+        self.dashboard.cancel_event.set()
+        self.dashboard.engine_idle.wait(QUIT_WAIT_S)
         self.project.close()
 
 

@@ -68,7 +68,7 @@ class ApprovalModal(ModalScreen[str | None]):
             mark = "•" if n == index else " "
             lines.append(f"{mark} {option.get('label', '?')}: {option_line(option)}")
             if option.get("note"):
-                lines.append(f"    {option['note']}")
+                lines.append(f"  ↳ {option['note']}")
         self.query_one("#option-detail", Static).update("\n".join(lines))
 
     @on(RadioSet.Changed)

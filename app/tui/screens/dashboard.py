@@ -54,16 +54,16 @@ STATUS_EVERY_S = 0.3  # a full RunStatus at most this often while units commit
 
 class DashboardScreen(Screen[None]):
     BINDINGS = [
-        Binding("r", "run", "run/resume"),
+        Binding("r", "run", "run"),
         Binding("c", "cancel", "cancel"),
-        Binding("a", "approvals", "approvals"),
+        Binding("a", "approvals", "approve"),
         Binding("e", "explain", "explain"),
         Binding("t", "takeover", "takeover"),
         Binding("h", "handover", "handover"),
         Binding("s", "sources", "sources"),
         Binding("p", "plan", "plan"),
         Binding("v", "events", "events"),
-        Binding("q", "quit", "quit"),
+        Binding("q", "app.quit", "quit"),
     ]
 
     app: KeepstepApp
@@ -71,6 +71,8 @@ class DashboardScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__(id="dashboard")
         self.cancel_event = threading.Event()
+        self.engine_idle = threading.Event()  # cleared while the worker thread is in the engine
+        self.engine_idle.set()
         self.running = False
         self.status: RunStatus | None = None
         self.progress = ""
@@ -94,7 +96,18 @@ class DashboardScreen(Screen[None]):
         with Vertical(id="now-box", classes="panel") as now:
             now.border_title = "Now"
             yield Static(id="now", markup=False)
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Show `r` or `c` by whether a run is in progress, `a` only when a gate waits (the
+        footer then fits 80 columns)."""
+        if action == "run":
+            return not self.running
+        if action == "cancel":
+            return self.running
+        if action == "approvals":
+            return bool(self.status and self.status.pending_approvals) and not self.running
+        return True
 
     def on_mount(self) -> None:
         self.refresh_status()
@@ -111,7 +124,7 @@ class DashboardScreen(Screen[None]):
 
     def refresh_status(self) -> None:
         """Recompute the RunStatus from stored facts and show it (no run yet: the plan)."""
-        run = self.app.run
+        run = self.app.active_run
         if run is None:
             self.status = None
             self._show_no_run()
@@ -127,7 +140,7 @@ class DashboardScreen(Screen[None]):
         grid.set_states({})
         name = self.app.project.files.config.name
         self.query_one("#title-left", Static).update(
-            f"keepstep · {name} · run {self.app.run_id} (not started)")
+            f"{name} · run {self.app.run_id} (not started)")
         self.query_one("#title-right", Static).update("· pending")
         self.query_one("#counts", Static).update(f"· pending {len(plan.units)}")
         limits = self.app.project.files.config.budget.as_limits()
@@ -138,14 +151,15 @@ class DashboardScreen(Screen[None]):
 
     def show_status(self, status: RunStatus) -> None:
         self.status = status
-        run = self.app.run
+        self.refresh_bindings()
+        run = self.app.active_run
         phases = {u.id: u.phase for u in run.plan.units} if run else {}
         grid = self.query_one(UnitGrid)
         grid.set_units((uid, phases.get(uid, "")) for uid in status.units)
         grid.set_states({uid: view.state for uid, view in status.units.items()})
         name = self.app.project.files.config.name
         self.query_one("#title-left", Static).update(
-            f"keepstep · {name} · run {status.run_id} ({status.branch})")
+            f"{name} · run {status.run_id} ({status.branch})")
         state = "● running" if self.running else DECISION_LABELS.get(status.decision,
                                                                     status.decision)
         self.query_one("#title-right", Static).update(
@@ -201,6 +215,8 @@ class DashboardScreen(Screen[None]):
             return False
         self.cancel_event = threading.Event()
         self.running = True
+        self.engine_idle.clear()
+        self.refresh_bindings()
         self.progress = f"{label}: starting (recovery first)"
         self.refresh_status()
         self._engine(run, action, label, self.cancel_event)
@@ -229,13 +245,15 @@ class DashboardScreen(Screen[None]):
 
         try:
             status = action(run, cancel, on_event)
+            status = status if hasattr(status, "pending_approvals") else run.status()
         except RunCancelled:
             self.post_message(RunFinished(run.status(), cancelled=True, label=label))
             return
         except LeaseLost as exc:  # a BaseException on purpose; the worker only sees Exception
             raise KeepstepError(f"this executor lost its lease: {exc}",
                                 hint="another executor took the unit over; r resumes") from exc
-        status = status if hasattr(status, "pending_approvals") else run.status()
+        finally:
+            self.engine_idle.set()
         self.post_message(RunFinished(status, cancelled=cancel.is_set(), label=label))
         if status.pending_approvals and not cancel.is_set():
             self.post_message(ApprovalRequested(status.pending_approvals[0]))
@@ -271,6 +289,7 @@ class DashboardScreen(Screen[None]):
 
     def on_run_finished(self, message: RunFinished) -> None:
         self.running = False
+        self.refresh_bindings()
         self.progress = (f"{message.label} cancelled at a safe point; r resumes"
                          if message.cancelled else f"{message.label} stopped: "
                          f"{message.status.decision}")
@@ -278,6 +297,7 @@ class DashboardScreen(Screen[None]):
 
     def on_run_failed(self, message: RunFailed) -> None:
         self.running = False
+        self.refresh_bindings()
         self.progress = f"stopped with an error: {message.error.splitlines()[0]}"
         self.refresh_status()
         self.app.show_error(message.error, title=message.title, hint=message.hint)
@@ -287,7 +307,7 @@ class DashboardScreen(Screen[None]):
 
     # -- approvals ---------------------------------------------------------------------------
     def open_approval(self, request: dict[str, Any]) -> None:
-        run = self.app.run
+        run = self.app.active_run
         if run is None or isinstance(self.app.screen, ApprovalModal):
             return
         gate = next((g for g in run.plan.gates if g.id == request.get("gate")), None)
@@ -325,9 +345,9 @@ class DashboardScreen(Screen[None]):
         self.open_approval(pending[0])
 
     def _need_run(self) -> Run | None:
-        if self.app.run is None:
+        if self.app.active_run is None:
             self.notify(f"run {self.app.run_id} has not started: press r first")
-        return self.app.run
+        return self.app.active_run
 
     def action_explain(self) -> None:
         unit = self.selected_unit

@@ -29,10 +29,10 @@ class EventsScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static("Events", classes="screen-title", id="events-title", markup=False)
-        yield Input(placeholder="kind prefix, e.g. decision. or recovery (Enter)",
-                    id="events-filter")
+        yield Input(placeholder="/ filter by kind prefix, e.g. decision. or recovery",
+                    id="events-filter", compact=True)
         yield DataTable(id="events-table", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
@@ -41,7 +41,7 @@ class EventsScreen(Screen[None]):
         table.focus()
 
     def load(self) -> None:
-        run = self.app.run
+        run = self.app.active_run
         table = self.query_one(DataTable)
         table.clear()
         if run is None:

@@ -30,10 +30,10 @@ class ExplainScreen(Screen[None]):
         yield Static(f"Explain {self.unit}", classes="screen-title", markup=False)
         with VerticalScroll(id="explain-body", classes="panel"):
             yield Static(id="explanation", markup=False)
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
-        run = self.app.run
+        run = self.app.active_run
         text = "no run yet" if run is None else None
         if run is not None:
             # explain_run_unit is Run.explain with the run's approvals loaded as well.

@@ -41,11 +41,11 @@ def bundle_path(run: Run) -> Path:
 def export_bundle(app: KeepstepApp) -> Path | None:
     """Export the shown run's handover bundle; notifies and returns the path (None if not)."""
     export = handover_function("export_handover")
-    if export is None or app.run is None:
+    if export is None or app.active_run is None:
         app.notify(NOT_AVAILABLE if export is None else "no run yet", severity="warning")
         return None
-    path = app.guarded("The handover bundle was not exported", export, app.run,
-                       bundle_path(app.run))
+    path = app.guarded("The handover bundle was not exported", export, app.active_run,
+                       bundle_path(app.active_run))
     if path is not None:
         app.notify(f"handover bundle: {path}")
     return path
@@ -65,11 +65,11 @@ class NarrativeScreen(Screen[None]):
         with VerticalScroll(id="narrative-body", classes="panel"):
             yield Markdown(id="narrative")
         yield Static(id="export-path", markup=False)
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         make = handover_function("narrative")
-        run = self.app.run
+        run = self.app.active_run
         if make is None or run is None:
             text = f"_{NOT_AVAILABLE}_" if make is None else "_no run yet_"
         else:

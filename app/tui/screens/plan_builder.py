@@ -2,6 +2,7 @@
 validation messages under the form as you edit, and saving with an invalidation preview.
 
 Edits change an in-memory copy of plan.toml's Plan; validate_plan runs on every change.
+Keys work while typing in the form (ctrl+n/r/o/s: Input claims ctrl+d and ctrl+e).
 ctrl+s writes plan.toml (Plan.save) only when the plan validates, then shows what the
 change would invalidate (Run.preview()) with the choice to keep it or undo the save.
 """
@@ -63,8 +64,8 @@ class PlanBuilderScreen(Screen[None]):
     BINDINGS = [
         Binding("escape", "back", "back"),
         Binding("ctrl+n", "add_unit", "add unit"),
-        Binding("ctrl+d", "remove_unit", "remove unit"),
-        Binding("ctrl+e", "add_dependency", "add dependency"),
+        Binding("ctrl+r", "remove_unit", "remove unit"),
+        Binding("ctrl+o", "add_dependency", "add dependency"),
         Binding("ctrl+s", "save", "save"),
     ]
 
@@ -106,7 +107,7 @@ class PlanBuilderScreen(Screen[None]):
                 with VerticalScroll(id="problems-box", classes="panel") as box:
                     box.border_title = "Validation"
                     yield Static(id="problems", markup=False)
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.plan = self.app.project.files.plan.model_copy(deep=True)
@@ -137,23 +138,23 @@ class PlanBuilderScreen(Screen[None]):
             stack.extend(node.children)
         return None
 
-    def select_unit(self, unit_id: str) -> None:
+    async def select_unit(self, unit_id: str) -> None:
         """Show ``unit_id`` in the form and put the tree's cursor on it."""
         index = next((i for i, u in enumerate(self.plan.units) if u.id == unit_id), None)
         if index is None:
             return
-        self.load_form(index)
+        await self.load_form(index)
         node = self._node(index)
         if node is not None:
             self.query_one(Tree).move_cursor(node)
 
     @on(Tree.NodeHighlighted, "#plan-tree")
-    def _highlighted(self, event: Tree.NodeHighlighted) -> None:
+    async def _highlighted(self, event: Tree.NodeHighlighted) -> None:
         if event.node.data is not None and event.node.data != self.index:
-            self.load_form(event.node.data)
+            await self.load_form(event.node.data)
 
     # -- form <-> unit -----------------------------------------------------------------------
-    def load_form(self, index: int) -> None:
+    async def load_form(self, index: int) -> None:
         self.index = index
         unit = self.plan.units[index]
         gate = self.plan.gate_for(unit.id)
@@ -168,8 +169,8 @@ class PlanBuilderScreen(Screen[None]):
             self.query_one("#f-kind", Select).value = unit.kind.value
             self.query_one("#f-required", Checkbox).value = unit.required_final
             deps = self.query_one("#f-deps", Vertical)
-            deps.remove_children()
-            deps.mount_all([DependencyRow(d.unit, d.edge.value) for d in unit.depends_on])
+            await deps.remove_children()
+            await deps.mount_all([DependencyRow(d.unit, d.edge.value) for d in unit.depends_on])
         self.query_one("#unit-form").border_title = f"Unit {unit.id} · {unit.kind.value}"
 
     def _text(self, field_id: str) -> str:
@@ -310,7 +311,7 @@ class PlanBuilderScreen(Screen[None]):
             self.app.show_error(exc, title="plan.toml was not saved")
             return
         self.dirty = False
-        run = self.app.run
+        run = self.app.active_run
         if run is None:
             self.notify("saved plan.toml (no run yet: nothing to invalidate)")
             return
@@ -340,9 +341,8 @@ class PlanBuilderScreen(Screen[None]):
 
 
 def _field(field_id: str, label: str) -> ComposeResult:
-    with Horizontal(classes="field"):
-        yield Label(label, classes="field-label")
-        yield Input(compact=True, id=field_id)
+    yield Horizontal(Label(label, classes="field-label"), Input(compact=True, id=field_id),
+                     classes="field")
 
 
 def _slug(text: str) -> str:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
@@ -51,10 +51,10 @@ class SourcesScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="sources-title", classes="screen-title", markup=False)
         yield DataTable(id="sources-table", cursor_type="row", zebra_stripes=True)
-        with Vertical(id="source-detail-box", classes="panel") as box:
+        with VerticalScroll(id="source-detail-box", classes="panel") as box:
             box.border_title = "Selected source · what a change would invalidate"
             yield Static(id="source-detail", markup=False)
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.query_one(DataTable).add_columns(*COLUMNS)
@@ -63,7 +63,7 @@ class SourcesScreen(Screen[None]):
 
     # -- facts -------------------------------------------------------------------------------
     def _snapshot(self) -> tuple[str, dict[str, str]]:
-        run = self.app.run
+        run = self.app.active_run
         if run is None:
             return "", {}
         status = self.app.dashboard.status
@@ -72,7 +72,7 @@ class SourcesScreen(Screen[None]):
 
     def _compute_preview(self) -> None:
         self.preview, self.preview_note = None, ""
-        run = self.app.run
+        run = self.app.active_run
         if run is None:
             self.preview_note = f"run {self.app.run_id} has not started: no snapshot to compare"
         elif self.app.dashboard.running:
@@ -134,7 +134,7 @@ class SourcesScreen(Screen[None]):
             sha = self.hashes.get(source.id)
             lines.append(f"{source.id} · {source.title or '(no title)'} · {source.kind or 'source'}"
                          f" · group {source.group or '-'}")
-            lines.append(f"{source.path} · sha256 {sha or '(file missing)'}")
+            lines.append(f"{source.path} · sha256 {sha[:24] + '…' if sha else '(file missing)'}")
             lines.append(f"{'approved' if source.approved else 'not approved'} · "
                          f"{self.flags.get(source.id, '')}")
             affected = self._affected(source)

@@ -78,12 +78,12 @@ class TakeoverScreen(Screen[tuple[str, str] | None]):
                 with VerticalScroll(id="takeover-preview-box"):
                     yield Static(id="takeover-preview", markup=False)
                 with Horizontal(classes="buttons"):
-                    yield Button("Confirm", id="confirm", variant="warning")
+                    yield Button("Confirm", id="confirm", variant="warning", compact=True)
         yield Static(id="takeover-export", markup=False)
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
-        run = self.app.run
+        run = self.app.active_run
         head = run.head().version if run is not None else 0
         branch = run.branch_id if run is not None else "main"
         self.query_one("#takeover-title", Static).update(
@@ -122,7 +122,7 @@ class TakeoverScreen(Screen[tuple[str, str] | None]):
         self.update_preview()
 
     def update_preview(self) -> None:
-        run = self.app.run
+        run = self.app.active_run
         if run is None:
             lines = ["no run yet"]
         else:
@@ -235,7 +235,7 @@ class TakeoverScreen(Screen[tuple[str, str] | None]):
     @on(Input.Submitted)
     @on(Button.Pressed, "#confirm")
     def action_confirm(self) -> None:
-        run = self.app.run
+        run = self.app.active_run
         if run is None:
             return
         try:

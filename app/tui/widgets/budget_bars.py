@@ -11,7 +11,8 @@ from ..format import figure
 
 ORDER = ("calls", "tokens", "cost", "tool_calls", "wall_time_s", "retries", "recoveries",
          "storage_bytes")
-LABELS = {"tool_calls": "tools", "wall_time_s": "wall", "storage_bytes": "storage"}
+LABELS = {"tool_calls": "tools", "wall_time_s": "wall", "recoveries": "recover",
+          "storage_bytes": "storage"}
 SHOWN = 7  # storage is in the status and the handover; eight rows do not fit 24 lines
 
 

@@ -107,7 +107,7 @@ class UnitGrid(Widget, can_focus=True):
         return out
 
     def _label_width(self) -> int:
-        return min(12, max((len(p) for _, p in self._units), default=6) + 1)
+        return min(14, max((len(p) for _, p in self._units), default=6) + 1)
 
     def _layout(self, width: int) -> list[tuple[str, list[int]]]:
         """Lines of (phase label or '', unit indexes) wrapped to ``width``."""

@@ -1,0 +1,16 @@
+"""The TUI's screens, one per module."""
+
+from .approval import ApprovalModal
+from .dashboard import DashboardScreen
+from .error import ErrorModal
+from .events import EventsScreen
+from .explain import ExplainScreen
+from .narrative import NarrativeScreen
+from .plan_builder import PlanBuilderScreen
+from .preview import PreviewModal
+from .sources import SourcesScreen
+from .takeover import TakeoverScreen
+
+__all__ = ["ApprovalModal", "DashboardScreen", "ErrorModal", "EventsScreen", "ExplainScreen",
+           "NarrativeScreen", "PlanBuilderScreen", "PreviewModal", "SourcesScreen",
+           "TakeoverScreen"]

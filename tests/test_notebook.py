@@ -1,0 +1,132 @@
+"""Notebook face: the walkthrough runs offline to done, and the models display as HTML tables."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from keepstep.engine.display import explanation_html, preview_html, status_html
+from keepstep.engine.explain import Estimate, Preview, UnitCost, UnitExplanation
+from keepstep.engine.state import Explanation, ExplanationStep, UnitState
+from keepstep.engine.status import RunStatus, UnitView
+
+PACK = Path(__file__).resolve().parents[1] / "sample_projects" / "market-entry"
+NOTEBOOK = PACK / "walkthrough.ipynb"
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+
+@pytest.fixture(scope="session")
+def python3_kernel() -> str:
+    """A ``python3`` kernel that starts this interpreter (the venv's), installing a kernelspec
+    into the venv's prefix when none resolves."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    def resolves() -> bool:
+        try:
+            argv = KernelSpecManager().get_kernel_spec("python3").argv
+        except NoSuchKernel:
+            return False
+        # jupyter_client runs a bare "python" as sys.executable of the launching process.
+        return bool(argv) and (argv[0] in ("python", "python3") or
+                               Path(argv[0]).resolve() == Path(sys.executable).resolve())
+
+    if not resolves():
+        subprocess.run([sys.executable, "-m", "ipykernel", "install", "--sys-prefix",
+                        "--name", "python3"], check=True, capture_output=True)
+    assert resolves()
+    return "python3"
+
+
+def test_walkthrough_holds_no_stored_outputs():
+    """The committed notebook is clean: no outputs, no execution counts."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and all(c.outputs == [] and c.execution_count is None for c in code)
+
+
+def test_walkthrough_runs_offline_to_done(python3_kernel, tmp_path, monkeypatch):
+    """Executed with nbclient in the venv's kernel: no errors; the dashboard, an explanation and
+    the preview show as HTML tables; the narrative tells the run's story."""
+    monkeypatch.setenv("KEEPSTEP_WALKTHROUGH_DIR", str(tmp_path))
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("import sys; print('PREFIX=' + sys.prefix)"))
+    pack_before = sorted(p.name for p in PACK.iterdir())
+    client = nbclient.NotebookClient(nb, timeout=300, kernel_name=python3_kernel,
+                                     resources={"metadata": {"path": str(PACK)}})
+    client.execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    html = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
+    assert any('class="keepstep-status"' in h and "<table" in h and "U36" in h for h in html)
+    assert any('class="keepstep-explanation"' in h and "U28" in h for h in html)
+    assert any('class="keepstep-preview"' in h and "U27" in h for h in html)
+    markdown = [o["data"]["text/markdown"] for o in outputs if "text/markdown" in
+                o.get("data", {})]
+    assert len(markdown) == 1
+    assert "# Handover: run ME-042" in markdown[0] and "- Decision: done — " in markdown[0]
+    assert "36 of 36 current" in markdown[0]
+    assert any("image/svg+xml" in o.get("data", {}) for o in outputs)
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream"
+                   and o.get("name") == "stdout")
+    assert "done: every required final unit is current" in text
+    assert "bundle OK" in text
+    assert f"PREFIX={sys.prefix}" in text
+    assert (tmp_path / "handover" / "ME-042.zip").is_file()
+    assert sorted(p.name for p in PACK.iterdir()) == pack_before  # it worked on a copy
+
+
+def _status() -> RunStatus:
+    return RunStatus(
+        run_id="R<1>", branch="main", plan_version="plan-v1", input_version="in-v1",
+        head_version=3, checkpoint_commits=3, commits_by_kind={"unit-success": 3},
+        units={"U01": UnitView(state="succeeded", attempts=1, current_attempt="U01/a1"),
+               "U02": UnitView(state="blocked", attempts=1, current_attempt=None,
+                               reason="budget: calls 5/5 <b>")},
+        counts={"current": 1, "blocked": 1}, budget={"used": {"calls": 5.0, "cost": 0.25},
+                                                     "limits": {"calls": 5.0},
+                                                     "left": {"calls": 0.0}},
+        leases=[], pending_approvals=[{"gate": "audience", "unit": "U02", "question": "Who?",
+                                       "options": [{"label": "a"}], "token_hash": "f" * 64}],
+        external_unknown=[], alerts=[], next_action="raise the budget", decision="blocked",
+        reasons=["U02 blocked"])
+
+
+def test_status_displays_as_tables_with_escaped_values():
+    """RunStatus._repr_html_ gives tables (units, budget, approvals) and escapes every value."""
+    html = _status()._repr_html_()
+    assert html == status_html(_status())
+    assert html.count("<table") >= 4
+    assert "R&lt;1&gt;" in html and "calls 5/5 &lt;b&gt;" in html and "<b>blocked</b>" in html
+    assert "no limit" in html and "$0.25" in html and "Who?" in html
+    assert "f" * 64 not in html
+
+
+def test_preview_and_explanation_display_as_tables():
+    """Preview and UnitExplanation render their paths, reuse and figures as HTML tables."""
+    exp = Explanation(change_kind="contract_audience", origin="contract:audience",
+                      path=[ExplanationStep(source="contract:audience", target="unit:U27",
+                                            edge="audience")])
+    cost = UnitCost(unit="U27", calls=2, tokens=1500, cost=0.01)
+    preview = Preview(changes=[], invalidated={"U27": [exp]}, will_run=["U31"],
+                      reused=["U01", "U02"],
+                      estimate=Estimate(total=cost, redo=cost, first_run=UnitCost(unit="f"),
+                                        units=[cost]),
+                      summary="audience changed: reuse 2 units · redo U27")
+    html = preview._repr_html_()
+    assert html == preview_html(preview) and "<table" in html
+    assert "contract:audience → [audience] U27" in html and "U01, U02" in html
+    assert "1,500" in html and "$0.01" in html
+    explanation = UnitExplanation(unit="U27", title="S03 <audience>", kind="synthesize",
+                                  state=UnitState.invalidated, why="invalidated: because",
+                                  explanations=[exp], details=["next: waits"], attempts=1,
+                                  ledger=cost)
+    html = explanation._repr_html_()
+    assert html == explanation_html(explanation) and "<table" in html
+    assert "S03 &lt;audience&gt;" in html and "invalidated" in html and "2 calls" in html

@@ -1,0 +1,388 @@
+"""The TUI's main flows, driven headless with Textual's pilot on copies of the ME-042 pack."""
+
+from __future__ import annotations
+
+import threading
+import tomllib
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable, Markdown, Static
+from tui_support import (
+    RUN_ID,
+    WHO,
+    copy_of,
+    copy_sample,
+    gate_template,
+    make_test_app,
+    screen_text,
+    wait_for,
+)
+
+from keepstep.app.tui.screens import (
+    ApprovalModal,
+    DashboardScreen,
+    ErrorModal,
+    EventsScreen,
+    ExplainScreen,
+    NarrativeScreen,
+    PlanBuilderScreen,
+    PreviewModal,
+    SourcesScreen,
+    TakeoverScreen,
+)
+from keepstep.app.tui.widgets import UnitGrid
+from keepstep.engine import KeepstepError, open_project
+from keepstep.engine.project_files import load_sources, save_sources
+
+SIZE = (100, 30)
+
+
+@pytest.fixture(scope="session")
+def gate(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return gate_template(tmp_path_factory)
+
+
+@pytest.fixture
+def at_gate(gate: Path, tmp_path: Path) -> Path:
+    """A project whose run ME-042 waits at the audience gate (32 units current)."""
+    return copy_of(gate, tmp_path / "market-entry")
+
+
+def _approved(root: Path, source_id: str) -> bool:
+    with open(root / "sources.toml", "rb") as fh:
+        data = tomllib.load(fh)
+    return next(s["approved"] for s in data["source"] if s["id"] == source_id)
+
+
+def _set_approved(root: Path, source_id: str, approved: bool) -> None:
+    sources = load_sources(root)
+    next(s for s in sources.sources if s.id == source_id).approved = approved
+    save_sources(root, sources)
+
+
+# -- dashboard ---------------------------------------------------------------------------------
+async def test_dashboard_shows_versions_units_budget_and_the_waiting_gate(at_gate: Path) -> None:
+    """The dashboard shows run/plan/input versions, the checkpoint, states, budget, needs."""
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert isinstance(app.screen, DashboardScreen)
+        text = screen_text(app)
+        assert f"run {RUN_ID} (main)" in text
+        assert "plan-v1 · in-v1 · checkpoint 32 · ◼ blocked" in text
+        assert "✓ current 32" in text and "· pending 4" in text
+        assert "? gate audience: Confirm the audience" in text
+        assert "next   answer the approval for gate 'audience'" in text
+        grid = app.screen.query_one(UnitGrid)
+        assert grid.state_of("U01") == "succeeded" and grid.state_of("U27") == "pending"
+
+
+async def test_dashboard_fits_80_by_24_and_a_project_without_runs(tmp_path: Path) -> None:
+    """A project with no run opens at 80×24 on a 'not started' dashboard; r would start it."""
+    root = copy_sample(tmp_path / "market-entry")
+    app = make_test_app(root, run_id=None)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        text = screen_text(app)
+        assert "run run-1 (not started)" in text
+        assert "press r to start run run-1" in text
+        assert app.active_run is None
+
+
+async def test_unit_grid_moves_with_arrows_and_explain_opens(at_gate: Path) -> None:
+    """Arrow keys move the grid's cursor; e explains the selected unit from stored facts."""
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("right", "right")
+        assert app.screen.query_one(UnitGrid).selected == "U03"
+        await pilot.press("e")
+        assert isinstance(app.screen, ExplainScreen)
+        text = screen_text(app)
+        assert "U03 — Frame the research questions" in text and "succeeded" in text
+        await pilot.press("escape")
+        assert isinstance(app.screen, DashboardScreen)
+
+
+# -- running, the gate, approval -----------------------------------------------------------------
+async def test_run_stops_at_the_gate_then_the_approval_resumes_it_to_done(tmp_path: Path) -> None:
+    """r runs in the worker; the gate opens the approval modal; approving reaches done."""
+    root = copy_sample(tmp_path / "market-entry")
+    app = make_test_app(root)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        dashboard = app.screen
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ApprovalModal),
+                       what="the approval modal")
+        modal = app.screen
+        assert "Confirm the audience for the synthesis" in screen_text(app)
+        assert "Binds: plan-v1 · contract sha256:" in screen_text(app)
+        assert modal.options[modal._chosen()]["label"] == "product team"
+        assert dashboard.status.counts["current"] == 32
+        await pilot.press("y")
+        await wait_for(pilot, lambda: not dashboard.running and dashboard.status is not None
+                       and dashboard.status.decision == "done", what="the run to be done")
+        assert dashboard.status.counts["current"] == 36
+        assert "checkpoint 36 · ✓ done" in screen_text(app)
+    with open_project(root) as project:
+        decided = project.run(RUN_ID).events(kinds=["approval.decided"])
+        assert decided and decided[-1].payload.get("choice", "product team") == "product team"
+
+
+async def test_not_now_leaves_the_gate_waiting(at_gate: Path) -> None:
+    """'Not now' records nothing: the gate stays pending and the run stays blocked."""
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("a")
+        assert isinstance(app.screen, ApprovalModal)
+        await pilot.press("n")
+        assert isinstance(app.screen, DashboardScreen)
+        assert app.screen.status.pending_approvals
+
+
+async def test_an_approval_the_engine_refuses_shows_an_error(at_gate: Path) -> None:
+    """Choosing an option the contract contradicts shows the engine's error, not a crash."""
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("a", "down", "enter", "y")
+        await wait_for(pilot, lambda: isinstance(app.screen, ErrorModal), what="the error")
+        assert "would not match it" in screen_text(app)
+        await pilot.press("escape")
+        assert app.screen.status.pending_approvals
+
+
+async def test_cancel_stops_the_run_at_a_safe_point(tmp_path: Path) -> None:
+    """c sets the cancel Event: the worker returns at the next safe point, not done."""
+    release = threading.Event()
+
+    def held_run(run, cancel, on_event):  # noqa: ANN001, ANN202
+        def hold_after_each_attempt(event: dict) -> None:
+            on_event(event)
+            if event.get("kind") == "attempt":  # the offline run is faster than a key press
+                release.wait(30)
+        return run.run(cancel=cancel, on_event=hold_after_each_attempt)
+
+    root = copy_sample(tmp_path / "market-entry")
+    app = make_test_app(root)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        dashboard = app.screen
+        assert dashboard.start_engine(held_run)
+        grid = dashboard.query_one(UnitGrid)
+        await wait_for(pilot, lambda: grid.state_of("U01") == "succeeded", what="a commit")
+        await pilot.press("c")
+        assert dashboard.cancel_event.is_set()
+        release.set()
+        await wait_for(pilot, lambda: not dashboard.running, what="the cancel")
+        assert "cancelled at a safe point" in dashboard.progress
+        assert dashboard.status.decision != "done"
+        assert dashboard.status.counts["current"] == 1
+
+
+async def test_a_worker_error_becomes_the_error_modal(at_gate: Path) -> None:
+    """An exception in the engine worker is shown by the one error handler."""
+    def broken(run, cancel, on_event):  # noqa: ANN001, ANN202
+        raise KeepstepError("the store is unhappy", hint="try again later")
+
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.screen.start_engine(broken)
+        await wait_for(pilot, lambda: isinstance(app.screen, ErrorModal), what="the error")
+        assert "the store is unhappy" in screen_text(app)
+        assert "try again later" in screen_text(app)
+        assert not app.dashboard.running
+
+
+# -- sources -------------------------------------------------------------------------------------
+async def test_sources_screen_approves_a_source_and_flags_the_change(at_gate: Path) -> None:
+    """An unapproved source is flagged against the snapshot; a approves it in sources.toml."""
+    _set_approved(at_gate, "A3", False)
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("s")
+        assert isinstance(app.screen, SourcesScreen)
+        await pilot.press("down", "down")
+        text = screen_text(app)
+        assert "A3 · Utility capital expenditure outlook" in text
+        assert "revoked (in in-v1)" in text and "⚑ would invalidate" in text
+        await pilot.press("a")
+        await pilot.pause()
+        assert _approved(at_gate, "A3") is True
+        text = screen_text(app)
+        assert "48 approved" in text and "⚑ would invalidate" not in text
+        await pilot.press("space")
+        await pilot.pause()
+        assert _approved(at_gate, "A3") is False
+
+
+# -- plan builder ---------------------------------------------------------------------------------
+async def test_plan_builder_adds_a_unit_and_shows_a_dependency_cycle(at_gate: Path) -> None:
+    """A new unit depending on U36, then U01 depending on it: the cycle is named; no save."""
+    before = (at_gate / "plan.toml").read_bytes()
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("p")
+        builder = app.screen
+        assert isinstance(builder, PlanBuilderScreen)
+        await pilot.pause()
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        assert builder.plan.units[builder.index].id == "U37"
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        await pilot.press(*"U36")
+        await pilot.pause()
+        assert [d.unit for d in builder.plan.unit_map()["U37"].depends_on] == ["U36"]
+        assert builder.problems == []
+        await builder.select_unit("U01")
+        await pilot.pause()
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        await pilot.press(*"U37")
+        await pilot.pause()
+        problems = builder.query_one("#problems", Static).render()
+        assert "dependency cycle" in str(problems) and "U37" in str(problems)
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert isinstance(app.screen, ErrorModal)
+    assert (at_gate / "plan.toml").read_bytes() == before
+
+
+async def test_plan_builder_saves_then_previews_and_can_undo(at_gate: Path) -> None:
+    """ctrl+s writes plan.toml, shows what the change invalidates; undo restores the file."""
+    before = (at_gate / "plan.toml").read_bytes()
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("p")
+        builder = app.screen
+        await pilot.pause()
+        await builder.select_unit("U28")
+        await pilot.pause()
+        builder.query_one("#f-max-rounds").value = "2"
+        await pilot.pause()
+        assert builder.problems == [] and builder.plan.unit_map()["U28"].max_rounds == 2
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, PreviewModal), what="the preview")
+        assert b"max_rounds = 2" in (at_gate / "plan.toml").read_bytes()
+        text = screen_text(app)
+        assert "unit U28 changed: max_rounds" in text and "↺ U33" in text
+        await pilot.press("u")
+        await pilot.pause()
+    assert (at_gate / "plan.toml").read_bytes() == before
+
+
+# -- takeover, handover, events ----------------------------------------------------------------------
+async def test_takeover_previews_each_choice_and_exports_the_handover(at_gate: Path) -> None:
+    """Each choice shows its preview; x exports the handover bundle and shows its path."""
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("t")
+        assert isinstance(app.screen, TakeoverScreen)
+        assert "Reused (32)" in screen_text(app)
+        await pilot.press("down", "down", "down")
+        assert "as branch 'main-cp32'" in screen_text(app)
+        await pilot.press("x")
+        await pilot.pause()
+        shown = str(app.screen.query_one("#takeover-export", Static).render())
+    from keepstep.app.tui.screens.narrative import NOT_AVAILABLE, handover_function
+
+    if handover_function("export_handover") is None:
+        assert NOT_AVAILABLE in shown
+    else:
+        bundle = at_gate / "handover" / f"{RUN_ID}-main"
+        assert str(bundle) in shown and bundle.is_dir()
+
+
+async def test_takeover_marks_a_unit_for_an_expert_as_a_decision(at_gate: Path) -> None:
+    """Confirming 'mark for an expert' records a decision event and blocks the unit."""
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("right", "t", *["down"] * 5)
+        assert app.screen.action == "mark_for_expert"
+        assert app.screen.query_one("#takeover-arg").value == "U02"
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert isinstance(app.screen, DashboardScreen)
+        assert app.screen.status.units["U02"].state == "blocked"
+        assert "U02 blocked: marked for an expert" in screen_text(app)
+    with open_project(at_gate) as project:
+        events = project.run(RUN_ID).events(kinds=["decision.takeover"])
+        assert events[-1].payload["action"] == "mark_for_expert" and events[-1].unit == "U02"
+        assert events[-1].payload["who"] == WHO
+
+
+async def test_takeover_branch_switches_the_dashboard_to_the_new_branch(at_gate: Path) -> None:
+    """Branching forks at the head and the dashboard then shows the branch."""
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("t", "down", "down", "down", "ctrl+r")
+        await pilot.pause()
+        assert isinstance(app.screen, DashboardScreen)
+        assert app.active_run.branch_id == "main-cp32"
+        assert f"run {RUN_ID} (main-cp32)" in screen_text(app)
+
+
+async def test_events_screen_filters_by_kind_prefix(at_gate: Path) -> None:
+    """Typing a kind prefix narrows the event table to that kind."""
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("v")
+        assert isinstance(app.screen, EventsScreen)
+        await pilot.press("slash", *"recovery.")
+        await pilot.pause()
+        table = app.screen.query_one(DataTable)
+        kinds = {table.get_row_at(i)[2] for i in range(table.row_count)}
+        assert kinds and all(k.startswith("recovery.") for k in kinds)
+
+
+async def test_narrative_screen_renders_the_handover_story(at_gate: Path) -> None:
+    """h shows the narrative generated from stored state (or says it is not available)."""
+    from keepstep.app.tui.screens.narrative import handover_function
+
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("h")
+        await pilot.pause()
+        assert isinstance(app.screen, NarrativeScreen)
+        source = app.screen.query_one(Markdown).source
+        expected = "not available" if handover_function("narrative") is None else RUN_ID
+        assert expected in source
+
+
+async def test_quitting_mid_run_stops_the_engine_before_the_store_closes(tmp_path: Path) -> None:
+    """q during a run cancels it; the app waits for the safe point, then the run resumes."""
+    release = threading.Event()
+
+    def held_run(run, cancel, on_event):  # noqa: ANN001, ANN202
+        def hold(event: dict) -> None:
+            on_event(event)
+            if event.get("kind") == "attempt":
+                release.wait(30)
+        return run.run(cancel=cancel, on_event=hold)
+
+    root = copy_sample(tmp_path / "market-entry")
+    app = make_test_app(root)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.screen.start_engine(held_run)
+        grid = app.screen.query_one(UnitGrid)
+        await wait_for(pilot, lambda: grid.state_of("U01") == "succeeded", what="a commit")
+        release.set()
+        await pilot.press("q")
+    assert app.dashboard.engine_idle.is_set()
+    with open_project(root) as project:
+        status = project.run(RUN_ID).status()
+        assert status.leases == [] and status.decision != "done"
