@@ -305,6 +305,7 @@ class Recovery:
             delta["plan"] = plan_state(n, files, f"{run.run_id}/_plan/v{n}/plan.toml", templates)
             delta["versions"] = run.project.versions()
             event_payload["plan"] = f"plan-v{n}"
+            store.artifacts.prepare_units(run.run_id, [u.id for u in files.plan.units])
             kind = "plan-change"
         elif not input_level:
             kind = "repair"  # only lost or changed artifacts: same plan, same inputs

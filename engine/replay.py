@@ -19,7 +19,10 @@ def recorded_responses(run: Run) -> dict[str, str]:
     for entry in run.store.manifest(run.run_id):
         if not entry.name.startswith("calls/"):
             continue
-        data = json.loads(run.store.artifacts.read(entry))
+        path = run.store.artifacts.path_of(entry)
+        if not path.is_file():  # removed by retention (gc): that response cannot be replayed
+            continue
+        data = json.loads(path.read_bytes())
         out.setdefault(data["request_hash"], data["content"])
     return out
 

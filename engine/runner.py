@@ -172,7 +172,6 @@ class RunLoop:
             ctx.safe_point("staged")
             crash_point("unit.after_stage")
             crash_point(f"unit.after_stage:{unit.id}")
-            store.set_attempt_status(run.run_id, aid, "staged", only_if=["claimed"])
             problems = verify_staged(store, ctx.staged)
             if problems:
                 return self._fail(claim, unit, "failed", "staged files did not verify: "

@@ -159,7 +159,7 @@ async def test_cancel_stops_the_run_at_a_safe_point(tmp_path: Path) -> None:
     """c sets the cancel Event: the worker returns at the next safe point, not done."""
     release = threading.Event()
 
-    def held_run(run, cancel, on_event):  # noqa: ANN001, ANN202
+    def held_run(run, cancel, on_event):
         def hold_after_each_attempt(event: dict) -> None:
             on_event(event)
             if event.get("kind") == "attempt":  # the offline run is faster than a key press
@@ -185,7 +185,7 @@ async def test_cancel_stops_the_run_at_a_safe_point(tmp_path: Path) -> None:
 
 async def test_a_worker_error_becomes_the_error_modal(at_gate: Path) -> None:
     """An exception in the engine worker is shown by the one error handler."""
-    def broken(run, cancel, on_event):  # noqa: ANN001, ANN202
+    def broken(run, cancel, on_event):
         raise KeepstepError("the store is unhappy", hint="try again later")
 
     app = make_test_app(at_gate)
@@ -279,7 +279,7 @@ async def test_plan_builder_saves_then_previews_and_can_undo(at_gate: Path) -> N
     assert (at_gate / "plan.toml").read_bytes() == before
 
 
-# -- takeover, handover, events ----------------------------------------------------------------------
+# -- takeover, handover, events ------------------------------------------------------------
 async def test_takeover_previews_each_choice_and_exports_the_handover(at_gate: Path) -> None:
     """Each choice shows its preview; x exports the handover bundle and shows its path."""
     app = make_test_app(at_gate)
@@ -366,7 +366,7 @@ async def test_quitting_mid_run_stops_the_engine_before_the_store_closes(tmp_pat
     """q during a run cancels it; the app waits for the safe point, then the run resumes."""
     release = threading.Event()
 
-    def held_run(run, cancel, on_event):  # noqa: ANN001, ANN202
+    def held_run(run, cancel, on_event):
         def hold(event: dict) -> None:
             on_event(event)
             if event.get("kind") == "attempt":

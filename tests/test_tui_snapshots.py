@@ -26,22 +26,22 @@ def at_gate(gate: Path, tmp_path: Path) -> Path:
     return copy_of(gate, tmp_path / "market-entry")
 
 
-def test_dashboard_snapshot(snap_compare, at_gate: Path) -> None:  # noqa: ANN001
+def test_dashboard_snapshot(snap_compare, at_gate: Path) -> None:
     """The dashboard of ME-042 waiting at the audience gate."""
     assert snap_compare(make_test_app(at_gate), terminal_size=SIZE)
 
 
-def test_approval_modal_snapshot(snap_compare, at_gate: Path) -> None:  # noqa: ANN001
+def test_approval_modal_snapshot(snap_compare, at_gate: Path) -> None:
     """The approval modal for the audience gate: options, reuse/redo, what it binds."""
     assert snap_compare(make_test_app(at_gate), press=["a"], terminal_size=SIZE)
 
 
-def test_takeover_preview_snapshot(snap_compare, at_gate: Path) -> None:  # noqa: ANN001
+def test_takeover_preview_snapshot(snap_compare, at_gate: Path) -> None:
     """The takeover page with the resume preview highlighted."""
     assert snap_compare(make_test_app(at_gate), press=["t"], terminal_size=SIZE)
 
 
-def test_dashboard_snapshot_at_80x24_light(snap_compare, at_gate: Path) -> None:  # noqa: ANN001
+def test_dashboard_snapshot_at_80x24_light(snap_compare, at_gate: Path) -> None:
     """The smallest supported terminal, in the light theme."""
     app = make_test_app(at_gate)
     app.theme = "textual-light"

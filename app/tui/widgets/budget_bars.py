@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from rich.text import Text
+from textual.geometry import Size
 from textual.widget import Widget
 
 from ..format import figure
@@ -44,7 +45,7 @@ class BudgetBars(Widget):
     def _keys(self) -> list[str]:
         return [k for k in ORDER if k in self._limits][:SHOWN]
 
-    def get_content_height(self, container, viewport, width: int) -> int:  # noqa: ANN001
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return max(1, len(self._keys()) + (1 if self.note else 0))
 
     def render(self) -> Text:

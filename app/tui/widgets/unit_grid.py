@@ -15,6 +15,7 @@ from textual import events
 from textual.binding import Binding
 from textual.message import Message
 from textual.reactive import reactive
+from textual.geometry import Size
 from textual.widget import Widget
 
 from ..format import state_symbol
@@ -118,7 +119,7 @@ class UnitGrid(Widget, can_focus=True):
                 lines.append((phase if start == 0 else "", members[start:start + per_line]))
         return lines
 
-    def get_content_height(self, container, viewport, width: int) -> int:  # noqa: ANN001
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return max(1, len(self._layout(width)))
 
     def render(self) -> Text:
