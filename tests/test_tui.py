@@ -310,6 +310,11 @@ async def test_takeover_marks_a_unit_for_an_expert_as_a_decision(at_gate: Path) 
         await pilot.press("right", "t", *["down"] * 5)
         assert app.screen.action == "mark_for_expert"
         assert app.screen.query_one("#takeover-arg").value == "U02"
+        await pilot.press("ctrl+r")  # without a note: refused, the page stays
+        await pilot.pause()
+        assert isinstance(app.screen, ErrorModal)
+        await pilot.press("escape")
+        app.screen.query_one("#takeover-note").value = "check the contract parsing"
         await pilot.press("ctrl+r")
         await pilot.pause()
         assert isinstance(app.screen, DashboardScreen)
@@ -319,6 +324,27 @@ async def test_takeover_marks_a_unit_for_an_expert_as_a_decision(at_gate: Path) 
         events = project.run(RUN_ID).events(kinds=["decision.takeover"])
         assert events[-1].payload["action"] == "mark_for_expert" and events[-1].unit == "U02"
         assert events[-1].payload["who"] == WHO
+
+
+async def test_takeover_rerun_invalidates_the_unit_and_runs_it_again(at_gate: Path) -> None:
+    """Rerunning a current unit previews what it invalidates, records it and runs it."""
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("t", "down", "down")
+        assert app.screen.action == "rerun"
+        app.screen.query_one("#takeover-arg").value = "U33"
+        await pilot.pause()
+        assert "↺ U33" in screen_text(app) and "Recorded:" in screen_text(app)
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ApprovalModal),
+                       what="the run to reach the gate again")
+        await pilot.press("n")
+    with open_project(at_gate) as project:
+        run = project.run(RUN_ID)
+        takeover = run.events(kinds=["decision.takeover"])[-1]
+        assert takeover.payload["action"] == "rerun" and takeover.unit == "U33"
+        assert run.status().units["U33"].attempts == 2
 
 
 async def test_takeover_branch_switches_the_dashboard_to_the_new_branch(at_gate: Path) -> None:

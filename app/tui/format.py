@@ -147,6 +147,30 @@ def preview_lines(preview: Any, *, limit: int = 40) -> list[str]:
     return lines
 
 
+def takeover_lines(preview: Any, *, who: str = "") -> list[str]:
+    """An engine TakeoverPreview as lines: summary, invalidated with paths, held, waiting,
+    to run, reused, estimate, notes, and what confirming records."""
+    lines = [preview.summary, ""]
+    if preview.invalidated:
+        lines.append(f"Invalidated ({len(preview.invalidated)}):")
+        for uid, explanations in preview.invalidated.items():
+            why = explanations[0].render() if explanations else "(no explanation recorded)"
+            lines.append(f"  ↺ {uid}  {why}")
+    else:
+        lines.append("Invalidated: none")
+    for label, units in (("Held back", preview.held), ("Waiting behind it", preview.waiting),
+                         ("To run", preview.to_run)):
+        if units:
+            lines.append(f"{label} ({len(units)}): {ids(units)}")
+    lines.append(f"Reused ({len(preview.reused)}): {ids(preview.reused)}")
+    est = preview.estimate
+    lines.append(f"Estimated cost: ~{est.calls} calls, ~{tokens(est.tokens)} tokens, "
+                 f"${est.cost:.2f}")
+    lines += [f"· {note}" for note in preview.notes]
+    lines += ["", f"Recorded: {preview.records}" + (f" (by {who})" if who else "")]
+    return lines
+
+
 def error_text(exc: BaseException) -> tuple[str, str]:
     """(message, hint) of an engine or storage error, without the hint repeated."""
     hint = str(getattr(exc, "hint", "") or "")
@@ -158,4 +182,4 @@ def error_text(exc: BaseException) -> tuple[str, str]:
 
 __all__ = ["DECISION_LABELS", "STATE_SYMBOLS", "ago", "bound_text", "error_text",
            "estimate_text", "expires_in", "figure", "ids", "option_line", "parse_ts",
-           "preview_lines", "state_symbol", "tokens"]
+           "preview_lines", "state_symbol", "takeover_lines", "tokens"]

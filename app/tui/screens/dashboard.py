@@ -363,10 +363,9 @@ class DashboardScreen(Screen[None]):
             return
         what, unit = outcome
         if what == "resume":
-            self.action_run()
-        elif what == "retry":
-            self.start_engine(lambda run, cancel, on_event: run.retry(
-                unit, who=self.app.who, cancel=cancel, on_event=on_event), label=f"rerun {unit}")
+            self.start_engine(lambda run, cancel, on_event: run.run(cancel=cancel,
+                                                                    on_event=on_event),
+                              label=f"rerun {unit}" if unit else "run")
         elif what == "cancel" and self.running:
             self.action_cancel()
 

@@ -2,15 +2,15 @@
 
 Left, the choices; right, for the highlighted one, what it reuses, what it invalidates
 (with paths), the estimated cost and what will be recorded. Confirming records the
-decision through the engine (engine.takeover, Run.retry, Run.branch) — never a hand edit.
-Dismisses with ("resume" | "retry" | "cancel", unit) when the dashboard must act, else None.
+decision through the engine (engine.takeover, Run.branch) — never a hand edit. The previews
+are the engine's own (engine.takeover_preview): the TUI and `keepstep takeover` agree.
+Dismisses with ("resume" | "cancel", unit) when the dashboard must act, else None.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import networkx as nx
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -20,18 +20,17 @@ from textual.widgets import Button, Footer, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from keepstep.engine.errors import KeepstepError
-from keepstep.engine.explain import estimate_costs
-from keepstep.engine.takeover import (
-    EXPERT_REASON,
-    OUT_OF_SCOPE_REASON,
-    mark_for_expert,
-    narrow_scope,
-    out_of_scope,
-    record_takeover,
-    scope_of,
+from keepstep.engine.takeover import mark_for_expert, narrow_scope, record_takeover, rerun_unit
+from keepstep.engine.takeover_preview import (
+    TakeoverPreview,
+    preview_branch,
+    preview_cancel,
+    preview_expert,
+    preview_narrow,
+    preview_rerun,
 )
 
-from ..format import ids, preview_lines, tokens
+from ..format import ids, preview_lines, takeover_lines
 from .narrative import NOT_AVAILABLE, export_bundle
 
 if TYPE_CHECKING:
@@ -46,7 +45,7 @@ CHOICES = (
     ("rerun", "Rerun a unit", "unit to run again, e.g. U21"),
     ("branch", "Branch", "new branch id"),
     ("cancel", "Cancel", ""),
-    ("mark_for_expert", "Mark for an expert", "unit an expert must look at"),
+    ("mark_for_expert", "Mark for an expert", "unit an expert must look at (note required)"),
 )
 
 
@@ -105,7 +104,7 @@ class TakeoverScreen(Screen[tuple[str, str] | None]):
         arg = self.query_one("#takeover-arg", Input)
         note = self.query_one("#takeover-note", Input)
         arg.display = bool(hint)
-        note.display = action in ("narrow_scope", "mark_for_expert", "cancel")
+        note.display = action in ("narrow_scope", "rerun", "mark_for_expert", "cancel")
         arg.placeholder = hint
         with self.prevent(Input.Changed):
             arg.value = self.default_branch if action == "branch" else \
@@ -132,33 +131,6 @@ class TakeoverScreen(Screen[tuple[str, str] | None]):
                 lines = [f"cannot preview: {exc}"]
         self.query_one("#takeover-preview", Static).update("\n".join(lines))
 
-    def _status(self, run: Run) -> Any:
-        return self.app.dashboard.status or run.status()
-
-    def _cost(self, run: Run, units: list[str]) -> str:
-        est = estimate_costs(run.plan, units, run.facts_records(), run.calls())
-        calls, toks = sum(c.calls for c in est), sum(c.tokens for c in est)
-        cost = sum(c.cost for c in est)
-        return f"~{calls} calls, ~{tokens(toks)} tokens, ${cost:.2f}"
-
-    def _current(self, run: Run) -> list[str]:
-        return [u for u, v in self._status(run).units.items() if v.state == "succeeded"]
-
-    def _recorded(self, what: str) -> str:
-        return f"Recorded: {what} (by {self.app.who})"
-
-    def _preview_resume(self, run: Run) -> list[str]:
-        if self.app.dashboard.running:
-            return ["a run is in progress: nothing to resume"]
-        preview = run.preview()
-        status = self._status(run)
-        waiting = [u for u, v in status.units.items() if v.state in ("pending", "invalidated")]
-        return ["Resume: recovery first (audit, reconcile, apply detected changes), then run "
-                "what is ready.", "", *preview_lines(preview),
-                f"Not yet run ({len(waiting)}): {ids(waiting)} · {self._cost(run, waiting)}",
-                f"Next: {status.next_action}", "",
-                self._recorded("decision.takeover action=resume, then the run's own events")]
-
     def _units_arg(self, run: Run) -> list[str]:
         units = [u for u in self._arg().replace(",", " ").split() if u]
         known = run.plan.unit_map()
@@ -168,67 +140,38 @@ class TakeoverScreen(Screen[tuple[str, str] | None]):
                                 hint="units: " + ids(known))
         return units
 
-    def _preview_narrow_scope(self, run: Run) -> list[str]:
-        units = self._units_arg(run)
-        keep = scope_of(run.plan, units)
-        dropped = out_of_scope(run, units)
-        todo = [u for u in keep if u not in self._current(run)]
-        return [f"Keep in scope ({len(keep)}): {ids(keep)}",
-                f"Reused: every current unit ({len(self._current(run))})",
-                "Invalidated: none",
-                f"Held back ({len(dropped)}, blocked '{OUT_OF_SCOPE_REASON}'): {ids(dropped)}",
-                f"Still to run in scope ({len(todo)}): {ids(todo)} · {self._cost(run, todo)}", "",
-                self._recorded(f"decision.takeover action=narrow_scope keep={' '.join(units)}, "
-                               "then a blocked status per held-back unit")]
+    def _show(self, preview: TakeoverPreview) -> list[str]:
+        return takeover_lines(preview, who=self.app.who)
 
-    def _descendants(self, run: Run, unit: str) -> list[str]:
-        return sorted(nx.descendants(run.plan.graph(), unit))
+    def _preview_resume(self, run: Run) -> list[str]:
+        if self.app.dashboard.running:
+            return ["a run is in progress: nothing to resume"]
+        status = self.app.dashboard.status or run.status()
+        waiting = [u for u, v in status.units.items() if v.state in ("pending", "invalidated")]
+        return ["Resume: recovery first (audit, reconcile, apply detected changes), then run "
+                "what is ready.", "", *preview_lines(run.preview()),
+                f"Not yet run ({len(waiting)}): {ids(waiting)}",
+                f"Next: {status.next_action}", "",
+                f"Recorded: decision.takeover action=resume, then the run's own events "
+                f"(by {self.app.who})"]
+
+    def _preview_narrow_scope(self, run: Run) -> list[str]:
+        return self._show(preview_narrow(run, self._units_arg(run)))
 
     def _preview_rerun(self, run: Run) -> list[str]:
-        unit = self._units_arg(run)[0]
-        view = self._status(run).units.get(unit)
-        state = view.state if view else "pending"
-        lines = [f"{unit} is {state}" + (f": {view.reason}" if view and view.reason else "")]
-        if state == "succeeded":
-            lines.append(f"{unit} is current: a rerun reuses it (nothing to redo) and resumes.")
-        else:
-            lines.append(f"Runs {unit} as a new attempt (attempts so far: "
-                         f"{view.attempts if view else 0}) · {self._cost(run, [unit])}")
-        lines += [f"Then, when ready: {ids(self._descendants(run, unit))}",
-                  f"Reused: every current unit ({len(self._current(run))}) · Invalidated: none",
-                  "", self._recorded(f"decision.takeover action=retry unit={unit}, then the "
-                                     "run's own events")]
-        return lines
+        return self._show(preview_rerun(run, self._units_arg(run)[0], who=self.app.who))
 
     def _preview_branch(self, run: Run) -> list[str]:
-        name = self._arg()
-        if not name or " " in name:
-            raise KeepstepError("a branch id is one word", hint="e.g. " + self.default_branch)
-        head = run.head().version
-        return [f"Fork {run.run_id} at checkpoint {head} of {run.branch_id} as branch {name!r}.",
-                f"Reused: every current unit ({len(self._current(run))}) · Invalidated: none",
-                f"Cost now: none · {run.branch_id} is kept as it is",
-                "The dashboard then shows the new branch.", "",
-                self._recorded(f"decision.takeover action=branch from={run.branch_id} "
-                               f"at_version={head}")]
+        return self._show(preview_branch(run, run.head().version, self._arg()))
 
     def _preview_cancel(self, run: Run) -> list[str]:
-        running = self.app.dashboard.running
-        return ["The run stops at its next safe point (the unit in flight finishes or is "
-                "left as an orphan that resume redoes)." if running else
-                "Nothing is running: this records the decision to stop the run here.",
-                f"Reused: every current unit ({len(self._current(run))}) · Invalidated: none",
-                "Cost: none", "", self._recorded("decision.takeover action=cancel")]
+        lines = self._show(preview_cancel(run))
+        if self.app.dashboard.running:
+            lines.insert(1, "· the run in progress here stops at its next safe point")
+        return lines
 
     def _preview_mark_for_expert(self, run: Run) -> list[str]:
-        unit = self._units_arg(run)[0]
-        waiting = self._descendants(run, unit)
-        return [f"{unit} is held (blocked, '{EXPERT_REASON}') until a rerun releases it.",
-                f"Waiting behind it ({len(waiting)}): {ids(waiting)}",
-                f"Reused: every current unit ({len(self._current(run))}) · Invalidated: none",
-                "Cost: none", "",
-                self._recorded(f"decision.takeover action=mark_for_expert unit={unit}, then "
-                               "a blocked status")]
+        return self._show(preview_expert(run, self._units_arg(run)[0]))
 
     # -- confirm -----------------------------------------------------------------------------
     @on(OptionList.OptionSelected, "#takeover-choices")
@@ -247,26 +190,33 @@ class TakeoverScreen(Screen[tuple[str, str] | None]):
             self.dismiss(outcome)
 
     def _confirm(self, run: Run) -> tuple[str, str] | None | bool:
+        """Record the highlighted choice through the engine; False keeps the page open."""
         who, note = self.app.who, self.query_one("#takeover-note", Input).value.strip()
+        if self.action in ("resume", "rerun") and self.app.dashboard.running:
+            self.notify("a run is in progress: cancel it first", severity="warning")
+            return False
         if self.action == "resume":
-            if self.app.dashboard.running:
-                self.notify("a run is in progress", severity="warning")
-                return False
             record_takeover(run, "resume", who=who)
             return ("resume", "")
         if self.action == "rerun":
-            return ("retry", self._units_arg(run)[0])  # Run.retry records the decision
+            unit = self._units_arg(run)[0]
+            invalidated = rerun_unit(run, unit, who=who, note=note)
+            self.notify(f"rerun of {unit} recorded (invalidated {ids(invalidated)}); running")
+            return ("resume", unit)
         if self.action == "narrow_scope":
             held = narrow_scope(run, self._units_arg(run), who=who, note=note)
             self.notify(f"scope narrowed: {len(held)} unit(s) held back")
             return None
         if self.action == "mark_for_expert":
             unit = self._units_arg(run)[0]
+            if not note:
+                raise KeepstepError("say what the expert should look at",
+                                    hint="write it in the note box, then confirm")
             mark_for_expert(run, unit, note, who=who)
             self.notify(f"{unit} marked for an expert")
             return None
         if self.action == "branch":
-            self._preview_branch(run)  # validates the name
+            preview_branch(run, run.head().version, self._arg())  # validates the name
             new = run.branch(run.head().version, self._arg())
             self.app.switch_run(new)
             self.notify(f"branched: now showing {new.run_id} ({new.branch_id})")

@@ -13,9 +13,9 @@ from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
+from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
-from textual.geometry import Size
 from textual.widget import Widget
 
 from ..format import state_symbol
