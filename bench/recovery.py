@@ -148,7 +148,7 @@ def decision_alone(run: Any) -> Any:
 
 def status_breakdown(run: Any) -> dict[str, float]:
     """Each storage read of the status path, timed alone (median of 3)."""
-    from keepstep.engine.status import recovery_stop
+    from keepstep.engine.status import recent_after, recovery_stop
 
     s, r, b = run.store, run.run_id, run.branch_id
     reads: dict[str, Callable[[], Any]] = {
@@ -158,8 +158,11 @@ def status_breakdown(run: Any) -> dict[str, float]:
         "orphaned_attempts(run)  [walks attempt folders]": lambda: s.orphaned_attempts(r),
         "count_checkpoints": lambda: s.count_checkpoints(r, b),
         "list_checkpoints(limit=1)": lambda: s.list_checkpoints(r, b, limit=1),
-        "events(alert.*, newest 20)": lambda: s.events(r, branch_id=b, kind_prefix="alert.",
-                                                        newest_first=True, limit=20),
+        "events(alert.*, newest 20), unbounded scan": lambda: s.events(
+            r, branch_id=b, kind_prefix="alert.", newest_first=True, limit=20),
+        "the same, newest 5,000 events only (status)": lambda: s.events(
+            r, branch_id=b, kind_prefix="alert.", after_seq=recent_after(run),
+            newest_first=True, limit=20),
         "newest recovery outcome (recovery_stop)": lambda: recovery_stop(run),
         "calls(run)": lambda: s.calls(r),
     }

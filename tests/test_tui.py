@@ -91,12 +91,17 @@ async def test_dashboard_fits_80_by_24_and_a_project_without_runs(tmp_path: Path
 
 
 async def test_unit_grid_moves_with_arrows_and_explain_opens(at_gate: Path) -> None:
-    """Arrow keys move the grid's cursor; e explains the selected unit from stored facts."""
+    """A click or the arrows move the grid's cursor; e explains the selected unit."""
     app = make_test_app(at_gate)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        await pilot.press("right", "right")
-        assert app.screen.query_one(UnitGrid).selected == "U03"
+        grid = app.screen.query_one(UnitGrid)
+        await pilot.click(UnitGrid, offset=(1 + 13 + 6 * 3, 0))  # padding, label, 3 cells
+        assert grid.selected == "U04"
+        await pilot.press("left", "left", "down")
+        assert grid.selected == "U06"
+        await pilot.press("up", "right")
+        assert grid.selected == "U03"
         await pilot.press("e")
         assert isinstance(app.screen, ExplainScreen)
         text = screen_text(app)
@@ -289,7 +294,7 @@ async def test_takeover_previews_each_choice_and_exports_the_handover(at_gate: P
         assert isinstance(app.screen, TakeoverScreen)
         assert "Reused (32)" in screen_text(app)
         await pilot.press("down", "down", "down")
-        assert "as branch 'main-cp32'" in screen_text(app)
+        assert "as main-cp32" in screen_text(app) and "new branch main-cp32" in screen_text(app)
         await pilot.press("x")
         await pilot.pause()
         shown = str(app.screen.query_one("#takeover-export", Static).render())

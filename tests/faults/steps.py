@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+RUN = "F1"
 AUDIENCE = "product team"
 NEW_AUDIENCE = "investment committee"
 
@@ -88,7 +89,7 @@ class Case:
     staged by more than one attempt, or more than one commit.
     ``no_dup``: objects that must exist exactly once — ``commit:<unit>``, ``commits:*`` (every
     unit), ``calls:<unit>`` (all its calls in one attempt), ``webhook`` (each key applied once).
-    ``checks``: extra named checks (faults/harness.py CHECKS).
+    ``checks``: extra named checks (faults/checks.py ``named_check``).
     """
 
     id: str

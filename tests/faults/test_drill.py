@@ -15,8 +15,7 @@ from keepstep.engine import drill as drill_module
 from keepstep.engine.drill import DrillFacts, drill, judge, subprocess_launcher
 from keepstep.engine.project import open_project
 
-from .harness import RUN
-from .steps import Pre
+from .steps import RUN, Pre
 
 
 def _facts(**over) -> DrillFacts:

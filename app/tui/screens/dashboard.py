@@ -298,7 +298,8 @@ class DashboardScreen(Screen[None]):
     def on_run_failed(self, message: RunFailed) -> None:
         self.running = False
         self.refresh_bindings()
-        self.progress = f"stopped with an error: {message.error.splitlines()[0]}"
+        first = (message.error.splitlines() or ["(no message)"])[0]
+        self.progress = f"stopped with an error: {first}"
         self.refresh_status()
         self.app.show_error(message.error, title=message.title, hint=message.hint)
 

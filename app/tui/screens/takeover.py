@@ -20,6 +20,7 @@ from textual.widgets import Button, Footer, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from keepstep.engine.errors import KeepstepError
+from keepstep.engine.explain import estimate_costs
 from keepstep.engine.takeover import mark_for_expert, narrow_scope, record_takeover, rerun_unit
 from keepstep.engine.takeover_preview import (
     TakeoverPreview,
@@ -30,7 +31,7 @@ from keepstep.engine.takeover_preview import (
     preview_rerun,
 )
 
-from ..format import ids, preview_lines, takeover_lines
+from ..format import ids, preview_lines, takeover_lines, tokens
 from .narrative import NOT_AVAILABLE, export_bundle
 
 if TYPE_CHECKING:
@@ -150,10 +151,16 @@ class TakeoverScreen(Screen[tuple[str, str] | None]):
         waiting = [u for u, v in status.units.items() if v.state in ("pending", "invalidated")]
         return ["Resume: recovery first (audit, reconcile, apply detected changes), then run "
                 "what is ready.", "", *preview_lines(run.preview()),
-                f"Not yet run ({len(waiting)}): {ids(waiting)}",
+                f"Not yet run ({len(waiting)}): {ids(waiting)} · "
+                f"{self._first_run_cost(run, waiting)}",
                 f"Next: {status.next_action}", "",
                 f"Recorded: decision.takeover action=resume, then the run's own events "
                 f"(by {self.app.who})"]
+
+    def _first_run_cost(self, run: Run, units: list[str]) -> str:
+        est = estimate_costs(run.plan, units, run.facts_records(), run.calls())
+        return (f"~{sum(c.calls for c in est)} calls, ~{tokens(sum(c.tokens for c in est))} "
+                f"tokens, ${sum(c.cost for c in est):.2f} (estimate)")
 
     def _preview_narrow_scope(self, run: Run) -> list[str]:
         return self._show(preview_narrow(run, self._units_arg(run)))
