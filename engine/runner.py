@@ -63,6 +63,7 @@ class RunLoop:
     ) -> None:
         self.run = run
         self.stop_after = set(stop_after or ())
+        self.poll_seconds = 0.2
         self.store = run.store
         self.cancel = cancel
         self.on_event = on_event
@@ -109,6 +110,12 @@ class RunLoop:
                 if result.outcome == "orphaned":
                     return Decision(kind=DecisionKind.blocked,
                                     reasons=[f"{result.attempt_id}: {result.detail}"])
+                continue
+            if d.kind == DecisionKind.waiting:
+                # Another executor holds the only ready work: wait for its commit (or its
+                # lease to expire, which recovery's claim then fences) and decide again.
+                waiter = self.cancel or threading.Event()
+                waiter.wait(self.poll_seconds)
                 continue
             if d.kind == DecisionKind.done:
                 if not self.store.events(self.run.run_id, branch_id=self.run.branch_id,

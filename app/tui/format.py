@@ -171,6 +171,19 @@ def takeover_lines(preview: Any, *, who: str = "") -> list[str]:
     return lines
 
 
+def progress_text(event: Mapping[str, Any]) -> str:
+    """One line for an engine on_event callback that is not a claim or an attempt."""
+    kind = event.get("kind", "")
+    if kind == "decision":
+        unit = event.get("unit")
+        reasons = "; ".join(event.get("reasons") or [])
+        return f"decided: claim {unit}" if event.get("decision") == "claim" and unit else \
+            f"decided: {event.get('decision')}" + (f" ({reasons})" if reasons else "")
+    if kind.startswith("recovery."):
+        return f"recovery {kind.removeprefix('recovery.')}"
+    return kind
+
+
 def error_text(exc: BaseException) -> tuple[str, str]:
     """(message, hint) of an engine or storage error, without the hint repeated."""
     hint = str(getattr(exc, "hint", "") or "")
@@ -182,4 +195,4 @@ def error_text(exc: BaseException) -> tuple[str, str]:
 
 __all__ = ["DECISION_LABELS", "STATE_SYMBOLS", "ago", "bound_text", "error_text",
            "estimate_text", "expires_in", "figure", "ids", "option_line", "parse_ts",
-           "preview_lines", "state_symbol", "takeover_lines", "tokens"]
+           "preview_lines", "progress_text", "state_symbol", "takeover_lines", "tokens"]

@@ -22,7 +22,8 @@ DB, DISK, REMOTE = "db", "disk", "remote"
 C1 = {"task": "extract", "source_id": "C1"}  # U07's first model call
 DOWNSTREAM_OF_A = frozenset({"U01", "U05", "U17", "U27", "U28", "U31", "U32", "U33", "U34",
                              "U35", "U36"})
-SLOW_EXTRACTS = tuple(Rule(u, "slow", seconds=0.3) for u in ("U05", "U06", "U07"))
+# Wide enough that a second worker started under heavy CI load still overlaps the first.
+SLOW_EXTRACTS = tuple(Rule(u, "slow", seconds=0.8) for u in ("U05", "U06", "U07"))
 AUDIENCE_REDO = frozenset({"U27", "U28", "U31", "U33", "U35", "U36"})
 
 
@@ -143,7 +144,7 @@ CASES: list[Case] = [
     Case(id="F20", group="executors", what="two executors start the same fresh run at once: "
          "each unit is claimed and committed once", pre=FRESH,
          injection="two worker processes started together (extraction calls slowed to "
-         "0.3 s so that they overlap)",
+         "0.8 s so that they overlap)",
          steps=(Worker(name="A", rules=SLOW_EXTRACTS), Worker(name="B", rules=SLOW_EXTRACTS),
                 do("join", "A"), do("join", "B"), Worker()),
          observe=(DB,), expect="done", no_dup=("commits:*",), checks=("executors:2",)),

@@ -31,7 +31,7 @@ from keepstep.app.messages import (
 from keepstep.engine.approvals_flow import record_choice
 from keepstep.engine.errors import KeepstepError, LeaseLost, RunCancelled
 
-from ..format import DECISION_LABELS, ago, expires_in, state_symbol
+from ..format import DECISION_LABELS, ago, expires_in, progress_text, state_symbol
 from ..widgets.budget_bars import BudgetBars
 from ..widgets.unit_grid import UnitGrid
 from .approval import ApprovalModal
@@ -241,7 +241,7 @@ class DashboardScreen(Screen[None]):
                                                 event.get("outcome", ""),
                                                 event.get("detail", "") or "", status))
             else:
-                self.post_message(RunProgressed(_progress_text(event), kind))
+                self.post_message(RunProgressed(progress_text(event), kind))
 
         try:
             status = action(run, cancel, on_event)
@@ -387,18 +387,6 @@ class DashboardScreen(Screen[None]):
     def action_events(self) -> None:
         if self._need_run() is not None:
             self.app.push_screen(EventsScreen())
-
-
-def _progress_text(event: dict[str, Any]) -> str:
-    kind = event.get("kind", "")
-    if kind == "decision":
-        unit = event.get("unit")
-        reasons = "; ".join(event.get("reasons") or [])
-        return f"decided: claim {unit}" if event.get("decision") == "claim" and unit else \
-            f"decided: {event.get('decision')}" + (f" ({reasons})" if reasons else "")
-    if kind.startswith("recovery."):
-        return f"recovery {kind.removeprefix('recovery.')}"
-    return kind
 
 
 __all__ = ["DashboardScreen"]
