@@ -35,7 +35,8 @@ def option_estimates(run: Run, gate: Gate, facts: RunFacts) -> list[dict[str, An
     from .invalidation import downstream_of
 
     plan = run.plan
-    redo = sorted(downstream_of(plan, [gate.unit]) | {gate.unit})
+    held = gate.held_units()
+    redo = sorted(downstream_of(plan, held) | set(held))
     current = sorted(u for u in plan.unit_map() if facts.is_current(u))
     calls = run.store.calls(run.run_id)
     per_unit: dict[str, list] = {}
@@ -79,19 +80,20 @@ def gates_open(run: Run, facts: RunFacts, *, approve: dict[str, str] | None = No
     plan = run.plan
     units = plan.unit_map()
     for gate in plan.gates:
-        if gate.unit not in units:
-            continue
-        state = facts.effective_state(gate.unit)
-        if state not in (UnitState.pending, UnitState.invalidated):
-            out[gate.unit] = True
+        held = [u for u in gate.held_units() if u in units]
+        waiting = [u for u in held
+                   if facts.effective_state(u) in (UnitState.pending, UnitState.invalidated)]
+        for u in held:
+            out[u] = u not in waiting
+        if not waiting:
             continue
         obj = bound_object(run, gate, facts)
         status = approvals.gate_status(run.store, run.run_id, run.branch_id, gate, obj, facts.now)
         if status.open:
-            out[gate.unit] = True
+            out.update({u: True for u in waiting})
             continue
-        out[gate.unit] = False
-        deps_ready = all(facts.is_current(d.unit) for d in units[gate.unit].depends_on)
+        deps_ready = any(all(facts.is_current(d.unit) for d in units[u].depends_on)
+                         for u in waiting)
         if not (ask and deps_ready):
             continue
         if status.request is None:
@@ -100,7 +102,7 @@ def gates_open(run: Run, facts: RunFacts, *, approve: dict[str, str] | None = No
         answer = (approve or {}).get(gate.id)
         if answer is not None:
             record_choice(run, gate, answer, who="command line (--approve)", facts=facts)
-            out[gate.unit] = True
+            out.update({u: True for u in waiting})
     return out
 
 
@@ -139,12 +141,20 @@ def revoke_choice(run: Run, gate: Gate, *, who: str, reason: str) -> Any:
     return approvals.revoke(run.store, run.run_id, gate.id, who, reason)
 
 
-def pending_approvals(run: Run) -> list[dict[str, Any]]:
+def pending_approvals(run: Run, facts: RunFacts | None = None) -> list[dict[str, Any]]:
+    """Open approval requests, with each option's reuse/redo/cost recomputed from the facts
+    now (what was recorded when the gate first asked stays under ``options_at_request``)."""
     from . import approvals
 
     out = []
+    gates = {g.id: g for g in run.plan.gates}
     for req in approvals.pending_requests(run.store, run.run_id, run.branch_id):
         data = req.model_dump(mode="json") if hasattr(req, "model_dump") else dict(req)
         data.setdefault("gate", data.get("gate_id"))
+        gate = gates.get(data["gate"])
+        if gate is not None:
+            facts = facts if facts is not None else run.facts()
+            data["options_at_request"] = data.get("options", [])
+            data["options"] = option_estimates(run, gate, facts)
         out.append(data)
     return out

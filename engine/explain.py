@@ -96,7 +96,7 @@ class _UnitCosts(Sequence[UnitCost]):
         self.basis.append(basis)
 
     def total(self, label: str, start: int = 0, stop: int | None = None) -> UnitCost:
-        """The sum of rows ``start:stop``, summed in row order like the rows themselves."""
+        """The sum of rows ``start:stop`` (in row order; cost and seconds rounded)."""
         cut = slice(start, stop)
         return UnitCost(unit=label, calls=sum(self.calls[cut]), tokens=sum(self.tokens[cut]),
                         cost=round(sum(self.cost[cut]), 6),

@@ -206,7 +206,7 @@ class _Walk:
         self._steps: dict[str, ExplanationStep | None] = {}  # the last step of a unit's path
 
     def _routes(self, uid: str) -> list[str]:
-        """Every route the change came into ``uid`` by, the path's first."""
+        """Every route the change came into ``uid`` by, its path's first."""
         if self._rank is None:
             self._rank = {u: i for i, u in enumerate(self.parent)}
         rank, follow = self._rank, self.follow
@@ -245,8 +245,8 @@ def _walk(ix: PlanIndex, change: Change, starts: list[Start], follow: frozenset[
     """Breadth-first from ``starts`` over edges whose type is in ``follow``.
 
     The first route into a unit is its path (fewest hops, ties by plan order); every other
-    edge the change came in by is kept for the note ("also via U33 [content]"). A start with
-    no edge is the origin unit itself (empty path).
+    edge the change came in by is named in the note ("also via U33 [content]") when the
+    explanation is built. A start with no edge is the origin unit itself (empty path).
     """
     walk = _Walk(ix, change, follow, note)
     parent, edge_in, vias = walk.parent, walk.edge, walk.via

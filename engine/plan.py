@@ -91,10 +91,17 @@ class Gate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: str
     unit: str
+    # Further units the same decision holds (e.g. every unit that reads the audience), so
+    # nothing that depends on the answer runs before it is given.
+    also: list[str] = Field(default_factory=list)
     question: str
     options: list[str] = Field(default_factory=list)
     binds: str = "contract"  # contract: plan version + contract hash; or "artifact:<unit>"
     expires_days: float = 7.0
+
+    def held_units(self) -> list[str]:
+        """The gated unit first, then the others the same decision holds."""
+        return [self.unit, *[u for u in self.also if u != self.unit]]
 
 
 class PlanHeader(BaseModel):
@@ -115,7 +122,7 @@ class Plan(BaseModel):
         return {u.id: u for u in self.units}
 
     def gate_for(self, unit_id: str) -> Gate | None:
-        return next((g for g in self.gates if g.unit == unit_id), None)
+        return next((g for g in self.gates if unit_id in g.held_units()), None)
 
     def graph(self) -> nx.DiGraph:
         """Edges point from a dependency to its dependent, labelled with ``edge``."""
@@ -283,6 +290,10 @@ def validate_plan(
                 f"gate {gate.id}: field unit names unknown unit {gate.unit!r} — point the gate at "
                 "an existing unit"
             )
+        for extra in gate.also:
+            if extra not in ids:
+                problems.append(f"gate {gate.id}: field also names unknown unit {extra!r} — "
+                                "remove it or add that unit")
         if gate.binds != "contract" and not (
             gate.binds.startswith("artifact:") and gate.binds.split(":", 1)[1] in ids
         ):

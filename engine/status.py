@@ -154,7 +154,7 @@ def run_status(run: Run) -> RunStatus:
         leases=[{"unit": lease.unit, "attempt": lease.attempt_id, "owner": lease.owner,
                  "token": lease.fencing_token, "expires_at": lease.expires_at,
                  "expired": lease.expires_at <= facts.now} for lease in facts.leases.values()],
-        pending_approvals=pending_approvals(run),
+        pending_approvals=pending_approvals(run, facts),
         external_unknown=[e.model_dump(mode="json") if hasattr(e, "model_dump") else dict(e)
                           for e in effects],
         alerts=_alerts(run, facts, last_ts, decision.kind.value, after_seq),

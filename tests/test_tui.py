@@ -45,7 +45,7 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def at_gate(gate: Path, tmp_path: Path) -> Path:
-    """A project whose run ME-042 waits at the audience gate (32 units current)."""
+    """A project whose run ME-042 waits at the audience gate (28 units current; U28–U30 are held by the same gate)."""
     return copy_of(gate, tmp_path / "market-entry")
 
 
@@ -70,8 +70,8 @@ async def test_dashboard_shows_versions_units_budget_and_the_waiting_gate(at_gat
         assert isinstance(app.screen, DashboardScreen)
         text = screen_text(app)
         assert f"run {RUN_ID} (main)" in text
-        assert "plan-v1 · in-v1 · checkpoint 32 · ◼ blocked" in text
-        assert "✓ current 32" in text and "· pending 4" in text
+        assert "plan-v1 · in-v1 · checkpoint 28 · ◼ blocked" in text
+        assert "✓ current 28" in text and "· pending 8" in text
         assert "? gate audience: Confirm the audience" in text
         assert "next   answer the approval for gate 'audience'" in text
         grid = app.screen.query_one(UnitGrid)
@@ -125,7 +125,7 @@ async def test_run_stops_at_the_gate_then_the_approval_resumes_it_to_done(tmp_pa
         assert "Confirm the audience for the synthesis" in screen_text(app)
         assert "Binds: plan-v1 · contract sha256:" in screen_text(app)
         assert modal.options[modal._chosen()]["label"] == "product team"
-        assert dashboard.status.counts["current"] == 32
+        assert dashboard.status.counts["current"] == 28
         await pilot.press("y")
         await wait_for(pilot, lambda: not dashboard.running and dashboard.status is not None
                        and dashboard.status.decision == "done", what="the run to be done")
@@ -269,16 +269,16 @@ async def test_plan_builder_saves_then_previews_and_can_undo(at_gate: Path) -> N
         await pilot.press("p")
         builder = app.screen
         await pilot.pause()
-        await builder.select_unit("U28")
+        await builder.select_unit("U17")
         await pilot.pause()
         builder.query_one("#f-max-rounds").value = "2"
         await pilot.pause()
-        assert builder.problems == [] and builder.plan.unit_map()["U28"].max_rounds == 2
+        assert builder.problems == [] and builder.plan.unit_map()["U17"].max_rounds == 2
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: isinstance(app.screen, PreviewModal), what="the preview")
         assert b"max_rounds = 2" in (at_gate / "plan.toml").read_bytes()
         text = screen_text(app)
-        assert "unit U28 changed: max_rounds" in text and "↺ U33" in text
+        assert "unit U17 changed: max_rounds" in text and "↺ U25" in text
         await pilot.press("u")
         await pilot.pause()
     assert (at_gate / "plan.toml").read_bytes() == before
@@ -292,9 +292,9 @@ async def test_takeover_previews_each_choice_and_exports_the_handover(at_gate: P
         await pilot.pause()
         await pilot.press("t")
         assert isinstance(app.screen, TakeoverScreen)
-        assert "Reused (32)" in screen_text(app)
+        assert "Reused (28)" in screen_text(app)
         await pilot.press("down", "down", "down")
-        assert "as main-cp32" in screen_text(app) and "new branch main-cp32" in screen_text(app)
+        assert "as main-cp28" in screen_text(app) and "new branch main-cp28" in screen_text(app)
         await pilot.press("x")
         await pilot.pause()
         shown = str(app.screen.query_one("#takeover-export", Static).render())
@@ -338,9 +338,9 @@ async def test_takeover_rerun_invalidates_the_unit_and_runs_it_again(at_gate: Pa
         await pilot.pause()
         await pilot.press("t", "down", "down")
         assert app.screen.action == "rerun"
-        app.screen.query_one("#takeover-arg").value = "U33"
+        app.screen.query_one("#takeover-arg").value = "U32"
         await pilot.pause()
-        assert "↺ U33" in screen_text(app) and "Recorded:" in screen_text(app)
+        assert "↺ U32" in screen_text(app) and "Recorded:" in screen_text(app)
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: isinstance(app.screen, ApprovalModal),
                        what="the run to reach the gate again")
@@ -348,8 +348,8 @@ async def test_takeover_rerun_invalidates_the_unit_and_runs_it_again(at_gate: Pa
     with open_project(at_gate) as project:
         run = project.run(RUN_ID)
         takeover = run.events(kinds=["decision.takeover"])[-1]
-        assert takeover.payload["action"] == "rerun" and takeover.unit == "U33"
-        assert run.status().units["U33"].attempts == 2
+        assert takeover.payload["action"] == "rerun" and takeover.unit == "U32"
+        assert run.status().units["U32"].attempts == 2
 
 
 async def test_takeover_branch_switches_the_dashboard_to_the_new_branch(at_gate: Path) -> None:
@@ -360,8 +360,8 @@ async def test_takeover_branch_switches_the_dashboard_to_the_new_branch(at_gate:
         await pilot.press("t", "down", "down", "down", "ctrl+r")
         await pilot.pause()
         assert isinstance(app.screen, DashboardScreen)
-        assert app.active_run.branch_id == "main-cp32"
-        assert f"run {RUN_ID} (main-cp32)" in screen_text(app)
+        assert app.active_run.branch_id == "main-cp28"
+        assert f"run {RUN_ID} (main-cp28)" in screen_text(app)
 
 
 async def test_events_screen_filters_by_kind_prefix(at_gate: Path) -> None:

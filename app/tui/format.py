@@ -130,10 +130,12 @@ def preview_lines(preview: Any, *, limit: int = 40) -> list[str]:
     lines = [preview.summary, ""]
     if preview.invalidated:
         lines.append(f"Invalidated ({len(preview.invalidated)}):")
-        for n, (uid, explanations) in enumerate(sorted(preview.invalidated.items())):
+        # Explanations are built on first read: touch only the ones shown.
+        for n, uid in enumerate(sorted(preview.invalidated)):
             if n >= limit:
                 lines.append(f"  … and {len(preview.invalidated) - limit} more")
                 break
+            explanations = preview.invalidated[uid]
             why = explanations[0].render() if explanations else "(no explanation recorded)"
             lines.append(f"  ↺ {uid}  {why}")
     else:
