@@ -23,10 +23,11 @@ import secrets
 import uuid
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from keepstep.storage import Store
 from keepstep.storage.hashing import canonical_json
 from keepstep.storage.sqlite_ledgers import ApprovalRecord, ApprovalRefused
-from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ApprovalError
 from .plan import Gate

@@ -28,10 +28,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from pydantic import BaseModel
+
 from keepstep.storage import EventIn, StaleFencingToken, Store, crash_point
+from keepstep.storage.artifacts import fsync_dir
 from keepstep.storage.hashing import canonical_json, sha256_hex
 from keepstep.storage.sqlite_ledgers import EffectRecord
-from pydantic import BaseModel
 
 from .errors import LeaseLost, SideEffectError
 
@@ -492,14 +494,6 @@ def compensate(store: Store, adapter: EffectAdapter, effect: EffectRecord, *,
 # -- adapters --------------------------------------------------------------------------
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class FileDropAdapter:
     """Copies a file (request ``{"path": ...}``) into a folder outside the project.
 
@@ -539,7 +533,7 @@ class FileDropAdapter:
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, final)
-        _fsync_dir(self.target_dir)
+        fsync_dir(self.target_dir)
         return str(final)
 
     def lookup(self, key: str) -> LookupResult:
@@ -555,7 +549,7 @@ class FileDropAdapter:
         for path in self._matches(key):
             path.unlink(missing_ok=True)
             removed.append(path.name)
-        _fsync_dir(self.target_dir)
+        fsync_dir(self.target_dir)
         return "removed:" + (",".join(removed) or "nothing (already gone)")
 
 

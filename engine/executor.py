@@ -16,9 +16,7 @@ from typing import Any
 
 from keepstep.storage import (
     ArtifactEntry,
-    CheckpointConflict,
     Claim,
-    EventIn,
     StaleFencingToken,
     Store,
     crash_point,
@@ -38,7 +36,7 @@ from .errors import (
 )
 from .plan import Plan, Unit
 from .project_files import InputSnapshot, ProjectFiles, SourceEntry
-from .state import OutputRef, UnitRecord, UnitState, unit_key
+from .state import OutputRef, UnitRecord, UnitState
 
 PRODUCER_VERSION = "keepstep-0.1.0"
 

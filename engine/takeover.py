@@ -40,7 +40,7 @@ def record_takeover(run: Run, action: str, *, who: str = "user", unit: str | Non
                                   unit=unit, payload={"action": action, "who": who, **details})
 
 
-def _check_units(plan: Plan, units: Iterable[str]) -> list[str]:
+def check_units(plan: Plan, units: Iterable[str]) -> list[str]:
     known = plan.unit_map()
     wanted = list(dict.fromkeys(units))
     unknown = [u for u in wanted if u not in known]
@@ -64,7 +64,7 @@ def out_of_scope(run: Run, units: Iterable[str]) -> list[str]:
     """Units (plan order) that narrowing to ``units`` would hold back: outside the scope and
     not current. Current units outside the scope are kept as they are."""
     plan = run.plan
-    keep = scope_of(plan, _check_units(plan, units))
+    keep = scope_of(plan, check_units(plan, units))
     records = run.facts_records()
     return [u.id for u in plan.units if u.id not in keep and
             not (u.id in records and records[u.id].state.value == "succeeded")]
@@ -76,7 +76,7 @@ def narrow_scope(run: Run, units: Iterable[str], *, who: str = "user", note: str
 
     Returns the held-back units. ``Run.retry(unit)`` releases one again (a recorded decision).
     """
-    keep = _check_units(run.plan, units)
+    keep = check_units(run.plan, units)
     dropped = out_of_scope(run, keep)
     record_takeover(run, "narrow_scope", who=who, keep=keep, dropped=dropped, note=note)
     for uid in dropped:
@@ -88,7 +88,7 @@ def narrow_scope(run: Run, units: Iterable[str], *, who: str = "user", note: str
 def mark_for_expert(run: Run, unit: str, note: str = "", *, who: str = "user") -> None:
     """Record that ``unit`` needs an expert and hold it (blocked, EXPERT_REASON) until a
     recorded retry releases it; its dependents wait behind it."""
-    _check_units(run.plan, [unit])
+    check_units(run.plan, [unit])
     record_takeover(run, "mark_for_expert", who=who, unit=unit, note=note)
     run.store.set_unit_status(run.run_id, run.branch_id, unit, "blocked", EXPERT_REASON,
                               {"kind": "expert", "note": note})
@@ -153,7 +153,7 @@ def rerun_invalidation(run: Run, unit: str, *, who: str = "user",
     """What a rerun of ``unit`` invalidates (nothing is written). Explanations are labelled
     ``rerun``: origin unit → edges → unit."""
     plan = run.plan
-    _check_units(plan, [unit])
+    check_units(plan, [unit])
     result = invalidate(plan, [rerun_change(unit, who, note)], run.facts_records())
     relabel = {uid: [e.model_copy(update={"change_kind": RERUN}) for e in exps]
                for uid, exps in result.affected.items()}
@@ -175,7 +175,7 @@ def rerun_unit(run: Run, unit: str, *, who: str = "user", note: str = "") -> lis
 
     from .state import UnitState, unit_key
 
-    _check_units(run.plan, [unit])
+    check_units(run.plan, [unit])
     status = run.store.unit_statuses(run.run_id, run.branch_id).get(unit)
     if status is not None and status.details.get("kind") == "budget":
         raise KeepstepError(f"{unit} is blocked by the budget",

@@ -22,6 +22,7 @@ from .state import Explanation, UnitRecord, UnitState, records_from_state
 from .takeover import (
     EXPERT_REASON,
     OUT_OF_SCOPE_REASON,
+    check_units,
     out_of_scope,
     rerun_invalidation,
     scope_of,
@@ -77,15 +78,7 @@ def _ids(ids: Iterable[str]) -> str:
     return compact_ids(ids) or "none"
 
 
-def _check(plan: Plan, units: Iterable[str]) -> list[str]:
-    known = plan.unit_map()
-    wanted = list(dict.fromkeys(units))
-    unknown = [u for u in wanted if u not in known]
-    if unknown or not wanted:
-        raise KeepstepError(
-            f"no unit {', '.join(unknown)} in the plan" if unknown else "name at least one unit",
-            hint="units: " + ", ".join(known))
-    return wanted
+_check = check_units  # the same validation as the recorded decisions use
 
 
 # -- narrow scope ------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -37,9 +38,10 @@ WORKER = [sys.executable, "-m", "keepstep.engine.worker"]
 KILLED = -signal.SIGKILL
 
 __all__ = [
-    "KILLED", "PACK", "RUN", "WorkerResult", "attempts_by_unit", "budget_used", "calls_by_attempt",
-    "copy_pack", "in_flight_unit", "ledger_ids", "make_small_project", "redone_units",
-    "run_kill_in_call", "run_worker", "start_worker", "wait_for", "worker_env", "write_config",
+    "KILLED", "PACK", "RUN", "StepClock", "WorkerResult", "attempts_by_unit", "budget_used",
+    "calls_by_attempt", "copy_pack", "finish", "in_flight_unit", "ledger_ids",
+    "make_small_project", "redone_units", "run_kill_in_call", "run_worker", "start_worker",
+    "wait_for", "worker_env", "write_config",
 ]
 
 
@@ -157,6 +159,25 @@ def wait_for(predicate: Any, timeout: float = 60, interval: float = 0.02) -> Any
             return value
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout} s")
+
+
+# -- time ---------------------------------------------------------------------------------------
+class StepClock:
+    """An injected clock: every reading moves time on by ``step``; ``advance`` jumps."""
+
+    def __init__(self, start: float = 1_900_000_000.0, step: float = 0.0) -> None:
+        self.now = start
+        self.step = step
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            self.now += self.step
+            return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now += seconds
 
 
 # -- the call ledger and attempts, through the engine API ---------------------------------

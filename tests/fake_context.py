@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
+
 from keepstep.engine.context import KindOutcome
 from keepstep.engine.errors import SourceError
 from keepstep.engine.kinds import get_kind

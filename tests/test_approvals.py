@@ -6,6 +6,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from sqlite_utils import Database, Migrations
+
 from keepstep.engine.approvals import (
     ApprovalOption,
     approval_applies,
@@ -20,7 +22,6 @@ from keepstep.engine.errors import ApprovalError
 from keepstep.engine.plan import Gate
 from keepstep.storage import SCHEMA_VERSION, SQLiteStore
 from keepstep.storage.schema import MIGRATION_SET, m001_initial
-from sqlite_utils import Database, Migrations
 
 T0 = 1_700_000_000.0
 DAY = 86400.0

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from webhook_server import WebhookServer
+
 from keepstep.engine.effects import (
     FileDropAdapter,
     LookupResult,
@@ -27,7 +29,6 @@ from keepstep.engine.effects import (
 )
 from keepstep.engine.errors import LeaseLost, SideEffectError
 from keepstep.storage import SQLiteStore
-from webhook_server import WebhookServer
 
 CHILD = Path(__file__).with_name("effect_child.py")
 RUN = "ME-042"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from engine_harness import (
     RUN,
+    StepClock,
     attempts_by_unit,
     budget_used,
     calls_by_attempt,
@@ -18,7 +19,6 @@ from engine_harness import (
     redone_units,
     run_worker,
 )
-from test_engine_executors import StepClock
 
 from keepstep.engine.errors import KeepstepError
 from keepstep.engine.project import open_project

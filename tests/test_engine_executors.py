@@ -5,12 +5,12 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
-import threading
 from pathlib import Path
 from typing import Any
 
 from engine_harness import (
     RUN,
+    StepClock,
     attempts_by_unit,
     calls_by_attempt,
     finish,
@@ -23,24 +23,6 @@ from small_project import small_units
 from keepstep.engine.gateway import ModelGateway, _litellm
 from keepstep.engine.project import open_project
 from keepstep.storage import SQLiteStore
-
-
-class StepClock:
-    """An injected clock: every reading moves time on by ``step``; ``advance`` jumps."""
-
-    def __init__(self, start: float = 1_900_000_000.0, step: float = 0.0) -> None:
-        self.now = start
-        self.step = step
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            self.now += self.step
-            return self.now
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self.now += seconds
 
 
 def _ts(iso: str | None) -> float:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from engine_harness import (
     RUN,
+    StepClock,
     calls_by_attempt,
     ledger_ids,
     make_small_project,
@@ -21,7 +22,6 @@ from engine_harness import (
     run_worker,
 )
 from small_project import extract_only_units
-from test_engine_executors import StepClock
 
 from keepstep.engine.gateway import ModelResult
 from keepstep.engine.project import open_project

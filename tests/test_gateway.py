@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from keepstep.engine import gateway
 from keepstep.engine.errors import (
     AuthError,

@@ -9,10 +9,11 @@ os.environ.setdefault("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")
 import keyring
 import keyring.errors
 import pytest
-from keepstep.engine import keys
-from keepstep.engine.errors import KeyringUnavailable, MissingKeyError
 from keyring.backend import KeyringBackend
 from keyring.backends import fail, null
+
+from keepstep.engine import keys
+from keepstep.engine.errors import KeyringUnavailable, MissingKeyError
 
 
 class _MemoryKeyring(KeyringBackend):

@@ -20,6 +20,7 @@ from fake_context import (
     with_audience,
     with_unit,
 )
+
 from keepstep.engine.errors import PlanValidationError
 from keepstep.engine.kinds import REGISTRY, expected_outputs, get_kind
 from keepstep.engine.offline_model import respond

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from keepstep.engine.offline_model import (
     HEURISTIC_NOTICE,
     MODEL_NAME,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from keepstep.storage import SQLiteStore
 
 RUN = "CRASH"

@@ -9,8 +9,10 @@ import sys
 import threading
 from pathlib import Path
 
-import keepstep.storage.db as storage_db
 import pytest
+from sqlite_utils import Database, Migrations
+
+import keepstep.storage.db as storage_db
 from keepstep.storage import (
     SCHEMA_VERSION,
     CorruptDatabase,
@@ -19,7 +21,6 @@ from keepstep.storage import (
     SQLiteStore,
 )
 from keepstep.storage.schema import MIGRATION_SET, migrations
-from sqlite_utils import Database, Migrations
 
 
 def _registered() -> list[str]:

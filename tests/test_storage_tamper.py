@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
 from keepstep.storage import ArtifactEntry, SQLiteStore
 
 RUN = "R1"

@@ -92,7 +92,7 @@ def test_keepstep_tui_runs_in_a_real_terminal(tmux: Tmux, at_gate: Path) -> None
     tmux("resize-window", "-t", "tui", "-x", str(WIDTH), "-y", str(HEIGHT))
     tmux.wait_for("q quit")  # the footer is drawn last, at the final size
     shown = tmux.wait_for("Needs you")
-    assert f"run {RUN_ID} (main)" in shown and "checkpoint 32" in shown
+    assert f"run {RUN_ID} (main)" in shown and "checkpoint 28" in shown
     tmux.keys("s")
     tmux.wait_for("Sources · 48 in sources.toml, 48 approved")
     tmux.keys("Escape")
