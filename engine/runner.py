@@ -17,7 +17,7 @@ from keepstep.storage import (
     crash_point,
 )
 
-from .decide import Decision, DecisionKind, decide
+from .decide import RUN_WIDE_BLOCKS, Decision, DecisionKind, decide
 from .errors import (
     AuthError,
     BudgetExhausted,
@@ -103,8 +103,12 @@ class RunLoop:
                     return Decision(kind=DecisionKind.blocked,
                                     reasons=[f"stopped after {result.unit} as asked"])
                 if result.outcome == "blocked":
-                    # Budget, quota and auth are run-wide: claiming more units would only
-                    # open more blocked attempts.
+                    st = self.store.unit_statuses(self.run.run_id, self.run.branch_id)
+                    kind = st[result.unit].details.get("kind") if result.unit in st else None
+                    if kind in RUN_WIDE_BLOCKS:
+                        # decide() now holds every unit that calls a model; units that
+                        # make no model call can still go on.
+                        continue
                     return Decision(kind=DecisionKind.blocked,
                                     reasons=[f"{result.unit} blocked: {result.detail}"])
                 if result.outcome == "orphaned":
