@@ -103,7 +103,8 @@ def _what_changed(old: dict[str, Any], new: dict[str, Any]) -> str:
 
 def approval_applies(approval: ApprovalRecord, *, current_bound_object: dict[str, Any],
                      now: float) -> tuple[bool, str]:
-    """(applies, reason). Only a decided, unrevoked, unexpired approval of the same object applies."""
+    """(applies, reason). Only a decided, unrevoked, unexpired approval of the same object
+    applies."""
     if approval.status == "requested":
         return False, f"gate {approval.gate_id!r} has no decision yet"
     if approval.status == "revoked":

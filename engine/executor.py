@@ -159,7 +159,8 @@ class ExecContext:
         if sha256_hex(data) != ref.sha256:
             raise KeepstepError(
                 f"{self.unit.id}: artifact {ref.path} of {unit_id} does not match its hash",
-                hint="run `keepstep resume`: recovery invalidates the changed artifact and redoes it",
+                hint="run `keepstep resume`: recovery invalidates the changed artifact and "
+                "redoes it",
             )
         return data
 

@@ -252,7 +252,8 @@ def _task_rank(payload: dict) -> dict:
         # check can flag: dropping it makes round 2 clean and the loop stops there.
         flagged = {m for f in feedback for m in re.findall(r"\bR\d+\b", f)}
         kept = []
-        for risk, cand in zip(risks, sorted(candidates, key=lambda r: (-r["score"], r["key"]))):
+        ranked = sorted(candidates, key=lambda r: (-r["score"], r["key"]))
+        for risk, cand in zip(risks, ranked, strict=False):
             if risk["id"] in flagged:
                 revisions.append(f"dropped {risk['id']} ({risk['title']}): flagged by check")
             else:

@@ -34,7 +34,8 @@ TOPIC_KEYWORDS: dict[str, tuple[str, ...]] = {
     ),
     "competition": (
         "competitor", "rival", "aquilon", "hydrasense", "kestrel", "incumbent", "challenger",
-        "market share", "of installed smart", "of the installed smart", "awarded", "exhibitors", "partnership", "prototype",
+        "market share", "of installed smart", "of the installed smart", "awarded", "exhibitors",
+        "partnership", "prototype",
     ),
     "pricing": (
         "price", "priced", "pricing", "cost", "discount", "margin", "nvk", "fee",

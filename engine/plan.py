@@ -268,7 +268,8 @@ def validate_plan(
                     f"unit {u.id}: input group {name!r} has no approved source — approve its "
                     "sources or fix the group name"
                 )
-            elif prefix == "contract" and contract_fields is not None and name not in contract_fields:
+            elif (prefix == "contract" and contract_fields is not None
+                  and name not in contract_fields):
                 problems.append(
                     f"unit {u.id}: input contract field {name!r} is not in contract.md's front "
                     f"matter (has: {', '.join(sorted(contract_fields))})"

@@ -105,7 +105,8 @@ def _read_toml(path: Path, what: str) -> dict[str, Any]:
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
-        raise ProjectError(f"{path} is not valid TOML: {exc}", hint="fix the line it names") from exc
+        raise ProjectError(f"{path} is not valid TOML: {exc}",
+                           hint="fix the line it names") from exc
 
 
 def _shape_errors(path: Path, exc: ValidationError) -> str:

@@ -202,7 +202,7 @@ class Recovery:
         for uid, rec in sorted(run.facts_records().items()):
             if rec.state != UnitState.succeeded:
                 continue
-            for name, ref in sorted(rec.outputs.items()):
+            for _name, ref in sorted(rec.outputs.items()):
                 p = root / ref.path
                 if not p.is_file():
                     lost.append((uid, f"{ref.path} is missing"))

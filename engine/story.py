@@ -67,7 +67,8 @@ def calls_before(project: Project, unit_id: str) -> int:
     return total
 
 
-def _worker(project_dir: Path, *args: str, crash_at: str | None = None) -> subprocess.CompletedProcess:
+def _worker(project_dir: Path, *args: str,
+            crash_at: str | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop("KEEPSTEP_CRASH_AT", None)
     if crash_at:

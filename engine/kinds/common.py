@@ -53,8 +53,10 @@ def result(name: str, problems: list[str], ok: str = "") -> ValidatorResult:
     if not problems:
         return ValidatorResult(name=name, passed=True, detail=ok)
     shown = "; ".join(problems[:_DETAIL_PROBLEMS])
-    more = f" (+{len(problems) - _DETAIL_PROBLEMS} more)" if len(problems) > _DETAIL_PROBLEMS else ""
-    return ValidatorResult(name=name, passed=False, detail=f"{len(problems)} problem(s): {shown}{more}")
+    extra = len(problems) - _DETAIL_PROBLEMS
+    more = f" (+{extra} more)" if extra > 0 else ""
+    return ValidatorResult(name=name, passed=False,
+                           detail=f"{len(problems)} problem(s): {shown}{more}")
 
 
 def structure_problems(items: Any, required: Iterable[str], what: str) -> list[str]:

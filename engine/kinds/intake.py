@@ -93,7 +93,8 @@ def _questions(ctx: UnitContext) -> tuple[dict[str, Any], list[str]]:
         "scope": scope,
         "groups": sorted(inventory.get("groups", {}), key=natural_key),
     }]
-    for group, ids in sorted(inventory.get("groups", {}).items(), key=lambda kv: natural_key(kv[0])):
+    groups = inventory.get("groups", {})
+    for group, ids in sorted(groups.items(), key=lambda kv: natural_key(kv[0])):
         kinds = sorted({by_id[i]["kind"] for i in ids if by_id.get(i, {}).get("kind")})
         titles = "; ".join(by_id[i]["title"] for i in ids if by_id.get(i, {}).get("title"))
         questions.append({

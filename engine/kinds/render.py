@@ -3,8 +3,9 @@
 ``params.document`` picks the document, ``params.template`` the template (declared as a
 ``template:<name>`` input, read with ``ctx.template_text``; the file is
 ``templates/<name>.md``). Templates use ``{{ name }}`` placeholders; an unknown placeholder
-fails the structure validator. The evidence table's template lists its columns instead. Every finding cites
-evidence ids and the sources they come from, as ``[A1-e3, B2-e1] (sources: A1, B2)``.
+fails the structure validator. The evidence table's template lists its columns instead.
+Every finding cites evidence ids and the sources they come from, as
+``[A1-e3, B2-e1] (sources: A1, B2)``.
 """
 
 from __future__ import annotations

@@ -75,7 +75,8 @@ def run(ctx: UnitContext) -> KindOutcome:
 
     def reject(item: Any, stage: str, reason: str) -> None:
         item = item if isinstance(item, dict) else {}
-        rejected.append({"id": str(item.get("id", "?")), "source_id": str(item.get("source_id", "")),
+        rejected.append({"id": str(item.get("id", "?")),
+                         "source_id": str(item.get("source_id", "")),
                          "stage": stage, "reason": reason})
 
     for item, allowed in gathered:
