@@ -199,6 +199,17 @@ def keys_set(provider: Annotated[str, typer.Argument(help="e.g. openai, anthropi
                f"{env_var_name(provider)}, when set, takes precedence")
 
 
+def recovery_reset(root: DirArg, run: RunOpt,
+                   reason: Annotated[str, typer.Option("--reason", help="What a person checked.")],
+                   who: WhoOpt = None, branch: BranchOpt = "main") -> None:
+    """Close recovery's circuit breaker after looking (a recorded decision); then resume."""
+    with open_project_dir(root) as project:
+        the_run = existing_run(project, run, branch)
+        the_run.reset_recovery(reason=reason, who=who_or_login(who))
+        typer.echo(f"recovery reset recorded for run {run}; resume with "
+                   f"`keepstep resume {root} --run {run}`")
+
+
 def register(app: typer.Typer) -> None:
     add_command(app, calls, "calls")
     add_command(app, events, "events")
@@ -209,6 +220,9 @@ def register(app: typer.Typer) -> None:
     add_command(app, approvals, "approvals")
     add_command(app, approve, "approve")
     add_command(app, revoke, "revoke")
+    recovery_app = sub_app("Recovery decisions.")
+    add_command(recovery_app, recovery_reset, "reset")
+    app.add_typer(recovery_app, name="recovery")
     keys_app = sub_app("API keys in the OS keyring.")
     add_command(keys_app, keys_set, "set")
     app.add_typer(keys_app, name="keys")

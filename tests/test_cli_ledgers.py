@@ -209,3 +209,17 @@ def test_every_suggested_command_exists_and_names_dir_and_run(branch: str) -> No
                 assert found.get_command(ctx, words[1]) is not None, text
             assert "DIR --run R7" in command, text
             assert ("--branch alt" in command) == (branch == "alt"), text
+
+
+def test_recovery_reset_records_a_decision(done_project: Path) -> None:
+    """`keepstep recovery reset` records the decision the circuit breaker asks for; without a
+    reason it is a usage error."""
+    result = invoke("recovery", "reset", done_project, "--run", "R1", "--reason",
+                    "checked the chain with keepstep verify", "--who", "tester")
+    assert result.exit_code == 0, result.output
+    assert "recovery reset recorded" in result.output
+    events = json.loads(invoke("events", done_project, "--run", "R1", "--kind",
+                               "decision.recovery_reset", "--json").output)
+    assert [e["payload"]["who"] for e in events] == ["tester"]
+    assert_clean_failure(invoke("recovery", "reset", done_project, "--run", "R1",
+                                "--reason", " "), 1)
