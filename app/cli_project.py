@@ -236,31 +236,14 @@ def sources_add(
     approve: Annotated[bool, typer.Option("--approve", help="Approve it at once.")] = False,
 ) -> None:
     """Add a source to sources.toml (not approved unless --approve)."""
-    from keepstep.engine.project_files import SourceEntry, load_sources, save_sources
+    from keepstep.engine.sources import add_source
 
     root = _root_of(ctx)
-    sf = load_sources(root)
-    if any(s.id == source_id for s in sf.sources):
-        raise UsageProblem(f"source id {source_id!r} is already used",
-                           "pick a new id, or approve the existing source")
-    if not path.is_file():
-        raise UsageProblem(f"{path} is not a file", "pass the path of the source document")
-    real, project = path.resolve(), root.resolve()
-    if real.is_relative_to(project):
-        rel = real.relative_to(project).as_posix()
-    else:
-        target = project / "sources" / path.name
-        if target.exists() and target.read_bytes() != real.read_bytes():
-            raise UsageProblem(f"{target} already exists with different content",
-                               "rename the file, or add the copy that is already there")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(real.read_bytes())
-        rel = target.relative_to(project).as_posix()
-        typer.echo(f"copied {path} to {rel}")
-    sf.sources.append(SourceEntry(id=source_id, path=rel, group=group, title=title or path.stem,
-                                  kind=kind, approved=approve))
-    save_sources(root, sf)
-    typer.echo(f"source {source_id} added ({rel}, group {group or '-'}, "
+    entry = add_source(root, path, source_id=source_id, group=group, title=title, kind=kind,
+                       approved=approve)
+    if not path.resolve().is_relative_to(root.resolve()):
+        typer.echo(f"copied {path} to {entry.path}")
+    typer.echo(f"source {source_id} added ({entry.path}, group {group or '-'}, "
                f"{'approved' if approve else 'not approved yet'})")
     if not approve:
         typer.echo(f"approve it with `keepstep sources {root} approve {source_id}`")

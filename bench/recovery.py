@@ -148,21 +148,23 @@ def decision_alone(run: Any) -> Any:
 
 def status_breakdown(run: Any) -> dict[str, float]:
     """Each storage read of the status path, timed alone (median of 3)."""
-    from keepstep.engine.status import recent_after, recovery_stop
+    from keepstep.engine.status import recovery_stop
 
     s, r, b = run.store, run.run_id, run.branch_id
+    head = s.get_head(r, b).version
     reads: dict[str, Callable[[], Any]] = {
         "run.plan (recorded plan + takeover scope)": lambda: run.plan,
         "facts (head, state, leases, budget, statuses)": run.facts,
-        "attempts(run)": lambda: s.attempts(r),
-        "orphaned_attempts(run)  [walks attempt folders]": lambda: s.orphaned_attempts(r),
+        "attempt_counts(run)  [status]": lambda: s.attempt_counts(r),
+        "attempts(run)  [every row; not on the status path]": lambda: s.attempts(r),
+        "orphaned_attempts(run)  [uncommitted attempts; status]": lambda: s.orphaned_attempts(r),
+        "orphaned_attempts(run, full=True)  [walks attempt folders; recovery]":
+            lambda: s.orphaned_attempts(r, full=True),
         "count_checkpoints": lambda: s.count_checkpoints(r, b),
+        "get_checkpoint(head)  [status]": lambda: s.get_checkpoint(r, head, b),
         "list_checkpoints(limit=1)": lambda: s.list_checkpoints(r, b, limit=1),
-        "events(alert.*, newest 20), unbounded scan": lambda: s.events(
+        "events(alert.*, newest 20)": lambda: s.events(
             r, branch_id=b, kind_prefix="alert.", newest_first=True, limit=20),
-        "the same, newest 5,000 events only (status)": lambda: s.events(
-            r, branch_id=b, kind_prefix="alert.", after_seq=recent_after(run),
-            newest_first=True, limit=20),
         "newest recovery outcome (recovery_stop)": lambda: recovery_stop(run),
         "calls(run)": lambda: s.calls(r),
     }

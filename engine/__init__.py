@@ -28,6 +28,7 @@ from .plan import Dependency, EdgeType, Gate, Plan, Unit, UnitKind, load_plan, v
 from .project import Project, Run, open_project
 from .project_files import ProjectFiles, load_project_files
 from .recovery import RecoveryReport
+from .sources import add_source
 from .state import Explanation, RunFacts, UnitRecord, UnitState
 from .status import RunStatus
 
@@ -38,6 +39,7 @@ __all__ = [
     "MissingKeyError", "ModelError", "Plan", "PlanValidationError", "Project", "ProjectError",
     "ProjectFiles", "QuotaExhausted", "RateLimited", "RecoveryReport", "Run", "RunCancelled",
     "RunFacts", "RunStatus", "SourceError", "TransientModelError", "Unit", "UnitKind",
-    "UnitRecord", "UnitState", "UnknownModelError", "decide", "load_plan", "load_project_files",
+    "UnitRecord", "UnitState", "UnknownModelError", "add_source",
+    "decide", "load_plan", "load_project_files",
     "open_project", "ready_units", "validate_plan",
 ]

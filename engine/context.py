@@ -10,7 +10,7 @@ changes a state: only the orchestrator does that.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -18,6 +18,9 @@ from keepstep.storage.models import Event
 
 from .plan import Plan, Unit
 from .project_files import Contract, InputSnapshot, SourceEntry
+
+if TYPE_CHECKING:
+    from .effects import EffectOutcome
 
 
 class ValidatorResult(BaseModel):
@@ -61,6 +64,11 @@ class UnitContext(Protocol):
 
     def dep_json(self, unit_id: str, name: str) -> Any: ...
 
+    def dep_path(self, unit_id: str, name: str) -> str:
+        """Where a dependency's committed artifact lies, relative to the artifact root
+        (for an adapter that needs a file; read the bytes with ``dep_bytes``)."""
+        ...
+
     def template_text(self, name: str) -> str:
         """A template from the project's ``templates/`` folder (``template:<name>`` input)."""
         ...
@@ -85,6 +93,18 @@ class UnitContext(Protocol):
 
     def safe_point(self, progress: str | None = None) -> None:
         """Check for cancellation, a lost lease and the unit's time limit (raises)."""
+        ...
+
+    def effect(self, adapter: str, action: str, request: dict[str, Any]) -> EffectOutcome:
+        """One external action through the side-effect ledger (DESIGN §8), at most once per
+        (run, unit, action, plan version): a retry or a resume gets the recorded receipt back.
+
+        ``adapter`` names an ``[adapters.NAME]`` table of keepstep.toml (an unknown name
+        raises KeepstepError listing the configured ones). The request is stored in the
+        ledger and may be sent as is: it must carry no source text and no secrets (e.g. a
+        path to a committed artifact and its sha256, never its content). An outcome that
+        cannot be confirmed raises SideEffectError; the unit is then blocked, not retried.
+        """
         ...
 
 

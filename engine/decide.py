@@ -32,12 +32,25 @@ class Decision(BaseModel):
         return "; ".join(self.reasons)
 
 
-_ORDER_CACHE: dict[str, list[str]] = {}
+# Keyed by what the order depends on — unit ids in plan order, each followed by its
+# dependencies and a None — not by the plan's fingerprint (a hash of the whole plan: ~0.3 s
+# on 10,000 units, against ~6 ms for this key) nor by object identity (a caller may edit a
+# plan in place).
+_ORDER_CACHE: dict[tuple[str | None, ...], list[str]] = {}
+
+
+def _order_key(plan: Plan) -> tuple[str | None, ...]:
+    key: list[str | None] = []
+    for u in plan.units:
+        key.append(u.id)
+        key.extend([d.unit for d in u.depends_on])
+        key.append(None)
+    return tuple(key)
 
 
 def topo_order(plan: Plan) -> list[str]:
     """Units in dependency order, ties broken by plan order (deterministic)."""
-    key = plan.fingerprint()
+    key = _order_key(plan)
     order = _ORDER_CACHE.get(key)
     if order is None:
         index = {u.id: i for i, u in enumerate(plan.units)}
@@ -45,7 +58,7 @@ def topo_order(plan: Plan) -> list[str]:
         if len(_ORDER_CACHE) > 32:
             _ORDER_CACHE.clear()
         _ORDER_CACHE[key] = order
-    return order
+    return list(order)
 
 
 def waiting_on_gate(plan: Plan, facts: RunFacts) -> list[str]:

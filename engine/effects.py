@@ -32,10 +32,11 @@ from pydantic import BaseModel
 
 from keepstep.storage import EventIn, StaleFencingToken, Store, crash_point
 from keepstep.storage.artifacts import fsync_dir
-from keepstep.storage.hashing import canonical_json, sha256_hex
+from keepstep.storage.hashing import canonical_json, file_sha256, sha256_hex
 from keepstep.storage.sqlite_ledgers import EffectRecord
 
 from .errors import LeaseLost, SideEffectError
+from .project_files import FileDropConfig, WebhookConfig
 
 UNRESOLVED = ("intent", "unknown")
 RECEIPTED = ("committed", "compensation-intent", "compensated")
@@ -500,12 +501,16 @@ class FileDropAdapter:
     The copy is named ``<key>--<original name>`` and appears atomically (temp
     file + rename), so ``lookup`` answers definitely: found, or not found and
     safe to retry. A missing target folder (an unmounted drive) is "cannot tell".
+    A relative ``path`` resolves against ``source_root`` (the artifact root), so a
+    recorded request stays valid when the project folder moves; with a ``sha256``
+    in the request, a source that no longer matches it is refused (nothing copied).
     """
 
     def __init__(self, target_dir: Path, *, name: str = "file-drop",
-                 project_root: Path | None = None) -> None:
+                 project_root: Path | None = None, source_root: Path | None = None) -> None:
         self.target_dir = Path(target_dir)
         self.name = name
+        self.source_root = Path(source_root) if source_root is not None else None
         if project_root is not None:
             target = self.target_dir.resolve()
             root = Path(project_root).resolve()
@@ -520,8 +525,12 @@ class FileDropAdapter:
         if not self.target_dir.is_dir():
             raise EffectRejected(f"drop folder {self.target_dir} does not exist; nothing copied")
         source = Path(request["path"])
+        if self.source_root is not None and not source.is_absolute():
+            source = self.source_root / source
         if not source.is_file():
             raise EffectRejected(f"{source} is not a file; nothing copied")
+        if "sha256" in request and file_sha256(str(source)) != request["sha256"]:
+            raise EffectRejected(f"{source} no longer matches its recorded sha256; nothing copied")
         existing = self._matches(key)
         if existing:
             return str(existing[0])
@@ -623,9 +632,25 @@ class WebhookAdapter:
         raise SideEffectError(f"{self.url} answered HTTP {status} to DELETE; outcome unknown")
 
 
+def adapters_from_config(configs: Mapping[str, FileDropConfig | WebhookConfig], *,
+                         project_root: Path, artifact_root: Path) -> dict[str, EffectAdapter]:
+    """The adapters a project's ``[adapters.NAME]`` tables describe, by name.
+
+    Built from keepstep.toml alone: no adapter is ever given a secret from the database.
+    """
+    out: dict[str, EffectAdapter] = {}
+    for name, cfg in configs.items():
+        if isinstance(cfg, FileDropConfig):
+            out[name] = FileDropAdapter(cfg.target(project_root), name=name,
+                                        project_root=project_root, source_root=artifact_root)
+        else:
+            out[name] = WebhookAdapter(cfg.url, timeout=cfg.timeout_s, name=name)
+    return out
+
+
 __all__ = [
     "EffectAdapter", "EffectOutcome", "EffectRejected", "FileDropAdapter", "LookupResult",
-    "ReconcileResult", "WebhookAdapter", "compensate", "compensation_key",
+    "ReconcileResult", "WebhookAdapter", "adapters_from_config", "compensate", "compensation_key",
     "compensation_preview", "decide_unknown", "idempotency_key", "perform_effect", "reconcile",
     "request_hash",
 ]

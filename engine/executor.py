@@ -11,8 +11,8 @@ import json
 import mimetypes
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from keepstep.storage import (
     ArtifactEntry,
@@ -37,6 +37,9 @@ from .errors import (
 from .plan import Plan, Unit
 from .project_files import InputSnapshot, ProjectFiles, SourceEntry
 from .state import OutputRef, UnitRecord, UnitState
+
+if TYPE_CHECKING:
+    from .effects import EffectAdapter, EffectOutcome
 
 PRODUCER_VERSION = "keepstep-0.1.0"
 
@@ -111,6 +114,7 @@ class ExecContext:
         deadline: float,
         clock: Callable[[], float],
         decision_events: Callable[[], list],
+        adapters: Mapping[str, EffectAdapter] | None = None,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -133,6 +137,7 @@ class ExecContext:
         self.deadline = deadline
         self.clock = clock
         self._decision_events = decision_events
+        self.adapters = dict(adapters or {})
         self.staged: list[ArtifactEntry] = []
         self.progress = "claimed"
         self._call_seq = 0
@@ -149,12 +154,18 @@ class ExecContext:
     def source_text(self, source_id: str) -> str:
         return self.files.source_text(source_id)
 
-    def dep_bytes(self, unit_id: str, name: str) -> bytes:
+    def _dep_ref(self, unit_id: str, name: str) -> OutputRef:
         rec = self.records.get(unit_id)
         if rec is None or name not in rec.outputs:
             raise KeepstepError(f"{self.unit.id}: dependency {unit_id} has no current output "
                                 f"{name!r}")
-        ref = rec.outputs[name]
+        return rec.outputs[name]
+
+    def dep_path(self, unit_id: str, name: str) -> str:
+        return self._dep_ref(unit_id, name).path
+
+    def dep_bytes(self, unit_id: str, name: str) -> bytes:
+        ref = self._dep_ref(unit_id, name)
         data = (self.store.artifacts.root / ref.path).read_bytes()
         if sha256_hex(data) != ref.sha256:
             raise KeepstepError(
@@ -188,6 +199,29 @@ class ExecContext:
         if self.clock() > self.deadline:
             raise UnitTimedOut(f"{self.unit.id}: passed its time limit of "
                                f"{self.unit.timeout_minutes:g} minutes")
+
+    # -- external actions ----------------------------------------------------------
+    def effect(self, adapter: str, action: str, request: dict[str, Any]) -> EffectOutcome:
+        from .effects import perform_effect
+
+        found = self.adapters.get(adapter)
+        if found is None:
+            configured = ", ".join(sorted(self.adapters)) or "none"
+            raise KeepstepError(
+                f"{self.unit.id}: no effect adapter named {adapter!r} (configured: {configured})",
+                hint=f"add an [adapters.{adapter}] table to keepstep.toml, or name a configured "
+                "adapter in the unit's params")
+        if self.replay is not None:
+            # A replay is a new run id, so the ledger would give it new keys: acting would
+            # repeat the source run's external actions.
+            raise ReplayMiss(f"{self.unit.id}: replay does not repeat external actions "
+                             f"({action!r} via {adapter!r})",
+                             hint="the source run's effects are in its ledger (`keepstep effects`)")
+        self.safe_point(f"effect {action}")
+        return perform_effect(
+            self.store, found, run_id=self.run_id, branch_id=self.branch_id, unit=self.unit.id,
+            attempt_id=self.attempt_id, action=action, request=request, plan_n=self.plan_n,
+            fencing_token=self.claim.fencing_token)
 
     # -- model calls -------------------------------------------------------------
     def call_model(self, payload: dict[str, Any], *, round: int = 1,

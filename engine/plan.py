@@ -43,6 +43,7 @@ class UnitKind(StrEnum):
     render = "render"
     audit = "audit"
     notes = "notes"
+    deliver = "deliver"  # an external action through the side-effect ledger, no model
 
 
 LOOP_KINDS = {UnitKind.rank}

@@ -71,6 +71,11 @@ class Project:
         # Per-process policy settings (e.g. the worker's --lease-seconds) that must survive
         # reload(): recovery re-reads the files, which would otherwise drop them.
         self.policy_overrides = dict(policy or {})
+        # Per loaded ProjectFiles (reload() makes a new one, so both refresh): the files'
+        # plan fingerprint, and recorded plan snapshots parsed for Run.recorded_plan. A 10,000-
+        # unit plan costs ~0.3 s to fingerprint; Run.plan is read many times per decision.
+        self._files_fingerprint: tuple[ProjectFiles, Plan, str] | None = None
+        self._recorded_plans: dict[tuple[str, str | None, int], Plan] = {}
         # validate=False opens a project whose plan does not validate yet (listing or approving
         # sources); reload() — which every run, resume and preview goes through — validates.
         self.files: ProjectFiles = self._load_files(validate=validate)
@@ -87,6 +92,14 @@ class Project:
         self.files = self._load_files()
         return self.files
 
+    def files_plan_fingerprint(self) -> str:
+        """``self.files.plan.fingerprint()``, computed once per load of the files."""
+        files = self.files
+        cached = self._files_fingerprint
+        if cached is None or cached[0] is not files or cached[1] is not files.plan:
+            cached = self._files_fingerprint = (files, files.plan, files.plan.fingerprint())
+        return cached[2]
+
     def close(self) -> None:
         self.store.close()
 
@@ -95,6 +108,32 @@ class Project:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def effect_adapters(self) -> dict[str, Any]:
+        """The side-effect adapters of keepstep.toml's ``[adapters.NAME]`` tables, by name.
+
+        Built once per load of the files (a reload rebuilds them); recovery reconciles
+        through these, and ``deliver`` units act through them. Assigning a mapping (a test
+        harness, an embedding app) replaces them, reloads included.
+        """
+        from .effects import adapters_from_config
+
+        assigned: dict[str, Any] | None = getattr(self, "_assigned_adapters", None)
+        if assigned is not None:
+            return assigned
+        files = self.files
+        cached: tuple[ProjectFiles, dict[str, Any]] | None = getattr(self, "_adapters", None)
+        if cached is None or cached[0] is not files:
+            cached = (files, adapters_from_config(
+                files.config.adapters, project_root=self.root,
+                artifact_root=self.store.artifacts.root))
+            self._adapters = cached
+        return cached[1]
+
+    @effect_adapters.setter
+    def effect_adapters(self, adapters: dict[str, Any]) -> None:
+        self._assigned_adapters = dict(adapters)
 
     # -- runs ----------------------------------------------------------------
     def runs(self) -> list[str]:
@@ -220,10 +259,22 @@ class Run:
     def recorded_plan(self) -> Plan:
         """The plan the run is at (the stored snapshot), not the file being edited."""
         info = self.plan_info
+        files = self.project.files
+        recorded = info.get("fingerprint")
         path = self.store.artifacts.root / info.get("snapshot_path", "")
-        if info.get("fingerprint") == self.project.files.plan.fingerprint() or not path.is_file():
-            return self.project.files.plan
-        return parse_plan(path.read_text(encoding="utf-8"), origin=str(path))
+        if recorded == self.project.files_plan_fingerprint() or not path.is_file():
+            return files.plan
+        # A snapshot is written once and never changed, so its parse is kept (shared like
+        # files.plan: callers copy a plan before editing it).
+        cache = self.project._recorded_plans
+        key = (str(path), recorded, id(files))
+        plan = cache.get(key)
+        if plan is None:
+            plan = parse_plan(path.read_text(encoding="utf-8"), origin=str(path))
+            if len(cache) >= 8:
+                cache.clear()
+            cache[key] = plan
+        return plan
 
     @property
     def snapshot(self) -> InputSnapshot:

@@ -7,11 +7,12 @@ touches the database; see ``engine.project`` for the run-facing API.
 from __future__ import annotations
 
 import tomllib
+import urllib.parse
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from keepstep.storage.hashing import canonical_json, file_sha256, sha256_hex
 
@@ -52,6 +53,46 @@ class RunPolicy(BaseModel):
     stall_repeated_errors: int = 3
 
 
+class FileDropConfig(BaseModel):
+    """``[adapters.NAME] type = "file_drop"``: delivered files are copied into ``target_dir``.
+
+    A relative ``target_dir`` resolves against the project root; it must lie outside the
+    project (checked by ``load_config``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["file_drop"]
+    target_dir: str
+
+    def target(self, root: Path) -> Path:
+        return (Path(root) / Path(self.target_dir).expanduser()).resolve()
+
+
+class WebhookConfig(BaseModel):
+    """``[adapters.NAME] type = "webhook"``: a JSON POST with an ``Idempotency-Key`` header.
+
+    No credentials: adapters never get secrets (not from the DB, not from here); the
+    request body is kept in the side-effect ledger and must hold none either.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["webhook"]
+    url: str
+    timeout_s: float = Field(default=10.0, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urllib.parse.urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"{value!r} is not an http(s) URL")
+        return value
+
+
+AdapterConfig = Annotated[FileDropConfig | WebhookConfig, Field(discriminator="type")]
+ADAPTER_TYPES = ("file_drop", "webhook")
+
+
 class ProjectConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -62,6 +103,8 @@ class ProjectConfig(BaseModel):
     policy: RunPolicy = Field(default_factory=RunPolicy)
     high_risk_rules: list[dict[str, Any]] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)  # prompt/tool/policy version pins
+    # External systems a `deliver` unit may act on, by name (see engine.effects).
+    adapters: dict[str, AdapterConfig] = Field(default_factory=dict)
 
 
 class Contract(BaseModel):
@@ -116,11 +159,37 @@ def _shape_errors(path: Path, exc: ValidationError) -> str:
 def load_config(root: Path) -> ProjectConfig:
     path = root / CONFIG_FILE
     raw = _read_toml(path, "a keepstep.toml (name, default model, budget limits)")
+    _check_adapter_types(path, raw.get("adapters"))
     try:
-        return ProjectConfig.model_validate(raw)
+        config = ProjectConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(f"{path}: {_shape_errors(path, exc)}",
                           hint="see README.md for the keys keepstep.toml accepts") from exc
+    project = Path(root).resolve()
+    for name, adapter in config.adapters.items():
+        if isinstance(adapter, FileDropConfig):
+            target = adapter.target(project)
+            if target == project or project in target.parents:
+                raise ConfigError(
+                    f"{path}: adapter {name!r}: target_dir {adapter.target_dir!r} is inside the "
+                    "project", hint="a file drop delivers outside the project: point target_dir "
+                    "at a folder beside it (e.g. \"../client-share\")")
+    return config
+
+
+def _check_adapter_types(path: Path, adapters: Any) -> None:
+    # Checked before pydantic so the message names the adapter and the allowed types
+    # plainly instead of a discriminated-union error.
+    if not isinstance(adapters, dict):
+        return
+    for name, table in adapters.items():
+        kind = table.get("type") if isinstance(table, dict) else None
+        if kind not in ADAPTER_TYPES:
+            raise ConfigError(
+                f"{path}: adapter {name!r} has type {kind!r}; allowed types: "
+                f"{', '.join(ADAPTER_TYPES)}",
+                hint=f'set type = "file_drop" (with target_dir) or type = "webhook" (with url) '
+                f"under [adapters.{name}]")
 
 
 def parse_contract(text: str, *, origin: str = CONTRACT_FILE) -> Contract:

@@ -222,7 +222,7 @@ class Recovery:
                     run.run_id, run.branch_id, lease.unit, lease.fencing_token,
                     reason="owner process is gone"):
                 self.report.fenced.append(lease.attempt_id)
-        for orphan in store.orphaned_attempts(run.run_id):
+        for orphan in store.orphaned_attempts(run.run_id, full=True):
             # The scan read the manifest and the leases before walking the folders, so
             # re-read the attempt: it may have committed, or been claimed, meanwhile.
             att = store.get_attempt(run.run_id, orphan.attempt_id)

@@ -26,6 +26,7 @@ from .errors import (
     ModelError,
     QuotaExhausted,
     RunCancelled,
+    SideEffectError,
 )
 from .executor import (
     AttemptResult,
@@ -159,7 +160,7 @@ class RunLoop:
             model=run.model_for(unit), api_base=run.project.files.config.api_base,
             replay=self.replay, cancel=self.cancel, lease_lost=lease_lost,
             deadline=started + unit.timeout_minutes * 60, clock=run.clock,
-            decision_events=run.decision_events,
+            decision_events=run.decision_events, adapters=run.project.effect_adapters,
         )
         hb = Heartbeat(store, claim, interval=policy.heartbeat_seconds,
                        lease_seconds=policy.lease_seconds, progress=lambda: ctx.progress,
@@ -235,12 +236,44 @@ class RunLoop:
             raise
         except ReplayMiss as exc:
             return self._fail(claim, unit, "failed", str(exc).splitlines()[0], "replay", final=True)
+        except SideEffectError as exc:
+            return self._effect_unsettled(claim, unit, exc)
         except ModelError as exc:
             return self._fail(claim, unit, "failed", f"{exc.error_class}: "
                               f"{str(exc).splitlines()[0]}", exc.error_class,
                               final=not exc.retryable)
         except KeepstepError as exc:
             return self._fail(claim, unit, "failed", str(exc).splitlines()[0], "error", final=True)
+
+    def _effect_unsettled(self, claim: Any, unit: Any, exc: SideEffectError) -> AttemptResult:
+        """An external action of the unit has no receipt: block the unit on that effect
+        (recovery asks the adapter on resume and unblocks it; else a person decides) —
+        never a retry. Without an open effect the unit fails: within the retry bounds when
+        the adapter rejected the action (certainly not done), at once when it was misused."""
+        from .effects import UNRESOLVED, EffectRejected
+
+        run, store = self.run, self.store
+        aid = claim.attempt_id
+        message = str(exc).splitlines()[0]
+        open_effects = store.effects(run.run_id, UNRESOLVED, unit=unit.id,
+                                     branch_id=run.branch_id)
+        if not open_effects:
+            return self._fail(claim, unit, "failed", message, "effect",
+                              final=not isinstance(exc, EffectRejected))
+        row = open_effects[-1]
+        store.set_attempt_status(run.run_id, aid, "blocked", error_class="effect",
+                                 message=message[:500])
+        store.release_lease(run.run_id, run.branch_id, unit.id, claim.fencing_token)
+        current = store.unit_statuses(run.run_id, run.branch_id).get(unit.id)
+        if not (current and current.status == "blocked"
+                and current.details.get("effect") == row.idem_key):
+            # The same details effects._block writes, so a settled effect unblocks the unit.
+            store.set_unit_status(
+                run.run_id, run.branch_id, unit.id, "blocked",
+                f"external outcome unknown: {message}",
+                {"kind": "effect", "effect": row.idem_key, "action": row.action,
+                 "adapter": row.adapter}, attempt_id=aid)
+        return AttemptResult(unit.id, aid, "blocked", message)
 
     def _fail(self, claim: Any, unit: Any, attempt_status: str, message: str, error_class: str,
               *, final: bool = False) -> AttemptResult:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
+
+from keepstep.storage import NotFound
 
 from .decide import Decision, DecisionKind, decide, ready_units
 from .state import UnitState, counts
@@ -50,20 +53,13 @@ class RunStatus(BaseModel):
         return status_html(self)
 
 
-# Alerts and recovery outcomes are about now. The events table has no index by kind, so
-# "the newest event of kind X" scans back through the whole history; status reads only the
-# newest RECENT_EVENTS events instead, which keeps it flat as the history grows.
-RECENT_EVENTS = 5000
+# Every read below costs what it returns, not what the run has been through: events by kind
+# come off an index, attempt and commit counts off counters, orphans from the attempts that
+# never committed, the last commit from the head.
 
 
-def recent_after(run: Run) -> int:
-    """The ``after_seq`` that limits an events query to the newest RECENT_EVENTS."""
-    newest = run.store.events(run.run_id, newest_first=True, limit=1)
-    return max(0, newest[0].seq - RECENT_EVENTS) if newest else 0
-
-
-def _alerts(run: Run, facts: Any, last_commit_ts: float | None, decision_kind: str,
-            after_seq: int = 0) -> list[dict]:
+def _alerts(run: Run, facts: Any, last_commit_ts: float | None,
+            decision_kind: str) -> list[dict]:
     policy = run.project.files.config.policy
     out: list[dict[str, Any]] = []
     if decision_kind != DecisionKind.done and last_commit_ts is not None and \
@@ -76,7 +72,7 @@ def _alerts(run: Run, facts: Any, last_commit_ts: float | None, decision_kind: s
                         "message": f"{lease.unit}'s lease is renewed but its progress has not "
                         f"moved for {int(lease.renewed_at - lease.progress_at)} s"})
     for ev in run.store.events(run.run_id, branch_id=run.branch_id, kind_prefix="alert.",
-                               after_seq=after_seq, newest_first=True, limit=20):
+                               newest_first=True, limit=20):
         out.append({"kind": ev.kind.removeprefix("alert."), "unit": ev.unit, **ev.payload,
                     "ts": ev.ts})
     if decision_kind == DecisionKind.blocked:
@@ -84,13 +80,11 @@ def _alerts(run: Run, facts: Any, last_commit_ts: float | None, decision_kind: s
     return out
 
 
-def recovery_stop(run: Run, after_seq: int | None = None) -> str | None:
+def recovery_stop(run: Run) -> str | None:
     """Why the newest recovery stopped (failed, blocked, breaker open), unless a later one
-    finished or a person reset it: a run whose recovery stopped must not read "resume".
-    (A stopped recovery ends its session, so its outcome is among the newest events.)"""
+    finished or a person reset it: a run whose recovery stopped must not read "resume"."""
     evs = run.store.events(run.run_id, branch_id=run.branch_id, kinds=[
         "recovery.done", "recovery.failed", "recovery.blocked", "decision.recovery_reset"],
-        after_seq=recent_after(run) if after_seq is None else after_seq,
         newest_first=True, limit=1)
     if not evs or evs[0].kind in ("recovery.done", "decision.recovery_reset"):
         return None
@@ -107,15 +101,11 @@ def run_status(run: Run) -> RunStatus:
     head = store.get_head(run.run_id, run.branch_id)
     ready = ready_units(plan, facts)
     decision = decide(plan, facts)
-    after_seq = recent_after(run)
-    stopped = recovery_stop(run, after_seq)
+    stopped = recovery_stop(run)
     if stopped is not None:
         decision = Decision(kind=DecisionKind.blocked, ready=decision.ready,
                             reasons=[f"recovery stopped: {stopped}", *decision.reasons])
-    attempts = store.attempts(run.run_id)
-    by_unit: dict[str, list] = {}
-    for a in attempts:
-        by_unit.setdefault(a.unit, []).append(a)
+    attempts = store.attempt_counts(run.run_id)
     units = {}
     for u in plan.units:
         rec = facts.records.get(u.id)
@@ -123,7 +113,7 @@ def run_status(run: Run) -> RunStatus:
         lease = facts.leases.get(u.id)
         units[u.id] = UnitView(
             state=facts.effective_state(u.id).value,
-            attempts=len(by_unit.get(u.id, [])),
+            attempts=attempts.get(u.id, 0),
             current_attempt=lease.attempt_id if lease else (rec.attempt if rec else None),
             reason=st.reason if st else None,
         )
@@ -131,12 +121,12 @@ def run_status(run: Run) -> RunStatus:
     orphans = store.orphaned_attempts(run.run_id)
     c["orphans"] = len(orphans)
     by_kind = store.count_checkpoints(run.run_id, run.branch_id)
-    last = store.list_checkpoints(run.run_id, run.branch_id, limit=1)
-    last_ts = None
-    if last:
-        import datetime as dt
-
-        last_ts = dt.datetime.fromisoformat(last[0].created_at).timestamp()
+    try:
+        last = store.get_checkpoint(run.run_id, head.version, run.branch_id)
+    except NotFound:  # a damaged chain: the newest row there is (recovery reports the rest)
+        newest = store.list_checkpoints(run.run_id, run.branch_id, limit=1)
+        last = newest[0] if newest else None
+    last_ts = dt.datetime.fromisoformat(last.created_at).timestamp() if last else None
     budget = facts.budget
     effects = []
     try:
@@ -157,9 +147,9 @@ def run_status(run: Run) -> RunStatus:
         pending_approvals=pending_approvals(run, facts),
         external_unknown=[e.model_dump(mode="json") if hasattr(e, "model_dump") else dict(e)
                           for e in effects],
-        alerts=_alerts(run, facts, last_ts, decision.kind.value, after_seq),
+        alerts=_alerts(run, facts, last_ts, decision.kind.value),
         next_action="", decision=decision.kind.value, reasons=decision.reasons,
-        last_commit_at=last[0].created_at if last else None,
+        last_commit_at=last.created_at if last else None,
         progress_pct=round(100.0 * c["current"] / max(1, len(plan.units)), 1),
     )
     status.next_action = next_action(status, decision)

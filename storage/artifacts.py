@@ -215,6 +215,10 @@ class ArtifactStore:
                 )
         return problems
 
+    @staticmethod
+    def _files_in(directory: Path) -> list[str]:
+        return sorted(str(f.relative_to(directory)) for f in directory.rglob("*") if f.is_file())
+
     def attempt_dirs(self, run_id: str) -> Iterator[tuple[str, str, Path, list[str]]]:
         """(unit, attempt_id, directory, files) for every attempt directory of a run."""
         run_root = self.root / run_id
@@ -224,7 +228,16 @@ class ArtifactStore:
         for unit_dir in sorted(p for p in run_root.iterdir()
                                if p.is_dir() and not p.name.startswith("_")):
             for att_dir in sorted(p for p in unit_dir.iterdir() if p.is_dir()):
-                files = sorted(
-                    str(f.relative_to(att_dir)) for f in att_dir.rglob("*") if f.is_file()
-                )
-                yield unit_dir.name, f"{unit_dir.name}/{att_dir.name}", att_dir, files
+                yield (unit_dir.name, f"{unit_dir.name}/{att_dir.name}", att_dir,
+                       self._files_in(att_dir))
+
+    def attempt_files(self, run_id: str, attempt_id: str) -> tuple[Path, list[str]] | None:
+        """(directory, files) of one attempt, or None when it has no folder (or its id
+        cannot name one)."""
+        try:
+            directory = self.attempt_dir(run_id, attempt_id)
+        except UnsafeArtifactName:
+            return None
+        if not directory.is_dir():
+            return None
+        return directory, self._files_in(directory)

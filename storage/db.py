@@ -168,6 +168,10 @@ def open_database(path: Path, *, synchronous: str = "FULL") -> tuple[Database, P
             db.conn.execute("BEGIN IMMEDIATE")
             try:
                 migrations.apply(db)
+                # Each migration stamps its own number; one applied out of order (a database
+                # that lost a middle migration) would leave a lower one behind, and every
+                # later open would take another backup. All known migrations are in now.
+                db.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 db.conn.execute("COMMIT")
             except BaseException:
                 if db.conn.in_transaction:

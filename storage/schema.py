@@ -241,6 +241,62 @@ def m002_approvals_effects(db: Database) -> None:
         db.execute(statement)
 
 
+@migrations()
+def m003_history_counters(db: Database) -> None:
+    """What status and the next action read without walking the history: indexes for
+    "attempts not committed" and "newest events of a kind", and counters kept by the
+    writers (attempts per unit by ``claim``, commits per kind by ``commit_checkpoint``),
+    backfilled here from the rows already present."""
+    for statement in (
+        "CREATE INDEX attempts_status ON attempts(run_id, status)",
+        "CREATE INDEX events_kind ON events(run_id, kind, seq)",
+        # attempts claimed for a unit, across branches (= its highest attempt_no: attempt
+        # numbers are per run and unit, and attempt rows are never deleted)
+        """
+        CREATE TABLE attempt_counters (
+            run_id TEXT NOT NULL,
+            unit TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            PRIMARY KEY (run_id, unit)
+        ) WITHOUT ROWID
+        """,
+        "INSERT INTO attempt_counters (run_id, unit, n) "
+        "SELECT run_id, unit, MAX(attempt_no) FROM attempts GROUP BY run_id, unit",
+        # checkpoint commits by kind along a branch's whole lineage (genesis excluded): a
+        # fork starts with its ancestors' counts up to the fork point
+        """
+        CREATE TABLE checkpoint_counts (
+            run_id TEXT NOT NULL,
+            branch_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            PRIMARY KEY (run_id, branch_id, kind)
+        ) WITHOUT ROWID
+        """,
+    ):
+        db.execute(statement)
+    forks = {(r[0], r[1]): (r[2], r[3]) for r in db.execute(
+        "SELECT run_id, branch_id, forked_from, forked_at FROM branches").fetchall()}
+    for (run_id, branch_id) in forks:
+        counts: dict[str, int] = {}
+        b: str | None = branch_id
+        upto: int | None = None
+        while b is not None:
+            sql = ("SELECT kind, COUNT(*) FROM checkpoints WHERE run_id = ? AND branch_id = ? "
+                   "AND kind != 'genesis'")
+            params: list[object] = [run_id, b]
+            if upto is not None:
+                sql += " AND version <= ?"
+                params.append(upto)
+            for kind, n in db.execute(sql + " GROUP BY kind", params).fetchall():
+                counts[kind] = counts.get(kind, 0) + n
+            b, upto = forks.get((run_id, b), (None, None))
+        for kind, n in counts.items():
+            db.execute("INSERT INTO checkpoint_counts (run_id, branch_id, kind, n) "
+                       "VALUES (?, ?, ?, ?)", [run_id, branch_id, kind, n])
+    db.execute("PRAGMA user_version = 3")
+
+
 # Bumped with every appended migration; each migration stamps PRAGMA user_version
 # with its own number. tests/test_storage_schema.py checks the two agree.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3

@@ -446,6 +446,12 @@ class SQLiteStore(ApprovalsAndEffectsMixin):
                 "WHERE run_id = ? AND branch_id = ?",
                 [version, row["hash"], run_id, branch_id],
             )
+            if kind != "genesis":
+                conn.execute(
+                    "INSERT INTO checkpoint_counts (run_id, branch_id, kind, n) "
+                    "VALUES (?, ?, ?, 1) ON CONFLICT (run_id, branch_id, kind) "
+                    "DO UPDATE SET n = n + 1", [run_id, branch_id, kind],
+                )
             if manifest:
                 conn.executemany(
                     "INSERT INTO artifacts (run_id, branch_id, unit, attempt_id, name, path, "
@@ -521,8 +527,13 @@ class SQLiteStore(ApprovalsAndEffectsMixin):
         since_version: int = 0,
         limit: int | None = None,
     ) -> list[Checkpoint]:
-        """Checkpoints of a branch's lineage in version order (ancestors included)."""
+        """Checkpoints of a branch's lineage in version order (ancestors included);
+        with ``limit``, only the newest ``limit`` of them (still oldest first)."""
+        if kinds is not None:
+            kinds = list(kinds)
         rows: list[dict[str, Any]] = []
+        # The lineage runs from this branch back to the root, and each branch owns only
+        # versions above its children's fork points: newest segments come first.
         for b, upto in self._lineage(run_id, branch_id):
             sql = "SELECT * FROM checkpoints WHERE run_id = ? AND branch_id = ? AND version >= ?"
             params: list[Any] = [run_id, b, since_version]
@@ -530,28 +541,29 @@ class SQLiteStore(ApprovalsAndEffectsMixin):
                 sql += " AND version <= ?"
                 params.append(upto)
             if kinds is not None:
-                kinds = list(kinds)
                 sql += f" AND kind IN ({', '.join('?' * len(kinds))})"
                 params.extend(kinds)
+            if limit is not None:
+                sql += f" ORDER BY version DESC LIMIT {int(limit) - len(rows)}"
             rows.extend(self._q(sql, params))
+            if limit is not None and len(rows) >= limit:
+                break
         rows.sort(key=lambda r: r["version"])
-        if limit is not None:
-            rows = rows[-limit:]
         return [_checkpoint(r) for r in rows]
 
     def count_checkpoints(self, run_id: str, branch_id: str = "main") -> dict[str, int]:
-        """Commits by kind along the branch lineage (genesis excluded)."""
-        counts: dict[str, int] = {}
-        for b, upto in self._lineage(run_id, branch_id):
-            sql = ("SELECT kind, COUNT(*) AS n FROM checkpoints WHERE run_id = ? AND branch_id = ? "
-                   "AND kind != 'genesis'")
-            params: list[Any] = [run_id, b]
-            if upto is not None:
-                sql += " AND version <= ?"
-                params.append(upto)
-            for r in self._q(sql + " GROUP BY kind", params):
-                counts[r["kind"]] = counts.get(r["kind"], 0) + r["n"]
-        return counts
+        """Commits by kind along the branch lineage (genesis excluded).
+
+        Read from counters the commits keep (a fork starts from its ancestors' counts at
+        the fork point), so the cost does not grow with the history.
+        """
+        rows = self._q(
+            "SELECT kind, n FROM checkpoint_counts WHERE run_id = ? AND branch_id = ? "
+            "AND n > 0 ORDER BY kind", [run_id, branch_id],
+        )
+        if not rows:
+            self.get_head(run_id, branch_id)  # NotFound for a branch that does not exist
+        return {r["kind"]: r["n"] for r in rows}
 
     def _materialised_hash(self, run_id: str, branch_id: str) -> str:
         rows = self._q(
@@ -653,7 +665,10 @@ class SQLiteStore(ApprovalsAndEffectsMixin):
         if not cps or cps[-1].version != at_version:
             raise NotFound(f"no checkpoint {at_version} in {run_id}/{from_branch}")
         state: dict[str, str] = {}
+        inherited: dict[str, int] = {}
         for cp in cps:
+            if cp.kind != "genesis":
+                inherited[cp.kind] = inherited.get(cp.kind, 0) + 1
             for key, value in cp.delta.items():
                 if value is None:
                     state.pop(key, None)
@@ -682,6 +697,10 @@ class SQLiteStore(ApprovalsAndEffectsMixin):
                 "INSERT INTO budgets (run_id, branch_id, limits, used) "
                 "SELECT run_id, ?, limits, used FROM budgets WHERE run_id = ? AND branch_id = ?",
                 [new_branch, run_id, from_branch],
+            )
+            db.conn.executemany(
+                "INSERT INTO checkpoint_counts (run_id, branch_id, kind, n) VALUES (?, ?, ?, ?)",
+                [(run_id, new_branch, k, n) for k, n in sorted(inherited.items())],
             )
             self._append_events(db, run_id, new_branch, ts, [EventIn(
                 kind="branch.created",
@@ -713,8 +732,8 @@ class SQLiteStore(ApprovalsAndEffectsMixin):
             # Head, the unit's lease (if any) and its next attempt number in one read.
             found = conn.execute(
                 "SELECT b.head_version, "
-                "(SELECT COALESCE(MAX(a.attempt_no), 0) + 1 FROM attempts a "
-                " WHERE a.run_id = b.run_id AND a.unit = ?), "
+                "COALESCE((SELECT c.n FROM attempt_counters c "
+                " WHERE c.run_id = b.run_id AND c.unit = ?), 0) + 1, "
                 "l.attempt_id, l.owner, l.fencing_token, l.expires_at, l.renewed_at, "
                 "l.progress, l.progress_at FROM branches b "
                 "LEFT JOIN leases l ON l.run_id = b.run_id AND l.branch_id = b.branch_id "
@@ -747,6 +766,11 @@ class SQLiteStore(ApprovalsAndEffectsMixin):
                 "fencing_token, status, claimed_at_version, started_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, 'claimed', ?, ?)",
                 [attempt_id, run_id, branch_id, unit, n, owner, token, expected_version, ts],
+            )
+            conn.execute(
+                "INSERT INTO attempt_counters (run_id, unit, n) VALUES (?, ?, ?) "
+                "ON CONFLICT (run_id, unit) DO UPDATE SET n = excluded.n",
+                [run_id, unit, n],
             )
             conn.execute(
                 "INSERT INTO leases (run_id, branch_id, unit, attempt_id, owner, fencing_token, "
@@ -889,6 +913,11 @@ class SQLiteStore(ApprovalsAndEffectsMixin):
             params.append(unit)
         return [Attempt(**r) for r in self._q(sql + " ORDER BY unit, attempt_no", params)]
 
+    def attempt_counts(self, run_id: str) -> dict[str, int]:
+        """Attempts claimed per unit (all branches), from the counter ``claim`` keeps."""
+        return {r["unit"]: r["n"] for r in self._q(
+            "SELECT unit, n FROM attempt_counters WHERE run_id = ? ORDER BY unit", [run_id])}
+
     def get_attempt(self, run_id: str, attempt_id: str) -> Attempt | None:
         row = self._q1("SELECT * FROM attempts WHERE run_id = ? AND attempt_id = ?",
                        [run_id, attempt_id])
@@ -982,25 +1011,47 @@ class SQLiteStore(ApprovalsAndEffectsMixin):
         limit: int | None = None,
         newest_first: bool = False,
     ) -> list[Event]:
-        sql = "SELECT * FROM events WHERE run_id = ? AND seq > ?"
+        """Events of a run in seq order (newest first on request), filtered.
+
+        A filter by kind reads the events_kind index, so its cost follows the matching
+        events, not the history.
+        """
+        where = "run_id = ? AND seq > ?"
         params: list[Any] = [run_id, after_seq]
         if branch_id is not None:
-            sql += " AND branch_id = ?"
+            where += " AND branch_id = ?"
             params.append(branch_id)
-        if kinds is not None:
-            kinds = list(kinds)
-            sql += f" AND kind IN ({', '.join('?' * len(kinds))})"
-            params.extend(kinds)
         if kind_prefix is not None:
-            sql += " AND kind >= ? AND kind < ?"
+            where += " AND kind >= ? AND kind < ?"
             params.extend([kind_prefix, kind_prefix + "\uffff"])
         if unit is not None:
-            sql += " AND unit = ?"
+            where += " AND unit = ?"
             params.append(unit)
-        sql += " ORDER BY seq DESC" if newest_first else " ORDER BY seq"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        return [Event(**{**r, "payload": json.loads(r["payload"])}) for r in self._q(sql, params)]
+        order = " ORDER BY seq DESC" if newest_first else " ORDER BY seq"
+        tail = order + ("" if limit is None else f" LIMIT {int(limit)}")
+        # Without statistics SQLite prefers walking events_run in seq order (no sort) and
+        # testing each event's kind, which reads the whole history when the kind is rare.
+        # Pinning events_kind makes a kind filter cost what it matches.
+        by_kind = "SELECT * FROM events INDEXED BY events_kind WHERE "
+        if kinds is not None:
+            kinds = list(dict.fromkeys(kinds))
+            if not kinds:
+                return []
+            if limit is not None and len(kinds) > 1:
+                # Several kinds with a limit: the newest (oldest) ``limit`` of each kind come
+                # straight off the index; merged, the first ``limit`` are the answer.
+                rows = [r for k in kinds
+                        for r in self._q(by_kind + where + " AND kind = ?" + tail, [*params, k])]
+                rows.sort(key=lambda r: r["seq"], reverse=newest_first)
+                rows = rows[:max(0, int(limit))]
+            else:
+                rows = self._q(by_kind + where + f" AND kind IN ({', '.join('?' * len(kinds))})"
+                               + tail, [*params, *kinds])
+        elif kind_prefix is not None:
+            rows = self._q(by_kind + where + tail, params)
+        else:
+            rows = self._q("SELECT * FROM events WHERE " + where + tail, params)
+        return [Event(**{**r, "payload": json.loads(r["payload"])}) for r in rows]
 
     def strip_event_payloads(self, run_id: str, before_ts: str) -> int:
         """Retention: keep events' metadata, drop their payloads."""
@@ -1032,28 +1083,53 @@ class SQLiteStore(ApprovalsAndEffectsMixin):
             for r in rows
         ]
 
-    def orphaned_attempts(self, run_id: str) -> list[OrphanAttempt]:
-        """Attempt directories holding files that no committed manifest references.
+    def orphaned_attempts(self, run_id: str, *, full: bool = False) -> list[OrphanAttempt]:
+        """Attempt directories holding files that no committed manifest references, in
+        (unit, attempt folder) order.
 
         An attempt that still holds a live lease is in flight, not an orphan.
+
+        By default only attempts that never committed are looked at on disk (read from the
+        attempts table: the cost follows the uncommitted attempts, not the history; a commit
+        records a manifest row for every file its attempt staged). ``full=True`` walks every
+        attempt folder instead, which also finds a folder with no attempt row at all (left
+        by hand, or by a database restored from an older backup) — recovery's audit.
         """
-        referenced = {
-            r["attempt_id"]
-            for r in self._q("SELECT DISTINCT attempt_id FROM artifacts WHERE run_id = ?", [run_id])
-        }
-        now = self.now()
         live = {
             r["attempt_id"]
             for r in self._q("SELECT attempt_id FROM leases WHERE run_id = ? AND expires_at > ?",
-                             [run_id, now])
+                             [run_id, self.now()])
         }
         out = []
-        for unit, attempt_id, directory, files in self.artifacts.attempt_dirs(run_id):
-            if attempt_id in referenced or attempt_id in live or not files:
+        if full:
+            referenced = {r["attempt_id"] for r in self._q(
+                "SELECT DISTINCT attempt_id FROM artifacts WHERE run_id = ?", [run_id])}
+            for unit, attempt_id, directory, files in self.artifacts.attempt_dirs(run_id):
+                if attempt_id in referenced or attempt_id in live or not files:
+                    continue
+                out.append(OrphanAttempt(run_id=run_id, unit=unit, attempt_id=attempt_id,
+                                         directory=str(directory), files=files))
+            return out
+        # "status < … OR status > …" rather than "!=": each side is a range on the
+        # attempts_status index.
+        candidates = self._q(
+            "SELECT attempt_id FROM attempts a WHERE a.run_id = ? "
+            "AND (a.status < 'committed' OR a.status > 'committed') "
+            "AND NOT EXISTS (SELECT 1 FROM artifacts m "
+            "WHERE m.run_id = a.run_id AND m.attempt_id = a.attempt_id)", [run_id],
+        )
+        found: list[tuple[tuple[str, str], OrphanAttempt]] = []
+        for r in candidates:
+            attempt_id = r["attempt_id"]
+            listed = None if attempt_id in live else self.artifacts.attempt_files(
+                run_id, attempt_id)
+            if listed is None or not listed[1]:
                 continue
-            out.append(OrphanAttempt(run_id=run_id, unit=unit, attempt_id=attempt_id,
-                                     directory=str(directory), files=files))
-        return out
+            unit, _, attempt = attempt_id.partition("/")
+            found.append(((unit, attempt), OrphanAttempt(
+                run_id=run_id, unit=unit, attempt_id=attempt_id, directory=str(listed[0]),
+                files=listed[1])))
+        return [orphan for _, orphan in sorted(found, key=lambda f: f[0])]
 
     # -- budgets and the call ledger -----------------------------------------
     def get_budget(self, run_id: str, branch_id: str = "main") -> Budget:

@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from textual.widgets import DataTable, Markdown, Static
+from textual.widgets import Checkbox, DataTable, Input, Markdown, Static
 from tui_support import (
     RUN_ID,
     WHO,
@@ -20,6 +20,7 @@ from tui_support import (
 )
 
 from keepstep.app.tui.screens import (
+    AddSourceModal,
     ApprovalModal,
     DashboardScreen,
     ErrorModal,
@@ -224,6 +225,52 @@ async def test_sources_screen_approves_a_source_and_flags_the_change(at_gate: Pa
         await pilot.press("space")
         await pilot.pause()
         assert _approved(at_gate, "A3") is False
+
+
+async def test_sources_screen_adds_a_source_and_shows_a_duplicate_id_in_the_modal(
+        at_gate: Path, tmp_path: Path) -> None:
+    """n opens the add modal; a file from outside lands in sources/, the table and
+    sources.toml; a duplicate id is shown in the modal, which stays open."""
+    doc = tmp_path / "M1-notes.md"
+    doc.write_text("# Notes\n\nThe bakery sold 120 loaves on 3 May 2025.\n", encoding="utf-8")
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("s")
+        sources = app.screen
+        assert isinstance(sources, SourcesScreen)
+        await pilot.press("n")
+        await pilot.pause()
+        modal = app.screen
+        assert isinstance(modal, AddSourceModal)
+        modal.query_one("#add-path", Input).value = str(doc)
+        await pilot.press("tab", *"M1", "tab", "M", "tab", *"Bakery", "tab", "tab", "space")
+        assert modal.query_one("#add-approve", Checkbox).value is True
+        await pilot.click("#add")
+        await pilot.pause()
+        assert app.screen is sources
+        table = sources.query_one(DataTable)
+        row = table.get_row("M1")
+        assert row[1:4] == ["M1", "M", "yes"] and row[-1] == "Bakery"
+        assert table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value == "M1"
+        assert _approved(at_gate, "M1") is True
+        assert (at_gate / "sources" / "M1-notes.md").read_bytes() == doc.read_bytes()
+
+        await pilot.press("n")
+        await pilot.pause()
+        modal = app.screen
+        modal.query_one("#add-path", Input).value = "sources/M1-notes.md"
+        modal.query_one("#add-id", Input).value = "A1"
+        modal.query_one("#add-path", Input).focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.screen is modal
+        problem = str(modal.query_one("#add-source-error", Static).render())
+        assert "source id 'A1' is already used" in problem and "pick a new id" in problem
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen is sources
+    assert sum(1 for s in load_sources(at_gate).sources if s.id in ("A1", "M1")) == 2
 
 
 # -- plan builder ---------------------------------------------------------------------------------

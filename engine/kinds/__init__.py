@@ -11,7 +11,15 @@ from __future__ import annotations
 from ..context import REGISTRY, KindFn, KindSpec
 from ..errors import PlanValidationError
 from ..plan import Unit
-from . import audit, extract, intake, render, synthesize, verify  # noqa: F401  (registers)
+from . import (  # noqa: F401  (registers)
+    audit,
+    deliver,
+    extract,
+    intake,
+    render,
+    synthesize,
+    verify,
+)
 from .intake import STEP_OUTPUTS
 from .render import DOCUMENT_OUTPUTS
 

@@ -52,7 +52,7 @@ def reexecuted(p: Project) -> set[str]:
 
 def orphan_attempts(p: Project) -> set[str]:
     store = p.store
-    listed = {o.attempt_id for o in store.orphaned_attempts(RUN)}
+    listed = {o.attempt_id for o in store.orphaned_attempts(RUN, full=True)}
     return listed | {a.attempt_id for a in store.attempts(RUN)
                      if a.status in ("orphaned", "fenced")}
 
@@ -151,7 +151,7 @@ def named_check(cr: CaseRun, p: Project | None, name: str) -> None:
         fenced = store.events(RUN, kinds=["attempt.fenced", "lease.fenced"])
         expect(any(e.attempt_id == arg for e in fenced), f"no fencing event for {arg}")
     elif head == "orphan":
-        listed = {o.attempt_id: o for o in store.orphaned_attempts(RUN)}
+        listed = {o.attempt_id: o for o in store.orphaned_attempts(RUN, full=True)}
         expect(arg in listed, f"{arg} is not listed as an orphan ({sorted(listed)})")
         d = Path(listed[arg].directory)
         writable = [f for f in d.rglob("*") if f.is_file() and f.stat().st_mode & stat.S_IWUSR]

@@ -1,5 +1,6 @@
 """The TUI's screens, one per module."""
 
+from .add_source import AddSourceModal
 from .approval import ApprovalModal
 from .dashboard import DashboardScreen
 from .error import ErrorModal
@@ -11,6 +12,6 @@ from .preview import PreviewModal
 from .sources import SourcesScreen
 from .takeover import TakeoverScreen
 
-__all__ = ["ApprovalModal", "DashboardScreen", "ErrorModal", "EventsScreen", "ExplainScreen",
-           "NarrativeScreen", "PlanBuilderScreen", "PreviewModal", "SourcesScreen",
-           "TakeoverScreen"]
+__all__ = ["AddSourceModal", "ApprovalModal", "DashboardScreen", "ErrorModal", "EventsScreen",
+           "ExplainScreen", "NarrativeScreen", "PlanBuilderScreen", "PreviewModal",
+           "SourcesScreen", "TakeoverScreen"]

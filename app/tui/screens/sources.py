@@ -1,5 +1,6 @@
 """Sources: every source in sources.toml with its group, approval, sha256 prefix and how it
-stands against the run's input snapshot; approve / revoke writes sources.toml.
+stands against the run's input snapshot; approve / revoke / add writes sources.toml (add goes
+through engine.sources.add_source, as the CLI's `sources add` does).
 
 A source that differs from the snapshot is flagged ⚑ with the units it would invalidate
 (from Run.preview(), a dry run: nothing is committed until the next resume).
@@ -21,6 +22,7 @@ from keepstep.engine.project_files import load_sources, save_sources
 from keepstep.storage.hashing import file_sha256
 
 from ..format import ids
+from .add_source import AddSourceModal
 
 if TYPE_CHECKING:
     from keepstep.engine.project_files import SourceEntry
@@ -36,6 +38,7 @@ class SourcesScreen(Screen[None]):
         Binding("space", "toggle", "approve/revoke"),
         Binding("a", "approve", "approve"),
         Binding("d", "revoke", "revoke"),
+        Binding("n", "add", "add"),
     ]
 
     app: KeepstepApp
@@ -90,7 +93,7 @@ class SourcesScreen(Screen[None]):
         return sorted(uid for uid, exps in self.preview.invalidated.items()
                       if any(e.origin in origins for e in exps))
 
-    def reload(self) -> None:
+    def reload(self, select: str | None = None) -> None:
         root = self.app.project.root
         sources = self.app.guarded("Could not read sources.toml", load_sources, root)
         if sources is None:
@@ -110,7 +113,9 @@ class SourcesScreen(Screen[None]):
             self.flags[s.id] = state
             table.add_row("⚑" if changed else "", s.id, s.group, "yes" if s.approved else "no",
                           sha[:12] if sha else "(missing)", state, s.title or s.path, key=s.id)
-        if sources.sources:
+        if select is not None and select in self.entries:
+            table.move_cursor(row=table.get_row_index(select))
+        elif sources.sources:
             table.move_cursor(row=min(max(row, 0), len(sources.sources) - 1))
         approved = sum(1 for s in sources.sources if s.approved)
         where = f" · run {self.app.run_id} at {label}" if label else ""
@@ -177,6 +182,16 @@ class SourcesScreen(Screen[None]):
 
     def action_revoke(self) -> None:
         self._set_approved(False)
+
+    def action_add(self) -> None:
+        self.app.push_screen(AddSourceModal(self.app.project.root), self._added)
+
+    def _added(self, entry: SourceEntry | None) -> None:
+        if entry is None:
+            return
+        state = "approved" if entry.approved else "not approved yet: a approves it"
+        self.notify(f"source {entry.id} added ({entry.path}, {state})")
+        self.reload(select=entry.id)
 
 
 def _against(approved: bool, sha: str | None, taken: str | None, label: str) -> tuple[str, bool]:

@@ -1,0 +1,97 @@
+"""AddSourceModal: a file, an id, a group, a title and kind, and whether to approve it now.
+
+Submitting calls engine.sources.add_source; a problem (duplicate id, missing file…) is shown
+inside the modal, which stays open to be corrected. Dismisses with the new SourceEntry, or None
+when cancelled.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Checkbox, Input, Label, Static
+
+from keepstep.engine.project_files import SourceEntry
+from keepstep.engine.sources import add_source
+
+from ..format import error_text
+
+FIELDS = (  # (input id, label, placeholder)
+    ("add-path", "file", "path, relative to the project folder, or absolute"),
+    ("add-id", "id", "a new, unique id: letters, digits, _ - ."),
+    ("add-group", "group", "its source group, e.g. A"),
+    ("add-title", "title", "optional: defaults to the file name"),
+    ("add-kind", "kind", "optional: e.g. market report"),
+)
+
+
+class AddSourceModal(ModalScreen[SourceEntry | None]):
+    BINDINGS = [
+        Binding("escape", "cancel", "cancel"),
+        Binding("ctrl+s", "add", "add"),
+    ]
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="add-source-box", classes="dialog") as box:
+            box.border_title = "Add a source"
+            for field_id, label, placeholder in FIELDS:
+                with Horizontal(classes="field"):
+                    yield Label(label, classes="field-label")
+                    yield Input(placeholder=placeholder, compact=True, id=field_id)
+            with Horizontal(classes="field"):
+                yield Label("", classes="field-label")
+                yield Checkbox("approve now", compact=True, id="add-approve")
+            yield Static(id="add-source-error", markup=False)
+            with Horizontal(classes="buttons"):
+                yield Button("Add", id="add", variant="primary")
+                yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#add-path", Input).focus()
+
+    def _value(self, field_id: str) -> str:
+        return self.query_one(f"#{field_id}", Input).value.strip()
+
+    def _path(self) -> Path:
+        # Relative to the project, not to wherever the TUI was started: that is what the
+        # table shows (sources/…), so it is what a person types.
+        path = Path(self._value("add-path")).expanduser()
+        return path if path.is_absolute() else self.root / path
+
+    def _show_problem(self, message: str, hint: str = "") -> None:
+        error = self.query_one("#add-source-error", Static)
+        error.update(message + (f"\n→ {hint}" if hint else ""))
+        error.add_class("visible")
+
+    @on(Input.Submitted)
+    @on(Button.Pressed, "#add")
+    def action_add(self) -> None:
+        if not self._value("add-path"):
+            self._show_problem("give the file to add", "a path such as sources/C1-notes.md")
+            self.query_one("#add-path", Input).focus()
+            return
+        try:
+            entry = add_source(self.root, self._path(), source_id=self._value("add-id"),
+                               group=self._value("add-group"), title=self._value("add-title"),
+                               kind=self._value("add-kind"),
+                               approved=self.query_one("#add-approve", Checkbox).value)
+        except Exception as exc:  # engine errors, and the file system refusing the copy
+            self._show_problem(*error_text(exc))
+            return
+        self.dismiss(entry)
+
+    @on(Button.Pressed, "#cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+__all__ = ["AddSourceModal"]

@@ -1,0 +1,88 @@
+"""deliver: hand committed deliverables to an external system, each at most once (no model).
+
+``params.adapter`` names an ``[adapters.NAME]`` table of keepstep.toml; ``params.files``
+lists ``"<unit>:<output name>"`` of declared dependencies, e.g. ``["U31:report.md"]``.
+Every file is read and hash-checked first; then each is delivered by one effect through
+the side-effect ledger (``ctx.effect``). The request is metadata only — ``unit``,
+``name``, ``sha256``, ``size`` and ``path`` (the artifact's place under the artifact
+root, which a file drop copies from); a webhook receives the same JSON. Never the
+content, never source text, never a secret: the request is kept in the ledger.
+``delivery.json`` records, per file, the idempotency key, the remote id and the status.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from keepstep.storage.hashing import sha256_hex
+
+from ..context import KindOutcome, KindSpec, UnitContext, register
+from ..errors import KeepstepError
+from .common import JSON, dump_json, result
+
+SPEC = KindSpec(
+    name="deliver",
+    uses_model=False,
+    validators=["delivered"],
+    default_outputs=["delivery.json"],
+    description="Deliver dependencies' committed files through a configured adapter "
+    "(file drop, webhook), each at most once, with a receipt in the side-effect ledger.",
+)
+
+
+def _bad_params(ctx: UnitContext, problem: str) -> KeepstepError:
+    return KeepstepError(
+        f"{ctx.unit.id}: deliver params: {problem}",
+        hint='use params = {adapter = "<name from [adapters]>", files = ["U31:report.md"]}, '
+        "each file from a unit listed in depends_on")
+
+
+def _wanted(ctx: UnitContext) -> tuple[str, list[tuple[str, str]]]:
+    """(adapter, [(unit, name)]) from the params, checked before anything is sent."""
+    adapter = ctx.unit.params.get("adapter")
+    files = ctx.unit.params.get("files")
+    if not isinstance(adapter, str) or not adapter:
+        raise _bad_params(ctx, "adapter is missing")
+    if not isinstance(files, list) or not files:
+        raise _bad_params(ctx, "files is missing or empty")
+    deps = {d.unit for d in ctx.unit.depends_on}
+    out: list[tuple[str, str]] = []
+    for ref in files:
+        unit, _, name = str(ref).partition(":")
+        if not unit or not name:
+            raise _bad_params(ctx, f"{ref!r} is not of the form <unit>:<output name>")
+        if unit not in deps:
+            raise _bad_params(ctx, f"{ref!r}: {unit} is not in depends_on")
+        if any(name == seen for _, seen in out):
+            raise _bad_params(ctx, f"{name!r} is listed twice (names are what the other side "
+                              "sees; deliver each once)")
+        out.append((unit, name))
+    return adapter, out
+
+
+@register(SPEC)
+def run(ctx: UnitContext) -> KindOutcome:
+    adapter, wanted = _wanted(ctx)
+    requests: list[dict[str, Any]] = []
+    for unit, name in wanted:
+        data = ctx.dep_bytes(unit, name)  # hash-checked against the committed record
+        requests.append({"unit": unit, "name": name, "size": len(data),
+                         "sha256": sha256_hex(data), "path": ctx.dep_path(unit, name)})
+    rows: list[dict[str, Any]] = []
+    for req in requests:
+        # The content hash is part of the action, so the idempotency key (run, unit, action,
+        # plan version) changes when an upstream redo changes the file: the new version is
+        # delivered, an unchanged one is never sent twice.
+        action = f"deliver:{req['name']}@{req['sha256'][:12]}"
+        outcome = ctx.effect(adapter, action, req)
+        rows.append({"file": f"{req['unit']}:{req['name']}", "unit": req["unit"],
+                     "name": req["name"], "sha256": req["sha256"], "size": req["size"],
+                     "action": action, "key": outcome.key, "remote_id": outcome.remote_id,
+                     "status": outcome.status})
+    ctx.write("delivery.json", dump_json({"adapter": adapter, "files": rows}), media_type=JSON)
+    problems = [f"{r['file']} is {r['status']}" for r in rows if r["status"] != "committed"]
+    return KindOutcome(
+        validators=[result("delivered", problems, ok=f"{len(rows)} file(s) delivered via "
+                           f"{adapter}")],
+        facts={"delivered": sum(r["status"] == "committed" for r in rows)},
+    )
