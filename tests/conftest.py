@@ -26,3 +26,28 @@ def store(store_root: Path):
     s = SQLiteStore(store_root)
     yield s
     s.close()
+
+
+ME042_PACK = Path(__file__).resolve().parents[1] / "sample_projects" / "market-entry"
+
+
+@pytest.fixture(scope="session")
+def me042_story(tmp_path_factory):
+    """The ME-042 story run once per session: (StoryResult, printed lines)."""
+    from keepstep.engine.story import run_story
+
+    lines: list[str] = []
+    result = run_story(ME042_PACK, tmp_path_factory.mktemp("story") / "me042", say=lines.append)
+    return result, lines
+
+
+@pytest.fixture(scope="module")
+def story_dir(me042_story, tmp_path_factory) -> Path:
+    """A private copy of the finished ME-042 story project (tests may add events to it)."""
+    import shutil
+
+    result, _ = me042_story
+    assert result.passed, [c for c in result.checks if not c.passed]
+    target = tmp_path_factory.mktemp("story-copy") / "me042"
+    shutil.copytree(result.project, target)
+    return target

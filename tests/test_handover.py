@@ -21,7 +21,6 @@ from keepstep.engine.dag_svg import STATE_COLORS, dag_svg
 from keepstep.engine.errors import KeepstepError
 from keepstep.engine.handover import bundle_files, export_handover, verify_bundle
 from keepstep.engine.narrative import check_narrative, narrative
-from keepstep.engine.story import run_story
 
 PACK = Path(__file__).resolve().parents[1] / "sample_projects" / "market-entry"
 EXPECTED = {
@@ -41,13 +40,6 @@ KEY_LIKE = [
     re.compile(r"(?i)(key|secret|token)[\"']?\s*[:=]\s*[\"']?[0-9a-f]{32,}"),
     re.compile(r"(?i)api_key"),
 ]
-
-
-@pytest.fixture(scope="module")
-def story_dir(tmp_path_factory) -> Path:
-    result = run_story(PACK, tmp_path_factory.mktemp("story") / "me042", say=lambda _l: None)
-    assert result.passed, [c for c in result.checks if not c.passed]
-    return Path(result.project)
 
 
 @pytest.fixture

@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
-from keepstep.engine.story import run_story
-
-PACK = Path(__file__).resolve().parents[1] / "sample_projects" / "market-entry"
 
 
 @pytest.fixture(scope="module")
-def story(tmp_path_factory):
-    lines: list[str] = []
-    result = run_story(PACK, tmp_path_factory.mktemp("story") / "me042", say=lines.append)
-    return result, lines
+def story(me042_story):
+    return me042_story
 
 
 @pytest.mark.parametrize("name", [

@@ -13,16 +13,8 @@ import tomli_w
 
 from keepstep.engine import open_project
 from keepstep.engine.narrative import Claim, check_narrative, compare, narrative, render
-from keepstep.engine.story import run_story
 
 PACK = Path(__file__).resolve().parents[1] / "sample_projects" / "market-entry"
-
-
-@pytest.fixture(scope="module")
-def story_dir(tmp_path_factory) -> Path:
-    result = run_story(PACK, tmp_path_factory.mktemp("story") / "me042", say=lambda _l: None)
-    assert result.passed, [c for c in result.checks if not c.passed]
-    return Path(result.project)
 
 
 @pytest.fixture
