@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from keepstep.storage import ArtifactImmutable, EventIn, NotFound, SQLiteStore, StorageError
+from keepstep.storage import ArtifactImmutable, EventIn, SQLiteStore, StorageError
 from keepstep.storage.hashing import file_sha256
 
 from .errors import KeepstepError, ProjectError
@@ -309,7 +309,8 @@ class Run:
         facts.gates_open = gates_open(self, facts, approve=approve, ask=ask)
         return facts
 
-    def last_seq(self, _what: str = "plan") -> int:
+    def last_commit_seq(self) -> int:
+        """Sequence number of the newest checkpoint.committed event (0 if none)."""
         cps = self.store.events(self.run_id, branch_id=self.branch_id,
                                 kinds=["checkpoint.committed"], newest_first=True, limit=1)
         return cps[0].seq if cps else 0
@@ -456,4 +457,4 @@ def open_project(path: str | Path, *, validate: bool = True, **kwargs: Any) -> P
     return Project(root, validate=validate, **kwargs)
 
 
-__all__ = ["Project", "Run", "open_project", "NotFound"]
+__all__ = ["Project", "Run", "open_project"]

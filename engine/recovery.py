@@ -22,8 +22,7 @@ from keepstep.storage import BudgetLimitReached, CheckpointConflict, EventIn
 from keepstep.storage.hashing import file_sha256
 
 from .errors import KeepstepError, PlanValidationError
-from .plan import parse_plan
-from .state import Explanation, UnitState, unit_key
+from .state import UnitState, unit_key
 
 if TYPE_CHECKING:
     from .project import Run
@@ -384,4 +383,4 @@ def recover(run: Run, on_event: Callable[[dict[str, Any]], None] | None = None) 
     return Recovery(run, on_event).execute()
 
 
-__all__ = ["Recovery", "RecoveryReport", "recover", "Explanation", "parse_plan"]
+__all__ = ["Recovery", "RecoveryReport", "detect", "recover"]

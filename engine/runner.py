@@ -124,7 +124,7 @@ class RunLoop:
                 continue
             if d.kind == DecisionKind.done:
                 if not self.store.events(self.run.run_id, branch_id=self.run.branch_id,
-                                         kinds=["run.done"], after_seq=self.run.last_seq("plan")):
+                                         kinds=["run.done"], after_seq=self.run.last_commit_seq()):
                     self.store.append_event(self.run.run_id, "run.done",
                                             branch_id=self.run.branch_id,
                                             payload={"head": facts.head_version})
@@ -305,13 +305,16 @@ class RunLoop:
                                                     "message": message[:300], "will_retry": True})
         return AttemptResult(unit.id, aid, "retry", message)
 
-    def _cutoff(self, unit_id: str, record: UnitRecord) -> dict[str, UnitRecord]:
+    def _cutoff(self, unit_id: str, record: UnitRecord,
+                current: dict[str, UnitRecord]) -> dict[str, UnitRecord]:
         """Early cut-off: invalidated dependents that consumed byte-identical output stay
         current (transitively), each with a note saying so."""
         from .invalidation import cutoff, cutoff_note
 
+        if not any(r.state == UnitState.invalidated for r in current.values()):
+            return {}  # the common case: nothing to keep, no graph walk on the hot path
         plan = self.run.plan
-        records = dict(self.run.facts_records())
+        records = dict(current)
         records[unit_id] = record
         kept: dict[str, UnitRecord] = {}
         frontier = [unit_id]
@@ -333,8 +336,11 @@ class RunLoop:
         when the acknowledgement is lost."""
         run, store = self.run, self.store
         expected = claim.claimed_at_version
+        # The records loaded when the unit was claimed are the head it committed against;
+        # after a rebase they are re-read below.
+        current = ctx.records
         for _ in range(20):
-            kept = self._cutoff(claim.unit, record)
+            kept = self._cutoff(claim.unit, record, current)
             delta = {unit_key(claim.unit): record.model_dump(mode="json"),
                      "budget": store.get_budget(run.run_id, run.branch_id).used,
                      **{unit_key(u): r.model_dump(mode="json") for u, r in kept.items()}}
@@ -355,7 +361,7 @@ class RunLoop:
                 # Another unit committed meanwhile. Rebase only if what this attempt
                 # consumed is still what the new head holds.
                 head = store.get_head(run.run_id, run.branch_id)
-                now_records = run.facts_records()
+                now_records = current = run.facts_records()
                 for dep, outs in record.consumed.items():
                     cur = now_records.get(dep)
                     if cur is None or cur.state != UnitState.succeeded or \
@@ -375,4 +381,4 @@ class RunLoop:
         raise LeaseLost(f"{claim.unit}: could not commit after repeated head moves")
 
 
-__all__ = ["RunLoop", "ModelError"]
+__all__ = ["RunLoop"]

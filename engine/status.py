@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from keepstep.storage import NotFound
 
 from .decide import Decision, DecisionKind, decide, ready_units
-from .state import UnitState, counts
+from .state import counts
 
 if TYPE_CHECKING:
     from .project import Run
@@ -159,4 +159,4 @@ def run_status(run: Run) -> RunStatus:
     return status
 
 
-__all__ = ["RunStatus", "UnitView", "run_status", "UnitState"]
+__all__ = ["RunStatus", "UnitView", "run_status"]
