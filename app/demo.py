@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import cli_output as out
+from keepstep.app.cli import output as out
 
 RUN_ID = "ME-042"
 APPROVE = {"audience": "product team"}
@@ -34,7 +34,7 @@ def source_project() -> tuple[Path | None, str]:
 
 def prepare(outdir: Path) -> str:
     """Copy the project into ``outdir``, dropping any earlier state; returns its label."""
-    from .cli_project import copy_tree, example_files
+    from keepstep.app.cli.project import copy_tree, example_files
 
     src, label = source_project()
     if outdir.exists() and not outdir.is_dir():
@@ -50,9 +50,9 @@ def prepare(outdir: Path) -> str:
 
 def handover_text(run: Any) -> str | None:
     """The handover narrative when ``engine.handover`` is in this build, else None."""
-    if importlib.util.find_spec("keepstep.engine.handover") is None:
+    if importlib.util.find_spec("keepstep.engine.report.handover") is None:
         return None
-    handover = importlib.import_module("keepstep.engine.handover")
+    handover = importlib.import_module("keepstep.engine.report.handover")
     for name in ("narrative", "handover_narrative", "build_narrative"):
         fn = getattr(handover, name, None)
         if callable(fn):
@@ -79,10 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     outdir: Path = args.outdir
 
+    from keepstep.app.cli.common import dashboard, describe_error, drive, models_of
     from keepstep.engine import open_project
-    from keepstep.engine.views import current_deliverables
-
-    from .cli_common import dashboard, describe_error, drive, models_of
+    from keepstep.engine.report.views import current_deliverables
 
     label = prepare(outdir)
     print(f"keepstep demo: {label} → {outdir}")

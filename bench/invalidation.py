@@ -32,11 +32,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from keepstep.engine.changes import Change, ChangeKind, artifact_lost
-from keepstep.engine.explain import Preview, group_calls, preview
-from keepstep.engine.invalidation import PlanIndex, invalidate
-from keepstep.engine.plan import Plan
-from keepstep.engine.state import OutputRef, UnitRecord, UnitState
+from keepstep.engine.core.changes import Change, ChangeKind, artifact_lost
+from keepstep.engine.core.explain import Preview, group_calls, preview
+from keepstep.engine.core.invalidation import PlanIndex, invalidate
+from keepstep.engine.core.plan import Plan
+from keepstep.engine.core.state import OutputRef, UnitRecord, UnitState
 from keepstep.storage.models import ModelCall
 
 GOAL_ROOT_MS = 100.0

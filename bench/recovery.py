@@ -19,7 +19,7 @@ twice shows it too), which says nothing about the history.
 
 It prints the figures, the long/short ratio for each (goal: ≤ 1.2), a breakdown of the
 status path's storage reads for the long history, and whether `keepstep status` imports
-litellm or textual (``python -X importtime -m keepstep.app.cli status DIR --run ID --json``).
+litellm or textual (``python -X importtime -m keepstep.app.cli.main status DIR --run ID --json``).
 
     python bench/recovery.py [--short 1000] [--long 100000] [--repeat 5] [--dir PATH]
                              [--plans 36,10000]
@@ -50,7 +50,7 @@ RUN = "BENCH"
 GOAL = 1.2
 OPEN_AND_STATUS = (
     "import sys\n"
-    "from keepstep.engine.project import open_project\n"
+    "from keepstep.engine.api import open_project\n"
     "with open_project(sys.argv[1]) as p:\n"
     "    st = p.run(sys.argv[2]).status()\n"
     "print(st.decision, '|', st.next_action[:70], '|', "
@@ -58,8 +58,8 @@ OPEN_AND_STATUS = (
 )
 IN_PROCESS = (
     "import json, statistics, sys, time\n"
-    "from keepstep.engine.decide import decide\n"
-    "from keepstep.engine.project import open_project\n"
+    "from keepstep.engine.core.decide import decide\n"
+    "from keepstep.engine.api import open_project\n"
     "with open_project(sys.argv[1]) as p:\n"
     "    run = p.run(sys.argv[2])\n"
     "    run.status()  # warm: plan parse, fingerprint, topological order, imports\n"
@@ -103,8 +103,8 @@ def synthesize_history(root: Path, steps: int, *, cycle: int,
     ``cycle`` units in plan order (never the last five, so the run is never done and the
     decision is a real claim): with the same ``cycle`` a short and a long history leave the
     same current state, and only the history differs."""
-    from keepstep.engine.project import open_project
-    from keepstep.engine.state import OutputRef, UnitRecord, UnitState, unit_key
+    from keepstep.engine.api import open_project
+    from keepstep.engine.core.state import OutputRef, UnitRecord, UnitState, unit_key
     from keepstep.storage import EventIn, SQLiteStore
 
     with open_project(root) as project:
@@ -172,7 +172,7 @@ def time_call(fn: Callable[[], Any]) -> float:
 
 def status_breakdown(run: Any) -> dict[str, float]:
     """Each storage read of the status path, timed alone (median of 3)."""
-    from keepstep.engine.status import recovery_stop
+    from keepstep.engine.report.status import recovery_stop
 
     s, r, b = run.store, run.run_id, run.branch_id
     head = s.get_head(r, b).version
@@ -198,7 +198,7 @@ def status_breakdown(run: Any) -> dict[str, float]:
 
 def importtime_check(root: Path) -> str:
     proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "keepstep.app.cli", "status", str(root),
+        [sys.executable, "-X", "importtime", "-m", "keepstep.app.cli.main", "status", str(root),
          "--run", RUN, "--json"], capture_output=True, text=True, env=_env())
     if proc.returncode != 0:
         return f"`keepstep status` failed ({proc.returncode}): {proc.stderr.strip()[-400:]}"
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     sys.path.insert(0, str(ROOT))
-    from keepstep.engine.project import open_project
+    from keepstep.engine.api import open_project
 
     def say(text: str) -> None:
         print(text, flush=True)

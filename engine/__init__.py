@@ -4,8 +4,20 @@ The one API the CLI, the TUI and notebooks use. Importing it loads neither
 litellm (the gateway imports it lazily, on the first model call) nor textual.
 """
 
-from .decide import Decision, DecisionKind, decide, ready_units
-from .errors import (
+from keepstep.engine.api import Project, Run, open_project
+from keepstep.engine.core.decide import Decision, DecisionKind, decide, ready_units
+from keepstep.engine.core.plan import (
+    Dependency,
+    EdgeType,
+    Gate,
+    Plan,
+    Unit,
+    UnitKind,
+    load_plan,
+    validate_plan,
+)
+from keepstep.engine.core.state import Explanation, RunFacts, UnitRecord, UnitState
+from keepstep.engine.errors import (
     ApprovalError,
     AuthError,
     BudgetDecisionError,
@@ -24,13 +36,10 @@ from .errors import (
     TransientModelError,
     UnknownModelError,
 )
-from .plan import Dependency, EdgeType, Gate, Plan, Unit, UnitKind, load_plan, validate_plan
-from .project import Project, Run, open_project
-from .project_files import ProjectFiles, load_project_files
-from .recovery import RecoveryReport
-from .sources import add_source
-from .state import Explanation, RunFacts, UnitRecord, UnitState
-from .status import RunStatus
+from keepstep.engine.files.project import ProjectFiles, load_project_files
+from keepstep.engine.files.sources import add_source
+from keepstep.engine.report.status import RunStatus
+from keepstep.engine.run.recovery import RecoveryReport
 
 __all__ = [
     "ApprovalError", "AuthError", "BudgetDecisionError", "BudgetExhausted", "ConfigError",

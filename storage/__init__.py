@@ -1,7 +1,7 @@
 """keepstep.storage — SQLite state and the artifact store. Knows no engine rules."""
 
-from .artifacts import ArtifactStore, safe_name
-from .backup import (
+from keepstep.storage.artifacts import ArtifactStore, safe_name
+from keepstep.storage.backup import (
     BackupReport,
     Baseline,
     RestoreRefused,
@@ -9,7 +9,7 @@ from .backup import (
     backup,
     restore,
 )
-from .errors import (
+from keepstep.storage.errors import (
     ArtifactImmutable,
     ChainBroken,
     CheckpointConflict,
@@ -23,9 +23,9 @@ from .errors import (
     StorageError,
     UnsafeArtifactName,
 )
-from .faults import crash_point
-from .hashing import canonical_json, sha256_hex
-from .models import (
+from keepstep.storage.faults import crash_point
+from keepstep.storage.hashing import canonical_json, sha256_hex
+from keepstep.storage.models import (
     ArtifactEntry,
     ArtifactProblem,
     Attempt,
@@ -42,11 +42,11 @@ from .models import (
     OrphanAttempt,
     UnitStatus,
 )
-from .retention import GcItem, GcReport, gc
-from .schema import SCHEMA_VERSION
-from .sqlite_ledgers import ApprovalRecord, ApprovalRefused, EffectRecord
-from .sqlite_store import BudgetLimitReached, LeaseHeld, SQLiteStore
-from .store import Store
+from keepstep.storage.retention import GcItem, GcReport, gc
+from keepstep.storage.schema import SCHEMA_VERSION
+from keepstep.storage.sqlite_ledgers import ApprovalRecord, ApprovalRefused, EffectRecord
+from keepstep.storage.sqlite_store import BudgetLimitReached, LeaseHeld, SQLiteStore
+from keepstep.storage.store import Store
 
 __all__ = [
     "SCHEMA_VERSION", "ApprovalRecord", "ApprovalRefused", "ArtifactEntry", "ArtifactImmutable",

@@ -20,9 +20,9 @@ import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 
-from .errors import ArtifactImmutable, UnsafeArtifactName
-from .hashing import file_sha256, sha256_hex
-from .models import ArtifactEntry, ArtifactProblem
+from keepstep.storage.errors import ArtifactImmutable, UnsafeArtifactName
+from keepstep.storage.hashing import file_sha256, sha256_hex
+from keepstep.storage.models import ArtifactEntry, ArtifactProblem
 
 _SAFE_PART = re.compile(r"^[A-Za-z0-9._@+=-]+$")
 _ID_PART = re.compile(r"^[A-Za-z0-9._-]+$")

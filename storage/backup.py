@@ -30,11 +30,11 @@ from typing import IO
 
 from pydantic import BaseModel, Field
 
-from .artifacts import fsync_dir
-from .current import UNIT_PREFIX, current_unit, current_units
-from .errors import NotFound, StorageError
-from .schema import SCHEMA_VERSION
-from .sqlite_store import SQLiteStore
+from keepstep.storage.artifacts import fsync_dir
+from keepstep.storage.current import UNIT_PREFIX, current_unit, current_units
+from keepstep.storage.errors import NotFound, StorageError
+from keepstep.storage.schema import SCHEMA_VERSION
+from keepstep.storage.sqlite_store import SQLiteStore
 
 STATE_DIR = ".keepstep"
 DB_NAME = "state.db"

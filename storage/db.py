@@ -11,14 +11,14 @@ from pathlib import Path
 
 from sqlite_utils import Database
 
-from .errors import (
+from keepstep.storage.errors import (
     CorruptDatabase,
     SchemaMigrationFailed,
     SchemaTooNew,
     StorageBusy,
     StorageError,
 )
-from .schema import MIGRATION_SET, SCHEMA_VERSION, migrations
+from keepstep.storage.schema import MIGRATION_SET, SCHEMA_VERSION, migrations
 
 BUSY_TIMEOUT_MS = 30_000
 _CORRUPT_MARKERS = ("malformed", "not a database")

@@ -21,9 +21,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .current import UNIT_PREFIX, current_units
-from .errors import NotFound
-from .sqlite_store import SQLiteStore
+from keepstep.storage.current import UNIT_PREFIX, current_units
+from keepstep.storage.errors import NotFound
+from keepstep.storage.sqlite_store import SQLiteStore
 
 STATE_DIR = ".keepstep"
 DAY = 86_400.0

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from .errors import NotFound, StaleFencingToken, StorageError
-from .hashing import canonical_json
-from .models import EventIn
+from keepstep.storage.errors import NotFound, StaleFencingToken, StorageError
+from keepstep.storage.hashing import canonical_json
+from keepstep.storage.models import EventIn
 
 if TYPE_CHECKING:
     from sqlite_utils import Database

@@ -20,9 +20,9 @@ from typing import Any
 
 from sqlite_utils import Database
 
-from .artifacts import ArtifactStore
-from .db import connect, open_database, sqlite_errors, storage_error
-from .errors import (
+from keepstep.storage.artifacts import ArtifactStore
+from keepstep.storage.db import connect, open_database, sqlite_errors, storage_error
+from keepstep.storage.errors import (
     CheckpointConflict,
     CommitOutcomeUnknown,
     CorruptDatabase,
@@ -30,9 +30,15 @@ from .errors import (
     StaleFencingToken,
     StorageError,
 )
-from .faults import crash_point
-from .hashing import EMPTY_STATE_HASH, canonical_json, sha256_hex, state_hash_of, state_hash_update
-from .models import (
+from keepstep.storage.faults import crash_point
+from keepstep.storage.hashing import (
+    EMPTY_STATE_HASH,
+    canonical_json,
+    sha256_hex,
+    state_hash_of,
+    state_hash_update,
+)
+from keepstep.storage.models import (
     ArtifactEntry,
     Attempt,
     Budget,
@@ -48,8 +54,8 @@ from .models import (
     OrphanAttempt,
     UnitStatus,
 )
-from .schema import SCHEMA_VERSION
-from .sqlite_ledgers import ApprovalsAndEffectsMixin
+from keepstep.storage.schema import SCHEMA_VERSION
+from keepstep.storage.sqlite_ledgers import ApprovalsAndEffectsMixin
 
 
 class LeaseHeld(StorageError):

@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from .artifacts import ArtifactStore
-from .models import (
+from keepstep.storage.artifacts import ArtifactStore
+from keepstep.storage.models import (
     ArtifactEntry,
     Attempt,
     Budget,
@@ -26,7 +26,7 @@ from .models import (
     OrphanAttempt,
     UnitStatus,
 )
-from .sqlite_ledgers import ApprovalRecord, EffectRecord
+from keepstep.storage.sqlite_ledgers import ApprovalRecord, EffectRecord
 
 
 @runtime_checkable

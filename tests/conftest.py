@@ -34,7 +34,7 @@ ME042_PACK = Path(__file__).resolve().parents[1] / "sample_projects" / "market-e
 @pytest.fixture(scope="session")
 def me042_story(tmp_path_factory):
     """The ME-042 story run once per session: (StoryResult, printed lines)."""
-    from keepstep.engine.story import run_story
+    from keepstep.engine.drills.story import run_story
 
     lines: list[str] = []
     result = run_story(ME042_PACK, tmp_path_factory.mktemp("story") / "me042", say=lines.append)

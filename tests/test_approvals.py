@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 from sqlite_utils import Database, Migrations
 
-from keepstep.engine.approvals import (
+from keepstep.engine.core.plan import Gate
+from keepstep.engine.errors import ApprovalError
+from keepstep.engine.run.approvals import (
     ApprovalOption,
     approval_applies,
     decide,
@@ -18,8 +20,6 @@ from keepstep.engine.approvals import (
     request_gate,
     revoke,
 )
-from keepstep.engine.errors import ApprovalError
-from keepstep.engine.plan import Gate
 from keepstep.storage import SCHEMA_VERSION, SQLiteStore
 from keepstep.storage.schema import MIGRATION_SET, m001_initial
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from keepstep.engine import open_project
-from keepstep.engine.maintenance import backup_project, restore_project
+from keepstep.engine.run.maintenance import backup_project, restore_project
 from keepstep.storage import RestoreRefused, StorageError, backup, restore
 
 PACK = Path(__file__).resolve().parent.parent / "sample_projects" / "market-entry"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from keepstep.engine.changes import Change, ChangeKind, artifact_lost, detect_changes
-from keepstep.engine.plan import EdgeType, Plan
-from keepstep.engine.project_files import Contract, InputSnapshot
+from keepstep.engine.core.changes import Change, ChangeKind, artifact_lost, detect_changes
+from keepstep.engine.core.plan import EdgeType, Plan
+from keepstep.engine.files.project import Contract, InputSnapshot
 
 H1, H2 = "1" * 64, "2" * 64
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from keepstep.app.cli import app
+from keepstep.app.cli.main import app
 
 RUNNER = CliRunner()
 STATUS_KEYS = {
@@ -425,7 +425,7 @@ def test_ctrl_c_sets_cancel_and_reports_cancelled() -> None:
     import os
     import signal
 
-    from keepstep.app.cli import drive
+    from keepstep.app.cli.main import drive
     from keepstep.engine import RunCancelled
 
     def action(cancel, on_event):

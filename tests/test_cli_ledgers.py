@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from keepstep.app.cli import app
+from keepstep.app.cli.main import app
 
 RUNNER = CliRunner()
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_projects" / "market-entry"
@@ -89,7 +89,7 @@ def test_effects_lists_an_empty_ledger_cleanly(done_project: Path) -> None:
 def test_effects_lists_the_ledger_rows(done_project: Path) -> None:
     """A recorded external action shows its key, unit, action, adapter, status and remote id."""
     from keepstep.engine import open_project
-    from keepstep.engine.effects import FileDropAdapter, perform_effect
+    from keepstep.engine.run.effects import FileDropAdapter, perform_effect
 
     outbox = done_project.parent / "outbox"
     outbox.mkdir()
@@ -120,9 +120,9 @@ def test_budget_raise_that_lowers_a_limit_is_a_usage_error(done_project: Path) -
 
 def test_keys_set_refuses_before_prompting_without_a_keyring(monkeypatch) -> None:
     """At a terminal with no keyring backend, `keys set` refuses before asking for the key."""
-    from keepstep.app import cli_ledgers
+    from keepstep.app.cli import ledgers as cli_ledgers
     from keepstep.engine.errors import KeyringUnavailable
-    from keepstep.engine.keys import keyring_available
+    from keepstep.engine.gateway.keys import keyring_available
 
     assert keyring_available() is False  # conftest selects the null backend
     monkeypatch.setattr(cli_ledgers.sys, "stdin", SimpleNamespace(isatty=lambda: True))
@@ -171,8 +171,8 @@ def _unit(state: str, reason: str | None = None) -> SimpleNamespace:
 def test_every_suggested_command_exists_and_names_dir_and_run(branch: str) -> None:
     """Each next-action hint suggests only real commands, each with DIR --run RUN (and
     --branch off main)."""
-    from keepstep.engine.decide import Decision, DecisionKind
-    from keepstep.engine.next_action import next_action
+    from keepstep.engine.core.decide import Decision, DecisionKind
+    from keepstep.engine.report.next_action import next_action
 
     def status(**units: SimpleNamespace) -> SimpleNamespace:
         return SimpleNamespace(run_id="R7", branch=branch, units=units, pending_approvals=[],

@@ -28,7 +28,7 @@ def cli(*args: object, env: dict[str, str] | None = None,
     return run_python(
         f"""
         import sys
-        from keepstep.app.cli import main
+        from keepstep.app.cli.main import main
         sys.argv = ["keepstep", *{[str(a) for a in args]!r}]
         main()
         """, env=env, stdin=stdin)
@@ -39,7 +39,7 @@ def loaded_after_cli(*args: object) -> dict:
     proc = run_python(
         f"""
         import json, sys
-        from keepstep.app.cli import main
+        from keepstep.app.cli.main import main
         sys.argv = ["keepstep", *{[str(a) for a in args]!r}]
         code = 0
         try:
@@ -65,11 +65,11 @@ def project_with_run(tmp_path: Path) -> Path:
 
 
 def test_importing_the_cli_loads_no_engine_model_client_or_tui() -> None:
-    """`import keepstep.app.cli` alone loads neither the engine, litellm nor textual."""
+    """`import keepstep.app.cli.main` alone loads neither the engine, litellm nor textual."""
     proc = run_python(
         """
         import json, sys
-        import keepstep.app.cli
+        import keepstep.app.cli.main
         print(json.dumps(sorted(m for m in ("keepstep.engine", "litellm", "textual")
                                 if m in sys.modules)))
         """)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from keepstep.app.cli import app
+from keepstep.app.cli.main import app
 
 RUNNER = CliRunner()
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keepstep.engine.decide import DecisionKind, decide, ready_units
-from keepstep.engine.plan import Dependency, Gate, Plan, PlanHeader, Unit, UnitKind
-from keepstep.engine.state import RunFacts, UnitRecord, UnitState
+from keepstep.engine.core.decide import DecisionKind, decide, ready_units
+from keepstep.engine.core.plan import Dependency, Gate, Plan, PlanHeader, Unit, UnitKind
+from keepstep.engine.core.state import RunFacts, UnitRecord, UnitState
 from keepstep.storage.models import Budget, Lease, UnitStatus
 
 NOW = 1_000_000.0

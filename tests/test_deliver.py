@@ -1,6 +1,6 @@
 """The deliver kind: project adapters, one ledgered effect per file, crashes, resumes, errors.
 
-A small 8-unit project (tests/small_project.py) plus U09, a deliver unit sending the
+A small 8-unit project (tests/support/small_project.py) plus U09, a deliver unit sending the
 evidence table (U08) and the market-size synthesis (U06) through a configured adapter.
 Crash tests run the worker as a subprocess that SIGKILLs itself at a named crash point.
 """
@@ -14,16 +14,22 @@ from typing import Any
 
 import pytest
 import tomli_w
-from engine_harness import RUN, in_flight_unit, make_small_project, run_worker, write_config
-from small_project import PACK, small_units
-from webhook_server import WebhookServer
 
-from keepstep.engine.effects import FileDropAdapter, WebhookAdapter
+from keepstep.engine.api import open_project
+from keepstep.engine.core.plan import Plan, check_plan, load_plan
 from keepstep.engine.errors import ConfigError
+from keepstep.engine.files.project import load_config
 from keepstep.engine.kinds import expected_outputs, get_kind
-from keepstep.engine.plan import Plan, check_plan, load_plan
-from keepstep.engine.project import open_project
-from keepstep.engine.project_files import load_config
+from keepstep.engine.run.effects import FileDropAdapter, WebhookAdapter
+from tests.support.engine_harness import (
+    RUN,
+    in_flight_unit,
+    make_small_project,
+    run_worker,
+    write_config,
+)
+from tests.support.small_project import PACK, small_units
+from tests.support.webhook_server import WebhookServer
 
 FILES = ("U08:evidence-table.csv", "U06:synthesis.md")
 FILE_DROP = {"client_share": {"type": "file_drop", "target_dir": "../client-share"}}

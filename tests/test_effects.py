@@ -1,7 +1,7 @@
 """The side-effect ledger: intent before action, receipts, reconcile after real SIGKILLs, undo.
 
-Webhook tests talk to tests/webhook_server.py on 127.0.0.1; crash tests run
-tests/effect_child.py, which SIGKILLs itself at a named crash point.
+Webhook tests talk to tests/support/webhook_server.py on 127.0.0.1; crash tests run
+tests/support/effect_child.py, which SIGKILLs itself at a named crash point.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from webhook_server import WebhookServer
 
-from keepstep.engine.effects import (
+from keepstep.engine.errors import LeaseLost, SideEffectError
+from keepstep.engine.run.effects import (
     FileDropAdapter,
     LookupResult,
     WebhookAdapter,
@@ -27,10 +27,10 @@ from keepstep.engine.effects import (
     perform_effect,
     reconcile,
 )
-from keepstep.engine.errors import LeaseLost, SideEffectError
 from keepstep.storage import SQLiteStore
+from tests.support.webhook_server import WebhookServer
 
-CHILD = Path(__file__).with_name("effect_child.py")
+CHILD = Path(__file__).parent / "support" / "effect_child.py"
 RUN = "ME-042"
 UNIT = "U41"
 ACTION = "notify-client"

@@ -7,7 +7,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from engine_harness import (
+
+from keepstep.engine.api import open_project
+from keepstep.engine.errors import KeepstepError
+from tests.support.engine_harness import (
     RUN,
     StepClock,
     attempts_by_unit,
@@ -19,9 +22,6 @@ from engine_harness import (
     redone_units,
     run_worker,
 )
-
-from keepstep.engine.errors import KeepstepError
-from keepstep.engine.project import open_project
 
 
 def _rows(ledger: dict) -> int:

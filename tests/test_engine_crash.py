@@ -10,7 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from engine_harness import (
+
+from keepstep.engine.api import open_project
+from tests.support.engine_harness import (
     RUN,
     attempts_by_unit,
     budget_used,
@@ -22,8 +24,6 @@ from engine_harness import (
     run_kill_in_call,
     run_worker,
 )
-
-from keepstep.engine.project import open_project
 
 
 @pytest.fixture

@@ -55,7 +55,7 @@ def test_changed_output_is_not_cut_off(tmp_path):
     new_u05 = run.facts_records()["U05"]
     records = run.facts_records()
     records["U17"] = rec.model_copy(update={"state": "invalidated"})
-    from keepstep.engine.invalidation import cutoff
+    from keepstep.engine.core.invalidation import cutoff
 
     assert cutoff(run.plan, "U05", {n: o.sha256 for n, o in new_u05.outputs.items()},
                   records) == []

@@ -8,7 +8,10 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from engine_harness import (
+from keepstep.engine.api import open_project
+from keepstep.engine.gateway.client import ModelGateway, _litellm
+from keepstep.storage import SQLiteStore
+from tests.support.engine_harness import (
     RUN,
     StepClock,
     attempts_by_unit,
@@ -18,11 +21,7 @@ from engine_harness import (
     start_worker,
     wait_for,
 )
-from small_project import small_units
-
-from keepstep.engine.gateway import ModelGateway, _litellm
-from keepstep.engine.project import open_project
-from keepstep.storage import SQLiteStore
+from tests.support.small_project import small_units
 
 
 def _ts(iso: str | None) -> float:

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_harness import RUN, make_small_project
-from fake_provider import FakeProvider
-from small_project import extract_only_units
 
-from keepstep.engine.gateway import ModelGateway
-from keepstep.engine.project import open_project
+from keepstep.engine.api import open_project
+from keepstep.engine.gateway.client import ModelGateway
+from tests.support.engine_harness import RUN, make_small_project
+from tests.support.fake_provider import FakeProvider
+from tests.support.small_project import extract_only_units
 
 EMPTY_EVIDENCE = '{"evidence": []}'  # a valid extract answer: nothing found
 

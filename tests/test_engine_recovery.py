@@ -12,7 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_harness import (
+
+from keepstep.engine.api import open_project
+from keepstep.engine.gateway.client import ModelResult
+from keepstep.engine.run.recovery import recover
+from keepstep.storage import SCHEMA_VERSION, SchemaTooNew
+from tests.support.engine_harness import (
     RUN,
     StepClock,
     calls_by_attempt,
@@ -21,12 +26,7 @@ from engine_harness import (
     redone_units,
     run_worker,
 )
-from small_project import extract_only_units
-
-from keepstep.engine.gateway import ModelResult
-from keepstep.engine.project import open_project
-from keepstep.engine.recovery import recover
-from keepstep.storage import SCHEMA_VERSION, SchemaTooNew
+from tests.support.small_project import extract_only_units
 
 
 @pytest.fixture

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine_harness import RUN, copy_pack, make_small_project
-
-from keepstep.engine.project import open_project
+from keepstep.engine.api import open_project
+from tests.support.engine_harness import RUN, copy_pack, make_small_project
 
 
 class ForbiddenGateway:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_invalidation import AUDIENCE, built_me042, make_plan, me042, succeeded, units
 
-from keepstep.engine.changes import Change, ChangeKind
-from keepstep.engine.explain import compact_ids, explain_unit, preview
-from keepstep.engine.invalidation import invalidate
-from keepstep.engine.state import RunFacts, UnitRecord, UnitState
+from keepstep.engine.core.changes import Change, ChangeKind
+from keepstep.engine.core.explain import compact_ids, explain_unit, preview
+from keepstep.engine.core.invalidation import invalidate
+from keepstep.engine.core.state import RunFacts, UnitRecord, UnitState
 from keepstep.storage.models import Budget, Lease, ModelCall, UnitStatus
+from tests.test_invalidation import AUDIENCE, built_me042, make_plan, me042, succeeded, units
 
 
 def call(unit: str, attempt: str, n: int, *, tokens: tuple[int, int] = (900, 300),

@@ -1,6 +1,6 @@
 """Pins the model gateway: ledger rows per attempt, classification, retries, offline model.
 
-Provider tests make real litellm calls to tests/fake_provider.py over loopback; sleeping is
+Provider tests make real litellm calls to tests/support/fake_provider.py over loopback; sleeping is
 injected, so retries cost no wall time.
 """
 
@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 
-from keepstep.engine import gateway
 from keepstep.engine.errors import (
     AuthError,
     BudgetExhausted,
@@ -35,16 +34,15 @@ from keepstep.engine.errors import (
     TransientModelError,
     UnknownModelError,
 )
-from keepstep.engine.gateway import (
+from keepstep.engine.gateway import client as gateway
+from keepstep.engine.gateway.client import (
     CallContext,
     ModelGateway,
     ModelRequest,
     RetryPolicy,
 )
-from keepstep.engine.offline_model import HEURISTIC_NOTICE, count_tokens
-
-sys.path.insert(0, os.path.dirname(__file__))
-from fake_provider import (
+from keepstep.engine.gateway.offline_model import HEURISTIC_NOTICE, count_tokens
+from tests.support.fake_provider import (
     COMPLETION_TOKENS,
     PROMPT_TOKENS,
     FakeProvider,
@@ -312,8 +310,8 @@ def test_offline_model_bad_payload_is_permanent(ledger, sleeps):
 
 def test_importing_gateway_loads_neither_litellm_nor_textual():
     """The gateway module imports litellm lazily, and the engine never loads textual."""
-    code = ("import sys, keepstep.engine.gateway, keepstep.engine.keys, "
-            "keepstep.engine.offline_provider; "
+    code = ("import sys, keepstep.engine.gateway.client, keepstep.engine.gateway.keys, "
+            "keepstep.engine.gateway.offline_provider; "
             "print(sorted(m for m in ('litellm', 'textual', 'keyring') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from keepstep.engine import open_project
-from keepstep.engine.maintenance import gc_project
+from keepstep.engine.run.maintenance import gc_project
 from keepstep.storage import EventIn, SQLiteStore, gc
 from keepstep.storage.hashing import file_sha256
 

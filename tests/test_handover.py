@@ -15,12 +15,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from keepstep.app.cli_handover import register
+from keepstep.app.cli.handover import register
 from keepstep.engine import open_project
-from keepstep.engine.dag_svg import STATE_COLORS, dag_svg
 from keepstep.engine.errors import KeepstepError
-from keepstep.engine.handover import bundle_files, export_handover, verify_bundle
-from keepstep.engine.narrative import check_narrative, narrative
+from keepstep.engine.report.dag_svg import STATE_COLORS, dag_svg
+from keepstep.engine.report.handover import bundle_files, export_handover, verify_bundle
+from keepstep.engine.report.narrative import check_narrative, narrative
 
 PACK = Path(__file__).resolve().parents[1] / "sample_projects" / "market-entry"
 EXPECTED = {

@@ -8,22 +8,28 @@ from typing import Any
 
 import pytest
 
-from keepstep.engine.changes import (
+from keepstep.engine.core.changes import (
     Change,
     ChangeKind,
     artifact_lost,
     unit_output_changed,
 )
-from keepstep.engine.errors import ConfigError
-from keepstep.engine.invalidation import (
+from keepstep.engine.core.invalidation import (
     PlanIndex,
     cutoff,
     cutoff_note,
     downstream_of,
     invalidate,
 )
-from keepstep.engine.plan import EdgeType, Plan, load_plan
-from keepstep.engine.state import Explanation, ExplanationStep, OutputRef, UnitRecord, UnitState
+from keepstep.engine.core.plan import EdgeType, Plan, load_plan
+from keepstep.engine.core.state import (
+    Explanation,
+    ExplanationStep,
+    OutputRef,
+    UnitRecord,
+    UnitState,
+)
+from keepstep.engine.errors import ConfigError
 
 REAL_PLAN = Path(__file__).resolve().parent.parent / "sample_projects/market-entry/plan.toml"
 GROUPS = "ABCDEFGHIJKL"

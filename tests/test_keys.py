@@ -12,8 +12,8 @@ import pytest
 from keyring.backend import KeyringBackend
 from keyring.backends import fail, null
 
-from keepstep.engine import keys
 from keepstep.engine.errors import KeyringUnavailable, MissingKeyError
+from keepstep.engine.gateway import keys
 
 
 class _MemoryKeyring(KeyringBackend):

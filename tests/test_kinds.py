@@ -12,7 +12,13 @@ from typing import Any
 
 import networkx as nx
 import pytest
-from fake_context import (
+
+from keepstep.engine.core.plan import Dependency, UnitKind, parse_plan
+from keepstep.engine.errors import PlanValidationError
+from keepstep.engine.files.project import Contract, InputSnapshot, SourceEntry
+from keepstep.engine.gateway.offline_model import respond
+from keepstep.engine.kinds import REGISTRY, expected_outputs, get_kind
+from tests.support.fake_context import (
     PACK,
     FakeContext,
     PackRunner,
@@ -20,12 +26,6 @@ from fake_context import (
     with_audience,
     with_unit,
 )
-
-from keepstep.engine.errors import PlanValidationError
-from keepstep.engine.kinds import REGISTRY, expected_outputs, get_kind
-from keepstep.engine.offline_model import respond
-from keepstep.engine.plan import Dependency, UnitKind, parse_plan
-from keepstep.engine.project_files import Contract, InputSnapshot, SourceEntry
 
 EXTRACT_UNITS = [f"U{n:02d}" for n in range(5, 17)]
 VERIFY_UNITS = [f"U{n:02d}" for n in range(17, 25)]

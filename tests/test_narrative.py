@@ -12,7 +12,7 @@ import pytest
 import tomli_w
 
 from keepstep.engine import open_project
-from keepstep.engine.narrative import Claim, check_narrative, compare, narrative, render
+from keepstep.engine.report.narrative import Claim, check_narrative, compare, narrative, render
 
 PACK = Path(__file__).resolve().parents[1] / "sample_projects" / "market-entry"
 
@@ -190,7 +190,7 @@ def test_narrative_of_a_run_stopped_by_the_budget(tmp_path):
 def test_a_head_that_does_not_verify_is_not_the_baseline(copy_run, tmp_path):
     """A hand-edited head checkpoint: the narrative and the bundle name the checkpoint before it
     as the last reliable baseline, and say why."""
-    from keepstep.engine.handover import export_handover
+    from keepstep.engine.report.handover import export_handover
 
     conn = sqlite3.connect(copy_run.store.db_path, isolation_level=None)
     try:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from keepstep.engine.display import explanation_html, preview_html, status_html
-from keepstep.engine.explain import Estimate, Preview, UnitCost, UnitExplanation
-from keepstep.engine.state import Explanation, ExplanationStep, UnitState
-from keepstep.engine.status import RunStatus, UnitView
+from keepstep.engine.core.explain import Estimate, Preview, UnitCost, UnitExplanation
+from keepstep.engine.core.state import Explanation, ExplanationStep, UnitState
+from keepstep.engine.report.display import explanation_html, preview_html, status_html
+from keepstep.engine.report.status import RunStatus, UnitView
 
 PACK = Path(__file__).resolve().parents[1] / "sample_projects" / "market-entry"
 NOTEBOOK = PACK / "walkthrough.ipynb"

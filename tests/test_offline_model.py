@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from keepstep.engine.offline_model import (
+from keepstep.engine.gateway.offline_model import (
     HEURISTIC_NOTICE,
     MODEL_NAME,
     check_ranking,

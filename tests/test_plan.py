@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from keepstep.engine import PlanValidationError, load_project_files
-from keepstep.engine.plan import MAX_ROUNDS_CAP, load_plan
+from keepstep.engine.core.plan import MAX_ROUNDS_CAP, load_plan
 
 PACK = Path(__file__).resolve().parents[1] / "sample_projects" / "market-entry"
 

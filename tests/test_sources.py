@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from keepstep.engine import SourceError
-from keepstep.engine.sources import add_source
+from keepstep.engine.files.sources import add_source
 
 SOURCES_TOML = """
 [[source]]

@@ -21,7 +21,7 @@ import pytest
 from keepstep.storage import SQLiteStore
 
 RUN = "CRASH"
-CHILD = Path(__file__).with_name("crash_child.py")
+CHILD = Path(__file__).parent / "support" / "crash_child.py"
 SEED = 4242
 POINTS = (
     "claim.before", "claim.after",

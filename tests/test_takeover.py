@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tui_support import RUN_ID, copy_of, gate_template
 
 from keepstep.engine import KeepstepError, open_project
-from keepstep.engine.takeover import (
+from keepstep.engine.run.takeover import (
     EXPERT_REASON,
     OUT_OF_SCOPE_REASON,
     mark_for_expert,
@@ -17,6 +16,7 @@ from keepstep.engine.takeover import (
     record_takeover,
     scope_of,
 )
+from tests.support.tui_support import RUN_ID, copy_of, gate_template
 
 
 @pytest.fixture

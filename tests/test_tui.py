@@ -8,16 +8,6 @@ from pathlib import Path
 
 import pytest
 from textual.widgets import Checkbox, DataTable, Input, Markdown, Static
-from tui_support import (
-    RUN_ID,
-    WHO,
-    copy_of,
-    copy_sample,
-    gate_template,
-    make_test_app,
-    screen_text,
-    wait_for,
-)
 
 from keepstep.app.tui.screens import (
     AddSourceModal,
@@ -34,7 +24,17 @@ from keepstep.app.tui.screens import (
 )
 from keepstep.app.tui.widgets import UnitGrid
 from keepstep.engine import KeepstepError, open_project
-from keepstep.engine.project_files import load_sources, save_sources
+from keepstep.engine.files.project import load_sources, save_sources
+from tests.support.tui_support import (
+    RUN_ID,
+    WHO,
+    copy_of,
+    copy_sample,
+    gate_template,
+    make_test_app,
+    screen_text,
+    wait_for,
+)
 
 SIZE = (100, 30)
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tui_support import copy_of, gate_template, make_test_app
+
+from tests.support.tui_support import copy_of, gate_template, make_test_app
 
 SIZE = (100, 30)
 

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tui_support import RUN_ID, copy_of, gate_template
+
+from tests.support.tui_support import RUN_ID, copy_of, gate_template
 
 WIDTH, HEIGHT = 100, 30
 

@@ -1,5 +1,5 @@
 """keepstep's Textual TUI. ``make_app(project_path)`` builds it; the CLI and tests use it."""
 
-from .app import KeepstepApp, make_app
+from keepstep.app.tui.app import KeepstepApp, make_app
 
 __all__ = ["KeepstepApp", "make_app"]

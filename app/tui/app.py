@@ -13,11 +13,10 @@ from typing import Any
 from textual.app import App
 from textual.binding import Binding
 
+from keepstep.app.tui.format import error_text
+from keepstep.app.tui.screens.dashboard import DashboardScreen
+from keepstep.app.tui.screens.error import ErrorModal
 from keepstep.engine import Project, Run, open_project
-
-from .format import error_text
-from .screens.dashboard import DashboardScreen
-from .screens.error import ErrorModal
 
 DEFAULT_RUN_ID = "run-1"
 QUIT_WAIT_S = 60.0

@@ -8,9 +8,12 @@ plan's declared ``outputs`` can be checked before anything runs.
 
 from __future__ import annotations
 
-from ..context import REGISTRY, KindFn, KindSpec
-from ..errors import PlanValidationError
-from ..plan import Unit
+from keepstep.engine.core.plan import Unit
+from keepstep.engine.errors import PlanValidationError
+from keepstep.engine.kinds.context import REGISTRY, KindFn, KindSpec
+from keepstep.engine.kinds.intake import STEP_OUTPUTS
+from keepstep.engine.kinds.render import DOCUMENT_OUTPUTS
+
 from . import (  # noqa: F401  (registers)
     audit,
     deliver,
@@ -20,8 +23,6 @@ from . import (  # noqa: F401  (registers)
     synthesize,
     verify,
 )
-from .intake import STEP_OUTPUTS
-from .render import DOCUMENT_OUTPUTS
 
 __all__ = ["REGISTRY", "expected_outputs", "get_kind"]
 

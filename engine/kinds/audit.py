@@ -13,11 +13,8 @@ import io
 import re
 from typing import Any
 
-from keepstep.storage.hashing import canonical_json, sha256_hex
-
-from ..context import KindOutcome, KindSpec, UnitContext, ValidatorResult, register
-from ..plan import UnitKind
-from .common import (
+from keepstep.engine.core.plan import UnitKind
+from keepstep.engine.kinds.common import (
     JSON,
     MARKDOWN,
     cited_evidence_ids,
@@ -28,7 +25,15 @@ from .common import (
     natural_key,
     result,
 )
-from .render import DOCUMENT_OUTPUTS
+from keepstep.engine.kinds.context import (
+    KindOutcome,
+    KindSpec,
+    UnitContext,
+    ValidatorResult,
+    register,
+)
+from keepstep.engine.kinds.render import DOCUMENT_OUTPUTS
+from keepstep.storage.hashing import canonical_json, sha256_hex
 
 AUDIT = KindSpec(
     name="audit",

@@ -11,8 +11,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ..context import UnitContext, ValidatorResult
-from ..plan import Unit, UnitKind
+from keepstep.engine.core.plan import Unit, UnitKind
+from keepstep.engine.kinds.context import UnitContext, ValidatorResult
 
 JSON = "application/json"
 MARKDOWN = "text/markdown"

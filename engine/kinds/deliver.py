@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from keepstep.engine.errors import KeepstepError
+from keepstep.engine.kinds.common import JSON, dump_json, result
+from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.storage.hashing import sha256_hex
-
-from ..context import KindOutcome, KindSpec, UnitContext, register
-from ..errors import KeepstepError
-from .common import JSON, dump_json, result
 
 SPEC = KindSpec(
     name="deliver",

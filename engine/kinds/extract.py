@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..context import KindOutcome, KindSpec, UnitContext, register
-from ..plan import UnitKind
-from .common import (
+from keepstep.engine.core.plan import UnitKind
+from keepstep.engine.kinds.common import (
     EVIDENCE_REQUIRED,
     JSON,
     dep_with_param,
@@ -22,6 +21,7 @@ from .common import (
     result,
     structure_problems,
 )
+from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 
 OUTPUT = "evidence.json"
 

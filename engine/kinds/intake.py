@@ -10,11 +10,23 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from keepstep.engine.core.plan import UnitKind
+from keepstep.engine.kinds.common import (
+    EVIDENCE_REQUIRED,
+    JSON,
+    dep_with_param,
+    dump_json,
+    natural_key,
+    result,
+)
+from keepstep.engine.kinds.context import (
+    KindOutcome,
+    KindSpec,
+    UnitContext,
+    ValidatorResult,
+    register,
+)
 from keepstep.storage.hashing import canonical_json, sha256_hex
-
-from ..context import KindOutcome, KindSpec, UnitContext, ValidatorResult, register
-from ..plan import UnitKind
-from .common import EVIDENCE_REQUIRED, JSON, dep_with_param, dump_json, natural_key, result
 
 STEP_OUTPUTS = {
     "inventory": "inventory.json",

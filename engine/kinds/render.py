@@ -15,9 +15,8 @@ import io
 import re
 from typing import Any
 
-from ..context import KindOutcome, KindSpec, UnitContext, register
-from ..plan import UnitKind
-from .common import (
+from keepstep.engine.core.plan import UnitKind
+from keepstep.engine.kinds.common import (
     CSV,
     MARKDOWN,
     cite,
@@ -31,6 +30,7 @@ from .common import (
     notices,
     result,
 )
+from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 
 DOCUMENT_OUTPUTS = {
     "report": "report.md",

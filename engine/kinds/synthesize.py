@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..context import KindOutcome, KindSpec, UnitContext, register
-from ..plan import UnitKind
-from .common import (
+from keepstep.engine.core.plan import UnitKind
+from keepstep.engine.kinds.common import (
     JSON,
     MARKDOWN,
     cite,
@@ -23,6 +22,7 @@ from .common import (
     notices,
     result,
 )
+from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 
 GENERAL_AUDIENCE = "general"
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..context import KindOutcome, KindSpec, UnitContext, register
-from ..plan import UnitKind
-from .common import (
+from keepstep.engine.core.plan import UnitKind
+from keepstep.engine.kinds.common import (
     EVIDENCE_REQUIRED,
     JSON,
     dep_units,
@@ -24,6 +23,7 @@ from .common import (
     structure_problems,
     unit_source_ids,
 )
+from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 
 OUTPUT = "verified.json"
 DEFAULT_MIN_SUPPORTED = 0.5

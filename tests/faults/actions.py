@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import tomli_w
 
-from keepstep.engine.project_files import load_contract, write_contract
+from keepstep.engine.files.project import load_contract, write_contract
 from keepstep.storage import SCHEMA_VERSION
 from keepstep.storage.hashing import file_sha256
 
@@ -191,10 +191,10 @@ class Actions:
         (``unit_output_changed`` + ``invalidate``) but has no command that records one, so
         the harness commits it as recovery commits a repair: invalidated records, one
         checkpoint, a ``decision.repair`` event."""
-        from keepstep.engine.changes import unit_output_changed
-        from keepstep.engine.invalidation import invalidate
-        from keepstep.engine.plan import EdgeType
-        from keepstep.engine.state import UnitState, unit_key
+        from keepstep.engine.core.changes import unit_output_changed
+        from keepstep.engine.core.invalidation import invalidate
+        from keepstep.engine.core.plan import EdgeType
+        from keepstep.engine.core.state import UnitState, unit_key
         from keepstep.storage import EventIn
 
         with self.project() as p:
@@ -264,7 +264,7 @@ class Actions:
         expect(limits.get(counter) != value, "a refused raise changed the limit")
 
     def do_revoke_approval(self) -> None:
-        from keepstep.engine.approvals_flow import revoke_choice
+        from keepstep.engine.run.gates import revoke_choice
 
         with self.project() as p:
             run = p.run(RUN)
@@ -278,7 +278,7 @@ class Actions:
         self.webhook.start()
 
     def do_decide_effect(self, decision: str) -> None:
-        from keepstep.engine.effects import WebhookAdapter, decide_unknown
+        from keepstep.engine.run.effects import WebhookAdapter, decide_unknown
 
         with self.project() as p:
             (row,) = p.store.effects(RUN, ("intent", "unknown"))

@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from keepstep.engine.project import Project
+from keepstep.engine.api import Project
 from keepstep.storage.hashing import file_sha256
 
 from .child import EFFECT_ACTION
@@ -183,7 +183,7 @@ def named_check(cr: CaseRun, p: Project | None, name: str) -> None:
         expect(answered == len(rows), f"the provider answered {answered} calls, the ledger "
                f"records {len(rows)} with usage")
     elif head == "downstream_not_run":
-        from keepstep.engine.invalidation import downstream_of
+        from keepstep.engine.core.invalidation import downstream_of
 
         below = downstream_of(p.run(RUN).plan, [arg])
         ran = sorted(u for u in below if store.attempts(RUN, u))

@@ -1,7 +1,7 @@
 """What a fault-suite worker process runs: the real worker, plus a few test-only hooks.
 
 ``main(argv)`` strips the hook options below and hands the rest to
-``keepstep.engine.worker.main`` — the same code as ``python -m keepstep.engine.worker``.
+``keepstep.engine.drills.worker.main`` — the same code as ``python -m keepstep.engine.drills.worker``.
 Crash points still come from ``KEEPSTEP_CRASH_AT`` in the environment.
 
 Hooks (each one reproduces a fault no named crash point reaches):
@@ -41,7 +41,7 @@ def _touch(marker: str | None) -> None:
 
 
 def install_call_rules(rules: list[dict[str, Any]]) -> None:
-    from keepstep.engine.gateway import ModelGateway
+    from keepstep.engine.gateway.client import ModelGateway
 
     current = threading.local()
     seen: Counter[str] = Counter()
@@ -77,9 +77,9 @@ def install_call_rules(rules: list[dict[str, Any]]) -> None:
 
 
 def install_pause(spec: str, marker: str | None) -> None:
-    import keepstep.engine.effects as effects
-    import keepstep.engine.executor as executor
-    import keepstep.engine.runner as runner
+    import keepstep.engine.run.attempt as executor
+    import keepstep.engine.run.effects as effects
+    import keepstep.engine.run.loop as runner
     import keepstep.storage.sqlite_store as sqlite_store
     from keepstep.storage.faults import crash_point
 
@@ -118,9 +118,9 @@ def install_disk_full(unit: str) -> None:
 
 
 def install_webhook(url: str) -> None:
-    from keepstep.engine import project as project_module
-    from keepstep.engine.context import REGISTRY
-    from keepstep.engine.effects import WebhookAdapter, perform_effect
+    from keepstep.engine import api as project_module
+    from keepstep.engine.kinds.context import REGISTRY
+    from keepstep.engine.run.effects import WebhookAdapter, perform_effect
 
     opener = project_module.open_project
 
@@ -163,6 +163,6 @@ def main(argv: list[str]) -> int:
         install_disk_full(hooks.disk_full)
     if hooks.webhook:
         install_webhook(hooks.webhook)
-    from keepstep.engine.worker import main as worker_main
+    from keepstep.engine.drills.worker import main as worker_main
 
     return worker_main(rest)

@@ -33,7 +33,7 @@ from typing import Any
 
 import tomli_w
 
-from keepstep.engine.project import Project, open_project
+from keepstep.engine.api import Project, open_project
 
 from .actions import Actions, Snapshot
 from .checks import (
@@ -242,7 +242,7 @@ class CaseRun(Actions):
                 apply_setup(self.root, action)
             write_config(self.root, default_model=MODEL, api_base=self.provider.api_base)
         if case.webhook:
-            from webhook_server import WebhookServer
+            from tests.support.webhook_server import WebhookServer
 
             self.webhook = WebhookServer().start()
 

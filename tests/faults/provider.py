@@ -22,8 +22,8 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from keepstep.engine import offline_model
-from keepstep.engine.offline_provider import build_response_content
+from keepstep.engine.gateway import offline_model
+from keepstep.engine.gateway.offline_provider import build_response_content
 
 MODEL = "openai/fake-model"
 

@@ -31,7 +31,7 @@ class Rule:
 
 @dataclass(frozen=True)
 class Worker:
-    """One executor process: ``python -m keepstep.engine.worker`` plus test hooks.
+    """One executor process: ``python -m keepstep.engine.drills.worker`` plus test hooks.
 
     ``approve``: the answer given to the audience gate (``None``: no answer, the gate waits).
     ``name``: start in the background under that name (``Do("join", name)`` waits for it).

@@ -10,10 +10,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from keepstep.app import cli_drill
-from keepstep.engine import drill as drill_module
-from keepstep.engine.drill import DrillFacts, drill, judge, subprocess_launcher
-from keepstep.engine.project import open_project
+from keepstep.app.cli import drill as cli_drill
+from keepstep.engine.api import open_project
+from keepstep.engine.drills import drill as drill_module
+from keepstep.engine.drills.drill import DrillFacts, drill, judge, subprocess_launcher
 
 from .steps import RUN, Pre
 
@@ -128,7 +128,7 @@ def test_an_unknown_run_is_refused(templates, tmp_path):
 
 
 def test_the_default_launcher_starts_a_real_worker_and_reports_its_kill(templates, tmp_path):
-    """The subprocess launcher runs ``python -m keepstep.engine.worker`` with the crash point
+    """The subprocess launcher runs ``python -m keepstep.engine.drills.worker`` with the crash point
     in its environment: a kill before the first claim comes back as -SIGKILL."""
     project = shutil.copytree(templates.fresh, tmp_path / "project")
     launch = subprocess_launcher(tmp_path)

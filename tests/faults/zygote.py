@@ -4,7 +4,7 @@ Importing litellm costs seconds per process, and the fault suite starts well ove
 executor processes. The zygote imports litellm and the engine once, stays single-threaded,
 and forks one child per worker run. Each child is a real, separate process with its own pid
 (so its own executor id): SIGKILL, SIGSTOP, ``KEEPSTEP_CRASH_AT`` and RLIMIT_FSIZE hit it
-exactly as they hit ``python -m keepstep.engine.worker``, and recovery sees a dead pid.
+exactly as they hit ``python -m keepstep.engine.drills.worker``, and recovery sees a dead pid.
 
 Protocol, one JSON object per line:
 
@@ -13,7 +13,7 @@ Protocol, one JSON object per line:
     zygote -> parent  {"id": n, "pid": pid}              after each fork
     zygote -> parent  {"pid": pid, "code": c}            when a child ends (c < 0: signal)
 
-A child runs ``faults.child.main(argv)`` (the real worker plus test hooks). Run this file as
+A child runs ``tests.faults.child.main(argv)`` (the real worker plus test hooks). Run this file as
 a script; ``Zygote`` below is the parent's side.
 """
 
@@ -32,7 +32,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-TESTS_DIR = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 UNREACHABLE_API = "http://127.0.0.1:9/v1"  # the discard port: nothing listens, refused at once
 
 
@@ -41,7 +41,7 @@ def _warm_up() -> None:
     """One offline call and one refused OpenAI-style call through the real gateway, so that
     every module litellm imports lazily on a first call gets imported."""
     from keepstep.engine.errors import ModelError
-    from keepstep.engine.gateway import CallContext, ModelGateway, ModelRequest, RetryPolicy
+    from keepstep.engine.gateway.client import CallContext, ModelGateway, ModelRequest, RetryPolicy
 
     class _Ledger:
         def reserve(self, ctx: Any, **_: Any) -> str:
@@ -64,16 +64,15 @@ def _preload() -> None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm  # noqa: F401
 
-    import keepstep.engine.effects  # noqa: F401
+    import keepstep.engine.api  # noqa: F401
+    import keepstep.engine.drills.worker  # noqa: F401
     import keepstep.engine.kinds  # noqa: F401
-    import keepstep.engine.project  # noqa: F401
-    import keepstep.engine.recovery  # noqa: F401
-    import keepstep.engine.runner  # noqa: F401
-    import keepstep.engine.worker  # noqa: F401
-    from keepstep.engine import gateway
-
+    import keepstep.engine.run.effects  # noqa: F401
+    import keepstep.engine.run.loop  # noqa: F401
+    import keepstep.engine.run.recovery  # noqa: F401
+    from keepstep.engine.gateway import client as gateway
     gateway._litellm()
-    import faults.child  # noqa: F401
+    import tests.faults.child  # noqa: F401
 
     # litellm starts a logging thread on its first call, and a process must not fork with
     # other threads running. So the first call is made in a throwaway child that reports
@@ -116,7 +115,7 @@ def _child(request: dict[str, Any], control_fds: list[int]) -> int:
     os.environ.update(request["env"])
     if request.get("cwd"):
         os.chdir(request["cwd"])
-    from faults import child
+    from tests.faults import child
 
     return int(child.main(list(request["argv"])) or 0)
 
@@ -126,7 +125,6 @@ def _emit(obj: dict[str, Any]) -> None:
 
 
 def serve() -> None:
-    sys.path.insert(0, str(TESTS_DIR))
     _preload()
     _emit({"ready": True})
     buf = b""
@@ -176,8 +174,8 @@ class Zygote:
         base.pop("KEEPSTEP_CRASH_AT", None)
         self.env = base
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve())], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, env=base, cwd=str(TESTS_DIR),
+            [sys.executable, "-m", "tests.faults.zygote"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, env=base, cwd=str(REPO),
         )
         self._buf = b""
         self._next_id = 0
@@ -216,7 +214,7 @@ class Zygote:
 
     def spawn(self, argv: list[str], *, env: dict[str, str], stdout: Path, stderr: Path,
               cwd: Path | None = None) -> int:
-        """Fork a child running ``faults.child.main(argv)``; returns its pid."""
+        """Fork a child running ``tests.faults.child.main(argv)``; returns its pid."""
         assert self.proc.stdin is not None
         self._next_id += 1
         rid = self._next_id
@@ -245,7 +243,7 @@ class Zygote:
         return self.exits[pid]
 
     def launcher(self, workdir: Path):
-        """A ``launch(args, crash_at) -> exit code`` for ``keepstep.engine.drill``: the
+        """A ``launch(args, crash_at) -> exit code`` for ``keepstep.engine.drills.drill``: the
         worker's own arguments, run by a forked child instead of a new interpreter."""
         counter = iter(range(1, 1_000_000))
 

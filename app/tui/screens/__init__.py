@@ -1,16 +1,16 @@
 """The TUI's screens, one per module."""
 
-from .add_source import AddSourceModal
-from .approval import ApprovalModal
-from .dashboard import DashboardScreen
-from .error import ErrorModal
-from .events import EventsScreen
-from .explain import ExplainScreen
-from .narrative import NarrativeScreen
-from .plan_builder import PlanBuilderScreen
-from .preview import PreviewModal
-from .sources import SourcesScreen
-from .takeover import TakeoverScreen
+from keepstep.app.tui.screens.add_source import AddSourceModal
+from keepstep.app.tui.screens.approval import ApprovalModal
+from keepstep.app.tui.screens.dashboard import DashboardScreen
+from keepstep.app.tui.screens.error import ErrorModal
+from keepstep.app.tui.screens.events import EventsScreen
+from keepstep.app.tui.screens.explain import ExplainScreen
+from keepstep.app.tui.screens.narrative import NarrativeScreen
+from keepstep.app.tui.screens.plan_builder import PlanBuilderScreen
+from keepstep.app.tui.screens.preview import PreviewModal
+from keepstep.app.tui.screens.sources import SourcesScreen
+from keepstep.app.tui.screens.takeover import TakeoverScreen
 
 __all__ = ["AddSourceModal", "ApprovalModal", "DashboardScreen", "ErrorModal", "EventsScreen",
            "ExplainScreen", "NarrativeScreen", "PlanBuilderScreen", "PreviewModal",

@@ -16,10 +16,9 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Static
 
-from keepstep.engine.project_files import SourceEntry
-from keepstep.engine.sources import add_source
-
-from ..format import error_text
+from keepstep.app.tui.format import error_text
+from keepstep.engine.files.project import SourceEntry
+from keepstep.engine.files.sources import add_source
 
 FIELDS = (  # (input id, label, placeholder)
     ("add-path", "file", "path, relative to the project folder, or absolute"),

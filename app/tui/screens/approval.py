@@ -15,7 +15,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, RadioButton, RadioSet, Static
 
-from ..format import bound_text, option_line
+from keepstep.app.tui.format import bound_text, option_line
 
 if TYPE_CHECKING:
     from keepstep.engine import Gate

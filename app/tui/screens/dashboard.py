@@ -20,7 +20,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerState
 
-from keepstep.app.messages import (
+from keepstep.app.tui.format import DECISION_LABELS, ago, expires_in, progress_text, state_symbol
+from keepstep.app.tui.messages import (
     ApprovalRequested,
     RunFailed,
     RunFinished,
@@ -28,24 +29,21 @@ from keepstep.app.messages import (
     UnitClaimed,
     UnitCommitted,
 )
-from keepstep.engine.approvals_flow import record_choice
+from keepstep.app.tui.screens.approval import ApprovalModal
+from keepstep.app.tui.screens.events import EventsScreen
+from keepstep.app.tui.screens.explain import ExplainScreen
+from keepstep.app.tui.screens.narrative import NarrativeScreen
+from keepstep.app.tui.screens.plan_builder import PlanBuilderScreen
+from keepstep.app.tui.screens.sources import SourcesScreen
+from keepstep.app.tui.screens.takeover import TakeoverScreen
+from keepstep.app.tui.widgets.budget_bars import BudgetBars
+from keepstep.app.tui.widgets.unit_grid import UnitGrid
 from keepstep.engine.errors import KeepstepError, LeaseLost, RunCancelled
-
-from ..format import DECISION_LABELS, ago, expires_in, progress_text, state_symbol
-from ..widgets.budget_bars import BudgetBars
-from ..widgets.unit_grid import UnitGrid
-from .approval import ApprovalModal
-from .events import EventsScreen
-from .explain import ExplainScreen
-from .narrative import NarrativeScreen
-from .plan_builder import PlanBuilderScreen
-from .sources import SourcesScreen
-from .takeover import TakeoverScreen
+from keepstep.engine.run.gates import record_choice
 
 if TYPE_CHECKING:
+    from keepstep.app.tui.app import KeepstepApp
     from keepstep.engine import Run, RunStatus
-
-    from ..app import KeepstepApp
 
 # action(run, cancel, on_event) -> RunStatus: Run.run, Run.retry… with the worker's Event.
 EngineAction = Callable[["Run", threading.Event, Callable[[dict[str, Any]], None]], Any]

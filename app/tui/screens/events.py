@@ -13,7 +13,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
 if TYPE_CHECKING:
-    from ..app import KeepstepApp
+    from keepstep.app.tui.app import KeepstepApp
 
 LIMIT = 500
 

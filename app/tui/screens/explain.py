@@ -11,10 +11,10 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from keepstep.engine.views import explain_run_unit
+from keepstep.engine.report.views import explain_run_unit
 
 if TYPE_CHECKING:
-    from ..app import KeepstepApp
+    from keepstep.app.tui.app import KeepstepApp
 
 
 class ExplainScreen(Screen[None]):

@@ -17,9 +17,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Markdown, Static
 
 if TYPE_CHECKING:
+    from keepstep.app.tui.app import KeepstepApp
     from keepstep.engine import Run
-
-    from ..app import KeepstepApp
 
 NOT_AVAILABLE = "handover not available yet"
 
@@ -27,7 +26,7 @@ NOT_AVAILABLE = "handover not available yet"
 def handover_function(name: str) -> Any | None:
     """engine.handover.<name> when that module exists and has it, else None."""
     try:
-        module = importlib.import_module("keepstep.engine.handover")
+        module = importlib.import_module("keepstep.engine.report.handover")
     except ImportError:
         return None
     return getattr(module, name, None)

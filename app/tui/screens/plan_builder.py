@@ -20,14 +20,13 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static, Tree
 
+from keepstep.app.tui.format import preview_lines
+from keepstep.app.tui.screens.preview import PreviewModal
 from keepstep.engine import EdgeType, Gate, Plan, Unit, UnitKind, validate_plan
-from keepstep.engine.project_files import PLAN_FILE
-
-from ..format import preview_lines
-from .preview import PreviewModal
+from keepstep.engine.files.project import PLAN_FILE
 
 if TYPE_CHECKING:
-    from ..app import KeepstepApp
+    from keepstep.app.tui.app import KeepstepApp
 
 FIELDS = (("f-id", "id"), ("f-title", "title"), ("f-phase", "phase"), ("f-inputs", "inputs"),
           ("f-outputs", "outputs"), ("f-gate", "gate"), ("f-gate-options", "gate options"),

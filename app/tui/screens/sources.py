@@ -17,17 +17,15 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from keepstep.app.tui.format import ids
+from keepstep.app.tui.screens.add_source import AddSourceModal
 from keepstep.engine.errors import KeepstepError
-from keepstep.engine.project_files import load_sources, save_sources
+from keepstep.engine.files.project import load_sources, save_sources
 from keepstep.storage.hashing import file_sha256
 
-from ..format import ids
-from .add_source import AddSourceModal
-
 if TYPE_CHECKING:
-    from keepstep.engine.project_files import SourceEntry
-
-    from ..app import KeepstepApp
+    from keepstep.app.tui.app import KeepstepApp
+    from keepstep.engine.files.project import SourceEntry
 
 COLUMNS = ("", "id", "group", "approved", "sha256", "snapshot", "title")
 

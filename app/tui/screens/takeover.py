@@ -19,10 +19,12 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
+from keepstep.app.tui.format import ids, preview_lines, takeover_lines, tokens
+from keepstep.app.tui.screens.narrative import NOT_AVAILABLE, export_bundle
+from keepstep.engine.core.explain import estimate_costs
 from keepstep.engine.errors import KeepstepError
-from keepstep.engine.explain import estimate_costs
-from keepstep.engine.takeover import mark_for_expert, narrow_scope, record_takeover, rerun_unit
-from keepstep.engine.takeover_preview import (
+from keepstep.engine.run.takeover import mark_for_expert, narrow_scope, record_takeover, rerun_unit
+from keepstep.engine.run.takeover_preview import (
     TakeoverPreview,
     preview_branch,
     preview_cancel,
@@ -31,13 +33,9 @@ from keepstep.engine.takeover_preview import (
     preview_rerun,
 )
 
-from ..format import ids, preview_lines, takeover_lines, tokens
-from .narrative import NOT_AVAILABLE, export_bundle
-
 if TYPE_CHECKING:
+    from keepstep.app.tui.app import KeepstepApp
     from keepstep.engine import Run
-
-    from ..app import KeepstepApp
 
 # (action, label, what the argument box asks for, or "" when the choice takes none)
 CHOICES = (

@@ -1,6 +1,6 @@
 """Reusable TUI widgets (each carries its own DEFAULT_CSS)."""
 
-from .budget_bars import BudgetBars
-from .unit_grid import UnitGrid
+from keepstep.app.tui.widgets.budget_bars import BudgetBars
+from keepstep.app.tui.widgets.unit_grid import UnitGrid
 
 __all__ = ["BudgetBars", "UnitGrid"]

@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.geometry import Size
 from textual.widget import Widget
 
-from ..format import figure
+from keepstep.app.tui.format import figure
 
 ORDER = ("calls", "tokens", "cost", "tool_calls", "wall_time_s", "retries", "recoveries",
          "storage_bytes")

@@ -18,7 +18,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from ..format import state_symbol
+from keepstep.app.tui.format import state_symbol
 
 CELL = 6  # "U01 ✓ "
 STATES = ("succeeded", "invalidated", "blocked", "failed", "running", "pending", "cancelled")

@@ -1,0 +1,341 @@
+"""What every ``keepstep`` command module shares: exit codes, friendly errors, the common
+arguments, opening a project and a run, and driving the engine in a worker thread.
+
+Nothing here imports the engine at module level (only inside functions), so importing a
+command module stays cheap and ``keepstep status`` never loads litellm or textual.
+"""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import importlib.util
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import click
+import typer
+
+from keepstep.app.cli import output as out
+
+if TYPE_CHECKING:
+    from keepstep.engine import Project, Run, RunStatus
+
+EXIT_RUNTIME, EXIT_USAGE, EXIT_CANCELLED = 1, 2, 130
+DEBUG_ENV = "KEEPSTEP_DEBUG"
+
+
+# --- errors -------------------------------------------------------------------------------
+class UsageProblem(Exception):
+    """A mistake in how a command was called; exits with EXIT_USAGE."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint
+
+    def __str__(self) -> str:
+        base = super().__str__()
+        return f"{base}\n  → {self.hint}" if self.hint else base
+
+
+def describe_error(exc: BaseException) -> tuple[int, str] | None:
+    """(exit code, message) for an error a user can cause; None for a bug."""
+    if isinstance(exc, UsageProblem):
+        return EXIT_USAGE, str(exc)
+    from keepstep.engine.errors import (
+        ApprovalError,
+        BudgetDecisionError,
+        ConfigError,
+        KeepstepError,
+        LeaseLost,
+        PlanValidationError,
+        ProjectError,
+        RunCancelled,
+        SourceError,
+    )
+    from keepstep.storage.errors import NotFound, StorageError
+
+    usage = (PlanValidationError, ProjectError, ConfigError, SourceError, ApprovalError,
+             BudgetDecisionError)
+    if isinstance(exc, usage):
+        return EXIT_USAGE, str(exc)
+    if isinstance(exc, KeepstepError):
+        return EXIT_RUNTIME, str(exc)
+    if isinstance(exc, NotFound):
+        return EXIT_USAGE, str(exc)
+    if isinstance(exc, StorageError):
+        return EXIT_RUNTIME, str(exc)
+    if isinstance(exc, RunCancelled):
+        return EXIT_CANCELLED, "cancelled at the next safe point"
+    if isinstance(exc, LeaseLost):
+        return EXIT_RUNTIME, ("this executor lost its lease to another one; its output is left "
+                              "as an orphan\n  → check `keepstep status`, then resume")
+    return None
+
+
+def print_error(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+
+
+def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn a known error raised by a command into one message and an exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
+            described = describe_error(exc)
+            if described is None or os.environ.get(DEBUG_ENV):
+                raise
+            code, message = described
+            print_error(message)
+            raise typer.Exit(code) from None
+
+    return wrapper
+
+
+def add_command(target: typer.Typer, fn: Callable[..., Any], name: str | None = None,
+                **kwargs: Any) -> None:
+    """``target.command(name)(fn)`` with friendly error handling."""
+    target.command(name, **kwargs)(friendly(fn))
+
+
+def command(target: typer.Typer, name: str | None = None, **kwargs: Any) -> Callable:
+    """``@target.command(name)`` with friendly error handling (the decorator form of
+    ``add_command``)."""
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        add_command(target, fn, name, **kwargs)
+        return fn
+
+    return deco
+
+
+def sub_app(help_text: str) -> typer.Typer:
+    """A command group (``keepstep sources …``) styled like the main app."""
+    return typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+                       help=help_text)
+
+
+def has_command(app: typer.Typer, name: str) -> bool:
+    """Whether ``app`` already has a command or group called ``name``."""
+    names = {(c.name or (c.callback.__name__ if c.callback else "")).replace("_", "-")
+             for c in app.registered_commands}
+    names |= {g.name for g in app.registered_groups if g.name}
+    return name in names
+
+
+# --- shared arguments ----------------------------------------------------------------------
+DirArg = Annotated[Path, typer.Argument(metavar="DIR", help="The project folder.",
+                                        show_default=False)]
+RunOpt = Annotated[str, typer.Option("--run", "-r", help="The run id, e.g. ME-042.")]
+BranchOpt = Annotated[str, typer.Option("--branch", "-b", help="The branch of the run.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+ApproveOpt = Annotated[list[str] | None, typer.Option(
+    "--approve", metavar="GATE=CHOICE",
+    help="Answer an approval gate when the run reaches it (repeatable).")]
+WhoOpt = Annotated[str | None, typer.Option("--who", help="Who decides (default: your login).")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")]
+MaxUnitsOpt = Annotated[int | None, typer.Option(
+    "--max-units", min=1, help="Stop after this many units have been executed.")]
+
+
+# --- projects and runs -----------------------------------------------------------------------
+def who_or_login(who: str | None) -> str:
+    if who:
+        return who
+    try:
+        return getpass.getuser()
+    except Exception:  # no login name in some containers
+        return "user"
+
+
+def check_dir(root: Path) -> Path:
+    """``root`` when it is a keepstep project folder; UsageProblem saying what to do otherwise."""
+    if not root.exists():
+        raise UsageProblem(f"{root} does not exist",
+                           "pass a project folder, or create one with `keepstep init DIR`")
+    if not root.is_dir():
+        raise UsageProblem(f"{root} is not a folder", "pass the project folder, not a file")
+    if not (root / "keepstep.toml").is_file():
+        raise UsageProblem(f"{root} is not a keepstep project (no keepstep.toml)",
+                           "create one with `keepstep init DIR`, or pass the project folder")
+    return root
+
+
+@contextmanager
+def open_project_dir(root: Path, *, validate: bool = True) -> Iterator[Project]:
+    """The project at ``root``, closed on exit. ``validate=False`` opens a project whose
+    plan does not validate (for commands that only read or edit sources)."""
+    from keepstep.engine import open_project
+
+    root = check_dir(root)
+    project = open_project(root) if validate else open_project(root, validate=False)
+    try:
+        yield project
+    finally:
+        project.close()
+
+
+def existing_run(project: Project, run_id: str, branch: str = "main") -> Run:
+    if run_id not in project.runs():
+        known = ", ".join(project.runs()) or "none yet"
+        raise UsageProblem(f"no run {run_id!r} in {project.root} (runs: {known})",
+                           f"start it with `keepstep run {project.root} --run {run_id}`")
+    return project.run(run_id, branch)
+
+
+def check_unit(run: Run, unit: str) -> None:
+    units = run.plan.unit_map()
+    if unit not in units:
+        raise UsageProblem(f"no unit {unit!r} in {run.plan_info.get('label', 'the plan')}",
+                           "units: " + ", ".join(units))
+
+
+def parse_approvals(values: list[str] | None) -> dict[str, str]:
+    answers: dict[str, str] = {}
+    for value in values or []:
+        gate, sep, choice = value.partition("=")
+        if not sep or not gate.strip() or not choice.strip():
+            raise UsageProblem(f"--approve {value!r} is not GATE=CHOICE",
+                               "e.g. --approve audience='product team'")
+        answers[gate.strip()] = choice.strip()
+    return answers
+
+
+def check_gates(plan: Any, answers: dict[str, str]) -> None:
+    gates = {g.id for g in plan.gates}
+    unknown = sorted(set(answers) - gates)
+    if unknown:
+        raise UsageProblem(f"--approve names no gate of this plan: {', '.join(unknown)}",
+                           "gates: " + (", ".join(sorted(gates)) or "none"))
+
+
+def engine_feature(module: str, what: str) -> None:
+    """Stop with a clear message when an optional engine module is not in this build."""
+    if importlib.util.find_spec(module) is None:
+        print_error(f"{what} is not available in this build yet")
+        raise typer.Exit(EXIT_RUNTIME)
+
+
+# --- dashboards ------------------------------------------------------------------------------
+def models_of(project: Project, run: Run | None = None) -> list[str]:
+    cfg = project.files.config
+    kinds = {u.kind.value for u in (run.plan if run else project.files.plan).units}
+    return [cfg.models.get(k, cfg.default_model) for k in sorted(kinds)] or [cfg.default_model]
+
+
+def dashboard(project: Project, run: Run, status: RunStatus) -> str:
+    phases = {u.id: u.phase for u in run.plan.units}
+    return out.dashboard_text(status, project=project.files.config.name, phases=phases,
+                              models=models_of(project, run))
+
+
+def summary_line(status: RunStatus) -> str:
+    c = status.counts
+    return (f"run {status.run_id} ({status.branch}): {status.decision} · {c.get('current', 0)}/"
+            f"{len(status.units)} units current · checkpoint {status.head_version} · "
+            f"{status.plan_version} · {status.input_version}")
+
+
+# --- driving the engine ------------------------------------------------------------------------
+def drive(action: Callable[[threading.Event, Callable[[dict[str, Any]], None]], Any], *,
+          quiet: bool = False) -> tuple[Any, bool]:
+    """Run ``action(cancel, on_event)`` in a worker thread; Ctrl-C sets ``cancel``.
+
+    Returns (the action's result or None, whether it was cancelled). The engine stops
+    at its next safe point; a second Ctrl-C quits at once (the unit in flight is then
+    an orphan that the next resume finds and redoes — committed work is never lost).
+    """
+    cancel = threading.Event()
+    sym = out.symbols()
+
+    def on_event(event: dict[str, Any]) -> None:
+        if quiet:
+            return
+        line = out.progress_line(event, sym)
+        if line:
+            typer.echo(line)
+
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["result"] = action(cancel, on_event)
+        except BaseException as exc:  # handed back to the main thread
+            box["error"] = exc
+
+    presses = 0
+
+    def on_sigint(_signum: int, _frame: Any) -> None:
+        nonlocal presses
+        presses += 1
+        if presses == 1:
+            cancel.set()
+            typer.echo("cancel requested: stopping at the next safe point "
+                       "(Ctrl-C again to quit now)", err=True)
+        else:
+            typer.echo("quitting now; the unit in flight is left as an orphan and redone on "
+                       "resume", err=True)
+            os._exit(EXIT_CANCELLED)
+
+    worker = threading.Thread(target=work, name="keepstep-run", daemon=True)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.2)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    error = box.get("error")
+    if error is not None:
+        from keepstep.engine.errors import RunCancelled
+
+        if isinstance(error, RunCancelled):
+            return None, True
+        raise error
+    return box.get("result"), cancel.is_set()
+
+
+def finish(project: Project, run: Run, status: RunStatus | None, cancelled: bool,
+           quiet: bool) -> None:
+    """Print where a run stopped (dashboard, or one line with --quiet); exit 130 if cancelled."""
+    status = status if status is not None else run.status()
+    if quiet:
+        typer.echo(summary_line(status))
+        typer.echo(f"next: {status.next_action}")
+    else:
+        typer.echo("")
+        typer.echo(dashboard(project, run, status))
+    if cancelled:
+        typer.echo(f"cancelled at the next safe point; continue with "
+                   f"`keepstep resume {project.root} --run {run.run_id}`", err=True)
+        raise typer.Exit(EXIT_CANCELLED)
+
+
+def confirmed(question: str, yes: bool) -> bool:
+    """True with --yes; else ask when stdin is a terminal; else False (nothing is recorded)."""
+    import sys
+
+    if yes:
+        return True
+    if sys.stdin is None or not sys.stdin.isatty():
+        typer.echo("not recorded: this is a preview (pass --yes to record it without asking)")
+        return False
+    if typer.confirm(question, default=False):
+        return True
+    typer.echo("not recorded")
+    return False

@@ -1,0 +1,338 @@
+"""Change detection: what differs between the last committed baseline and the project now.
+
+Pure and storage-free. ``detect_changes`` compares the stored facts (the ``inputs``, ``plan``
+and ``versions`` state values, the plan the run last committed) with what the project folder
+holds now, and returns typed ``Change`` events in a deterministic order. What a change reaches
+is decided by ``engine.invalidation``.
+
+Every change carries the same kind of label as a dependency edge (DESIGN §7):
+
+============================  ==============  ==========  ====================================
+kind                          edge            plan_level  origin
+============================  ==============  ==========  ====================================
+source_content/added/removed  content         False       ``source:A3``
+contract_audience             audience        True        ``contract:audience``
+contract_field                content         True        ``contract:goal``, ``contract:body``
+template                      template        True        ``template:report``
+unit_definition               structure       True        ``unit:U07``
+dependency_added/removed      structure       True        ``unit:<the dependent>``
+version                       policy|content  True        ``version:policy``, ``version:model``
+artifact_lost                 content         False       ``unit:U07``
+unit_output                   content|given   False       ``unit:U28``
+============================  ==============  ==========  ====================================
+
+Decisions worth knowing:
+
+- A contract field other than the audience is labelled ``content``: goal, scope and body say
+  *what* the pack must find and argue, so a unit that reads one must redo its substance. The
+  audience has its own edge type because it changes framing and ranking, not the evidence.
+- ``plan_level`` is True for everything stored in the ``plan`` state value (contract, units,
+  dependencies, gates, template hashes) and for versions, because recovery commits the
+  ``plan`` and ``versions`` values together in one plan-change commit; a version change left at
+  plan_level=False would never be recorded and would be detected again on every resume. It is
+  False for sources (a new input snapshot) and for lost artifacts and unit outputs (a repair:
+  neither plan nor inputs change).
+- A unit whose only differences are in fields that never change what it produces (title, phase,
+  timeout_minutes, required_final) yields a ``unit_definition`` change with ``cosmetic=True``: it
+  is recorded with the plan change but invalidates nothing. A gate added, changed or removed is
+  recorded the same way on its unit: a gate decides whether a unit may run, not what it produces
+  (the approvals flow asks again when a decision no longer applies).
+- ``unit_output`` is never detected here; it lets a caller say "U28's committed output changed
+  in this aspect" (a claim-set change is ``content``, a format-only change ``presentation``).
+  Unlike ``unit_definition`` and ``artifact_lost`` it does not redo the unit itself.
+- An empty baseline (``{}`` for the contract fields, no ``sources`` key in old inputs, no old
+  versions, ``old_plan=None``) means "nothing recorded yet", not "everything was added".
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field, model_validator
+
+from keepstep.engine.core.plan import EdgeType, Plan, Unit
+from keepstep.engine.files.project import Contract, InputSnapshot
+from keepstep.storage.hashing import canonical_json, sha256_hex
+
+
+class ChangeKind(StrEnum):
+    contract_audience = "contract_audience"
+    contract_field = "contract_field"
+    template = "template"
+    source_content = "source_content"
+    source_removed = "source_removed"
+    source_added = "source_added"
+    unit_definition = "unit_definition"
+    dependency_added = "dependency_added"
+    dependency_removed = "dependency_removed"
+    version = "version"
+    artifact_lost = "artifact_lost"
+    unit_output = "unit_output"
+
+
+_EDGE: dict[ChangeKind, EdgeType] = {
+    ChangeKind.contract_audience: EdgeType.audience,
+    ChangeKind.contract_field: EdgeType.content,
+    ChangeKind.template: EdgeType.template,
+    ChangeKind.source_content: EdgeType.content,
+    ChangeKind.source_removed: EdgeType.content,
+    ChangeKind.source_added: EdgeType.content,
+    ChangeKind.unit_definition: EdgeType.structure,
+    ChangeKind.dependency_added: EdgeType.structure,
+    ChangeKind.dependency_removed: EdgeType.structure,
+    ChangeKind.version: EdgeType.content,  # version:policy is labelled policy, see _version_edge
+    ChangeKind.artifact_lost: EdgeType.content,
+    ChangeKind.unit_output: EdgeType.content,
+}
+_INPUT_LEVEL = {ChangeKind.source_content, ChangeKind.source_removed, ChangeKind.source_added}
+_REPAIR = {ChangeKind.artifact_lost, ChangeKind.unit_output}
+_ORDER = {k: i for i, k in enumerate(ChangeKind)}
+
+# Unit fields that never change what a unit produces (see the module docstring).
+COSMETIC_FIELDS = frozenset({"title", "phase", "timeout_minutes", "required_final"})
+
+
+class Change(BaseModel):
+    """One detected change, labelled like a dependency edge.
+
+    ``edge`` and ``plan_level`` default from ``kind`` when not given. ``groups`` names the source
+    groups whose content a source change alters, so that units reading ``group:<G>`` are reached.
+    """
+
+    kind: ChangeKind
+    origin: str
+    edge: EdgeType
+    detail: str
+    old: str | None = None
+    new: str | None = None
+    plan_level: bool
+    cosmetic: bool = False
+    groups: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults_from_kind(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "kind" in data:
+            kind = ChangeKind(data["kind"])
+            data = dict(data)
+            if data.get("edge") is None:
+                data["edge"] = (_version_edge(data.get("origin", "")) if kind == ChangeKind.version
+                                else _EDGE[kind])
+            if data.get("plan_level") is None:
+                data["plan_level"] = kind not in _INPUT_LEVEL | _REPAIR
+        return data
+
+    @property
+    def is_unit_origin(self) -> bool:
+        return self.origin.startswith("unit:")
+
+    @property
+    def needs(self) -> str:
+        """What the change must be committed as: 'plan', 'inputs' or 'repair'."""
+        if self.kind in _INPUT_LEVEL:
+            return "inputs"
+        return "plan" if self.plan_level else "repair"
+
+
+def artifact_lost(unit_id: str, detail: str) -> Change:
+    """A committed output of ``unit_id`` is missing or changed on disk: the unit is redone."""
+    return Change(kind=ChangeKind.artifact_lost, origin=f"unit:{unit_id}", detail=detail)
+
+
+def unit_output_changed(unit_id: str, edge: EdgeType, detail: str) -> Change:
+    """``unit_id``'s committed output changed in one aspect (content: its claims; presentation:
+    only its format). Reaches the consumers of that aspect; the unit itself is not redone."""
+    return Change(kind=ChangeKind.unit_output, origin=f"unit:{unit_id}", edge=edge, detail=detail)
+
+
+def natural_key(text: str) -> tuple[Any, ...]:
+    """Sort key that puts U2 before U10 and A3 before A12."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
+
+
+def _order_key(c: Change) -> tuple[Any, ...]:
+    return (_ORDER[c.kind], natural_key(c.origin), c.detail)
+
+
+def _version_edge(origin: str) -> EdgeType:
+    return EdgeType.policy if origin == "version:policy" else EdgeType.content
+
+
+def _short(h: str | None) -> str:
+    return h[:12] if h else "none"
+
+
+# -- detection ------------------------------------------------------------------------------
+
+def _contract_changes(old_fields: dict[str, str], contract: Contract) -> list[Change]:
+    if not old_fields:
+        return []
+    new_fields = contract.field_hashes()
+    out = []
+    for name in sorted(set(old_fields) | set(new_fields)):
+        old, new = old_fields.get(name), new_fields.get(name)
+        if old == new:
+            continue
+        if name == "audience":
+            out.append(Change(kind=ChangeKind.contract_audience, origin="contract:audience",
+                              detail=f"audience changed to {contract.audience!r}",
+                              old=old, new=new))
+            continue
+        what = "added" if old is None else "removed" if new is None else "changed"
+        out.append(Change(kind=ChangeKind.contract_field, origin=f"contract:{name}",
+                          detail=f"contract field {name!r} {what}", old=old, new=new))
+    return out
+
+
+def _template_changes(old: dict[str, str], new: dict[str, str]) -> list[Change]:
+    out = []
+    for name in sorted(set(old) | set(new)):
+        if old.get(name) == new.get(name):
+            continue
+        what = ("added" if name not in old else "removed" if name not in new else
+                f"changed (sha256 {_short(old[name])} → {_short(new[name])})")
+        out.append(Change(kind=ChangeKind.template, origin=f"template:{name}",
+                          detail=f"template {name!r} {what}", old=old.get(name),
+                          new=new.get(name)))
+    return out
+
+
+def _source_changes(old_inputs: dict[str, Any], snap: InputSnapshot) -> list[Change]:
+    if "sources" not in old_inputs:
+        return []
+    old_src: dict[str, str] = old_inputs.get("sources") or {}
+    old_grp: dict[str, str] = old_inputs.get("groups") or {}
+    out = []
+    for sid in sorted(set(old_src) | set(snap.sources), key=natural_key):
+        old, new = old_src.get(sid), snap.sources.get(sid)
+        og, ng = old_grp.get(sid, ""), snap.groups.get(sid, "")
+        groups = sorted({g for g in (og, ng) if g})
+        origin = f"source:{sid}"
+        if new is None:
+            out.append(Change(kind=ChangeKind.source_removed, origin=origin, groups=groups,
+                              detail=f"source {sid} was removed or revoked", old=old))
+        elif old is None:
+            out.append(Change(kind=ChangeKind.source_added, origin=origin, groups=groups,
+                              detail=f"source {sid} was added" + (f" to group {ng}" if ng else ""),
+                              new=new))
+        elif old != new:
+            out.append(Change(kind=ChangeKind.source_content, origin=origin, groups=groups,
+                              detail=f"source {sid} content changed (sha256 {_short(old)} → "
+                              f"{_short(new)})", old=old, new=new))
+        elif og != ng:
+            # Same bytes, other group: both groups' member sets changed.
+            out.append(Change(kind=ChangeKind.source_content, origin=origin, groups=groups,
+                              detail=f"source {sid} moved from group {og or '(none)'} to "
+                              f"{ng or '(none)'}", old=old, new=new))
+    return out
+
+
+def _definition(u: Unit) -> dict[str, Any]:
+    return u.model_dump(mode="json", exclude={"depends_on"})
+
+
+def _hash(value: Any) -> str:
+    return sha256_hex(canonical_json(value))
+
+
+def _unit_changes(uid: str, old: Unit, new: Unit) -> list[Change]:
+    out = []
+    origin = f"unit:{uid}"
+    old_def, new_def = _definition(old), _definition(new)
+    differing = sorted(k for k in set(old_def) | set(new_def) if old_def.get(k) != new_def.get(k))
+    if differing:
+        cosmetic = set(differing) <= COSMETIC_FIELDS
+        out.append(Change(
+            kind=ChangeKind.unit_definition, origin=origin, cosmetic=cosmetic,
+            detail=f"unit {uid} changed: {', '.join(differing)}"
+            + (" (recorded; changes nothing it produces)" if cosmetic else ""),
+            old=_hash(old_def), new=_hash(new_def)))
+    old_deps = {(d.unit, d.edge.value) for d in old.depends_on}
+    new_deps = {(d.unit, d.edge.value) for d in new.depends_on}
+    for dep, edge in sorted(old_deps - new_deps, key=lambda p: (natural_key(p[0]), p[1])):
+        out.append(Change(kind=ChangeKind.dependency_removed, origin=origin, old=f"{dep}:{edge}",
+                          detail=f"{uid} no longer depends on {dep} [{edge}]"))
+    for dep, edge in sorted(new_deps - old_deps, key=lambda p: (natural_key(p[0]), p[1])):
+        out.append(Change(kind=ChangeKind.dependency_added, origin=origin, new=f"{dep}:{edge}",
+                          detail=f"{uid} now depends on {dep} [{edge}]"))
+    return out
+
+
+def _plan_changes(old_plan: Plan | None, new_plan: Plan) -> list[Change]:
+    if old_plan is None:
+        return []
+    old_units, new_units = old_plan.unit_map(), new_plan.unit_map()
+    out: list[Change] = []
+    for uid in sorted(set(old_units) | set(new_units), key=natural_key):
+        origin = f"unit:{uid}"
+        if uid not in old_units:
+            out.append(Change(kind=ChangeKind.unit_definition, origin=origin,
+                              detail=f"unit {uid} added", new=new_plan.unit_fingerprint(uid)))
+        elif uid not in new_units:
+            out.append(Change(kind=ChangeKind.unit_definition, origin=origin,
+                              detail=f"unit {uid} removed (its record is kept, outside the plan)",
+                              old=old_plan.unit_fingerprint(uid)))
+        else:
+            out.extend(_unit_changes(uid, old_units[uid], new_units[uid]))
+    old_gates = {g.id: g for g in old_plan.gates}
+    new_gates = {g.id: g for g in new_plan.gates}
+    for gid in sorted(set(old_gates) | set(new_gates), key=natural_key):
+        og, ng = old_gates.get(gid), new_gates.get(gid)
+        if og == ng:
+            continue
+        what = "added" if og is None else "removed" if ng is None else "changed"
+        unit = (ng or og).unit  # type: ignore[union-attr]
+        out.append(Change(
+            kind=ChangeKind.unit_definition, origin=f"unit:{unit}", cosmetic=True,
+            detail=f"gate {gid} {what} (a gate decides whether {unit} may run, not what it "
+            "produces; the approvals flow asks again)",
+            old=_hash(og.model_dump(mode="json")) if og else None,
+            new=_hash(ng.model_dump(mode="json")) if ng else None))
+    return out
+
+
+def _version_changes(old: dict[str, str], new: dict[str, str]) -> list[Change]:
+    if not old:
+        return []
+    out = []
+    for name in sorted(set(old) | set(new)):
+        if old.get(name) == new.get(name):
+            continue
+        out.append(Change(kind=ChangeKind.version, origin=f"version:{name}",
+                          detail=f"{name} version {old.get(name) or '(none)'} → "
+                          f"{new.get(name) or '(none)'}", old=old.get(name), new=new.get(name)))
+    return out
+
+
+def detect_changes(
+    *,
+    old_inputs: dict[str, Any],
+    new_snapshot: InputSnapshot,
+    old_contract_fields: dict[str, str],
+    new_contract: Contract,
+    old_plan: Plan | None,
+    new_plan: Plan,
+    old_templates: dict[str, str],
+    new_templates: dict[str, str],
+    old_versions: dict[str, str],
+    new_versions: dict[str, str],
+) -> list[Change]:
+    """Every change between the recorded baseline and the project now.
+
+    Ordered by kind (the ``ChangeKind`` declaration order), then origin in natural order
+    (U7 before U10), then detail — the same inputs always give the same list.
+    """
+    changes = (
+        _contract_changes(old_contract_fields, new_contract)
+        + _template_changes(old_templates, new_templates)
+        + _source_changes(old_inputs, new_snapshot)
+        + _plan_changes(old_plan, new_plan)
+        + _version_changes(old_versions, new_versions)
+    )
+    return sorted(changes, key=_order_key)
+
+
+__all__ = ["COSMETIC_FIELDS", "Change", "ChangeKind", "artifact_lost", "detect_changes",
+           "natural_key", "unit_output_changed"]

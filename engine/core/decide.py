@@ -1,0 +1,161 @@
+"""decide(plan, facts) -> Decision: the pure heart of scheduling and recovery.
+
+No I/O: everything it needs is in RunFacts, so it can be tested exhaustively.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import networkx as nx
+from pydantic import BaseModel, Field
+
+from keepstep.engine.core.plan import MODEL_KINDS, Plan
+from keepstep.engine.core.state import RunFacts, UnitState
+
+
+class DecisionKind(StrEnum):
+    claim = "claim"  # claim ``unit`` next
+    done = "done"  # every required final unit is current and the final validator passed
+    waiting = "waiting"  # nothing to claim now, but another executor holds a live lease
+    blocked = "blocked"  # nothing can move without a person (reasons say why)
+
+
+class Decision(BaseModel):
+    kind: DecisionKind
+    unit: str | None = None
+    ready: list[str] = Field(default_factory=list)
+    reasons: list[str] = Field(default_factory=list)
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons)
+
+
+# Keyed by what the order depends on — unit ids in plan order, each followed by its
+# dependencies and a None — not by the plan's fingerprint (a hash of the whole plan: ~0.3 s
+# on 10,000 units, against ~6 ms for this key) nor by object identity (a caller may edit a
+# plan in place).
+_ORDER_CACHE: dict[tuple[str | None, ...], list[str]] = {}
+
+
+def _order_key(plan: Plan) -> tuple[str | None, ...]:
+    key: list[str | None] = []
+    for u in plan.units:
+        key.append(u.id)
+        key.extend([d.unit for d in u.depends_on])
+        key.append(None)
+    return tuple(key)
+
+
+def topo_order(plan: Plan) -> list[str]:
+    """Units in dependency order, ties broken by plan order (deterministic)."""
+    key = _order_key(plan)
+    order = _ORDER_CACHE.get(key)
+    if order is None:
+        index = {u.id: i for i, u in enumerate(plan.units)}
+        order = list(nx.lexicographical_topological_sort(plan.graph(), key=lambda n: index[n]))
+        if len(_ORDER_CACHE) > 32:
+            _ORDER_CACHE.clear()
+        _ORDER_CACHE[key] = order
+    return list(order)
+
+
+def waiting_on_gate(plan: Plan, facts: RunFacts) -> list[str]:
+    """Units whose dependencies are current but whose gate has no applying approval."""
+    out = []
+    units = plan.unit_map()
+    for uid in topo_order(plan):
+        if plan.gate_for(uid) is None or facts.gates_open.get(uid, False):
+            continue
+        if facts.effective_state(uid) not in (UnitState.pending, UnitState.invalidated):
+            continue
+        if all(facts.is_current(d.unit) for d in units[uid].depends_on):
+            out.append(uid)
+    return out
+
+
+MODEL_BUDGETS = ("calls", "tokens", "cost")
+
+
+def exhausted_budgets(facts: RunFacts) -> dict[str, tuple[float, float]]:
+    """Model budgets with nothing left: counter -> (used, limit)."""
+    b = facts.budget
+    return {k: (b.used.get(k, 0.0), b.limits[k]) for k in MODEL_BUDGETS
+            if k in b.limits and b.used.get(k, 0.0) >= b.limits[k]}
+
+
+def budget_blocked(facts: RunFacts) -> bool:
+    return any(st.status == "blocked" and st.details.get("kind") == "budget"
+               for st in facts.statuses.values())
+
+
+# The budget, the provider's quota and the API key are shared by every unit that calls a
+# model: while one of them blocks a unit, the others would only open more blocked attempts.
+RUN_WIDE_BLOCKS = ("budget", "quota", "auth")
+
+
+def model_calls_blocked(facts: RunFacts) -> bool:
+    return any(st.status == "blocked" and st.details.get("kind") in RUN_WIDE_BLOCKS
+               for st in facts.statuses.values())
+
+
+def ready_units(plan: Plan, facts: RunFacts) -> list[str]:
+    """Units that may be claimed now: not current, not running/blocked/failed, deps current,
+    gate (if any) approved, and — for units that call models — budget left."""
+    units = plan.unit_map()
+    # A stored budget, quota or key block means model calls are not available: other model
+    # units wait for the decision (a raise, a retry) instead of each opening a blocked attempt.
+    no_budget = model_calls_blocked(facts)
+    out = []
+    for uid in topo_order(plan):
+        if facts.effective_state(uid) not in (UnitState.pending, UnitState.invalidated):
+            continue
+        if not all(facts.is_current(d.unit) for d in units[uid].depends_on):
+            continue
+        if plan.gate_for(uid) is not None and not facts.gates_open.get(uid, False):
+            continue
+        if no_budget and units[uid].kind in MODEL_KINDS:
+            continue
+        out.append(uid)
+    return out
+
+
+def final_passed(plan: Plan, facts: RunFacts) -> bool:
+    return all(
+        facts.is_current(uid) and facts.records[uid].validators_passed
+        for uid in plan.required_units()
+    )
+
+
+def decide(plan: Plan, facts: RunFacts) -> Decision:
+    ready = ready_units(plan, facts)
+    if ready:
+        return Decision(kind=DecisionKind.claim, unit=ready[0], ready=ready)
+    if plan.required_units() and final_passed(plan, facts):
+        return Decision(kind=DecisionKind.done, reasons=["every required final unit is current "
+                                                         "and the final validator passed"])
+    running = sorted(u.id for u in plan.units if facts.effective_state(u.id) == UnitState.running)
+    reasons: list[str] = []
+    for uid in sorted(facts.statuses):
+        st = facts.statuses[uid]
+        if uid in plan.unit_map() and st.status in ("blocked", "failed", "cancelled"):
+            reasons.append(f"{uid} {st.status}: {st.reason}")
+    for uid in waiting_on_gate(plan, facts):
+        gate = plan.gate_for(uid)
+        reasons.append(f"{uid} waits for approval of gate {gate.id!r}" if gate else uid)
+    spent = exhausted_budgets(facts)
+    if spent:
+        figures = ", ".join(f"{k} {u:g}/{lim:g}" for k, (u, lim) in sorted(spent.items()))
+        reasons.append(f"budget exhausted ({figures}): units that call models wait for a "
+                       "recorded budget decision")
+    for uid in plan.required_units():
+        rec = facts.records.get(uid)
+        if rec is not None and rec.state == UnitState.succeeded and not rec.validators_passed:
+            reasons.append(f"{uid} is current but its final validator did not pass")
+    if running:
+        return Decision(kind=DecisionKind.waiting,
+                        reasons=[f"running elsewhere: {', '.join(running)}"] + reasons)
+    if not reasons:
+        reasons = ["nothing is ready but the run is not done"]
+    return Decision(kind=DecisionKind.blocked, reasons=reasons)

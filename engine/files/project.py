@@ -1,0 +1,321 @@
+"""The project folder: keepstep.toml, contract.md, sources.toml + sources/, plan.toml.
+
+Reading is strict and every problem says which file and what to do. Nothing here
+touches the database; see ``engine.project`` for the run-facing API.
+"""
+
+from __future__ import annotations
+
+import tomllib
+import urllib.parse
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import tomli_w
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from keepstep.engine.core.plan import Plan, check_plan, load_plan
+from keepstep.engine.errors import ConfigError, PlanValidationError, ProjectError, SourceError
+from keepstep.storage.hashing import canonical_json, file_sha256, sha256_hex
+
+CONFIG_FILE = "keepstep.toml"
+CONTRACT_FILE = "contract.md"
+SOURCES_FILE = "sources.toml"
+PLAN_FILE = "plan.toml"
+STATE_DIR = ".keepstep"
+FRONT_MATTER = "+++"
+
+
+class BudgetLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    calls: float | None = None
+    tool_calls: float | None = None
+    tokens: float | None = None
+    cost: float | None = None
+    wall_time_s: float | None = None
+    retries: float | None = None
+    recoveries: float | None = None
+    storage_bytes: float | None = None
+
+    def as_limits(self) -> dict[str, float]:
+        return {k: float(v) for k, v in self.model_dump().items() if v is not None}
+
+
+class RunPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    lease_seconds: float = 30.0
+    heartbeat_seconds: float = 10.0
+    max_unit_retries: int = 2
+    max_recoveries: int = 5
+    recovery_cooldown_s: float = 5.0
+    stall_no_commit_s: float = 1800.0
+    stall_repeated_errors: int = 3
+
+
+class FileDropConfig(BaseModel):
+    """``[adapters.NAME] type = "file_drop"``: delivered files are copied into ``target_dir``.
+
+    A relative ``target_dir`` resolves against the project root; it must lie outside the
+    project (checked by ``load_config``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["file_drop"]
+    target_dir: str
+
+    def target(self, root: Path) -> Path:
+        return (Path(root) / Path(self.target_dir).expanduser()).resolve()
+
+
+class WebhookConfig(BaseModel):
+    """``[adapters.NAME] type = "webhook"``: a JSON POST with an ``Idempotency-Key`` header.
+
+    No credentials: adapters never get secrets (not from the DB, not from here); the
+    request body is kept in the side-effect ledger and must hold none either.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["webhook"]
+    url: str
+    timeout_s: float = Field(default=10.0, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urllib.parse.urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"{value!r} is not an http(s) URL")
+        return value
+
+
+AdapterConfig = Annotated[FileDropConfig | WebhookConfig, Field(discriminator="type")]
+ADAPTER_TYPES = ("file_drop", "webhook")
+
+
+class ProjectConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    default_model: str = "local/keepstep-offline"
+    models: dict[str, str] = Field(default_factory=dict)  # per unit kind, optional
+    api_base: str | None = None
+    budget: BudgetLimits = Field(default_factory=BudgetLimits)
+    policy: RunPolicy = Field(default_factory=RunPolicy)
+    high_risk_rules: list[dict[str, Any]] = Field(default_factory=list)
+    versions: dict[str, str] = Field(default_factory=dict)  # prompt/tool/policy version pins
+    # External systems a `deliver` unit may act on, by name (see engine.effects).
+    adapters: dict[str, AdapterConfig] = Field(default_factory=dict)
+
+
+class Contract(BaseModel):
+    """The task contract: front matter fields (audience, goal, scope…) plus the body."""
+
+    fields: dict[str, Any]
+    body: str
+
+    @property
+    def audience(self) -> str:
+        return str(self.fields.get("audience", ""))
+
+    def hash(self) -> str:
+        return sha256_hex(canonical_json({"fields": self.fields, "body": self.body}))
+
+    def field_hashes(self) -> dict[str, str]:
+        out = {k: sha256_hex(canonical_json(v)) for k, v in self.fields.items()}
+        out["body"] = sha256_hex(self.body)
+        return out
+
+
+class SourceEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    path: str
+    group: str = ""
+    title: str = ""
+    kind: str = ""
+    approved: bool = False
+
+
+class SourcesFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    sources: list[SourceEntry] = Field(default_factory=list, alias="source")
+
+
+def _read_toml(path: Path, what: str) -> dict[str, Any]:
+    if not path.is_file():
+        raise ProjectError(f"{path} is missing", hint=f"every project needs {what}; "
+                           "`keepstep init DIR` creates a working example")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ProjectError(f"{path} is not valid TOML: {exc}",
+                           hint="fix the line it names") from exc
+
+
+def _shape_errors(path: Path, exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+
+
+def load_config(root: Path) -> ProjectConfig:
+    path = root / CONFIG_FILE
+    raw = _read_toml(path, "a keepstep.toml (name, default model, budget limits)")
+    _check_adapter_types(path, raw.get("adapters"))
+    try:
+        config = ProjectConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: {_shape_errors(path, exc)}",
+                          hint="see README.md for the keys keepstep.toml accepts") from exc
+    project = Path(root).resolve()
+    for name, adapter in config.adapters.items():
+        if isinstance(adapter, FileDropConfig):
+            target = adapter.target(project)
+            if target == project or project in target.parents:
+                raise ConfigError(
+                    f"{path}: adapter {name!r}: target_dir {adapter.target_dir!r} is inside the "
+                    "project", hint="a file drop delivers outside the project: point target_dir "
+                    "at a folder beside it (e.g. \"../client-share\")")
+    return config
+
+
+def _check_adapter_types(path: Path, adapters: Any) -> None:
+    # Checked before pydantic so the message names the adapter and the allowed types
+    # plainly instead of a discriminated-union error.
+    if not isinstance(adapters, dict):
+        return
+    for name, table in adapters.items():
+        kind = table.get("type") if isinstance(table, dict) else None
+        if kind not in ADAPTER_TYPES:
+            raise ConfigError(
+                f"{path}: adapter {name!r} has type {kind!r}; allowed types: "
+                f"{', '.join(ADAPTER_TYPES)}",
+                hint=f'set type = "file_drop" (with target_dir) or type = "webhook" (with url) '
+                f"under [adapters.{name}]")
+
+
+def parse_contract(text: str, *, origin: str = CONTRACT_FILE) -> Contract:
+    lines = text.splitlines(keepends=True)
+    if not lines or lines[0].strip() != FRONT_MATTER:
+        raise ProjectError(
+            f"{origin} has no front matter",
+            hint=f"start it with a '{FRONT_MATTER}' line, TOML fields such as audience = \"...\" "
+            f"and goal = \"...\", then a closing '{FRONT_MATTER}' line",
+        )
+    try:
+        end = next(i for i in range(1, len(lines)) if lines[i].strip() == FRONT_MATTER)
+    except StopIteration:
+        raise ProjectError(f"{origin}: front matter is not closed",
+                           hint=f"add a '{FRONT_MATTER}' line after the fields") from None
+    try:
+        fields = tomllib.loads("".join(lines[1:end]))
+    except tomllib.TOMLDecodeError as exc:
+        raise ProjectError(f"{origin}: front matter is not valid TOML: {exc}") from exc
+    for required in ("audience", "goal"):
+        if not str(fields.get(required, "")).strip():
+            raise ProjectError(f"{origin}: front matter needs a non-empty {required!r}",
+                               hint=f'add a line such as {required} = "..."')
+    return Contract(fields=fields, body="".join(lines[end + 1:]).strip() + "\n")
+
+
+def load_contract(root: Path) -> Contract:
+    path = root / CONTRACT_FILE
+    if not path.is_file():
+        raise ProjectError(f"{path} is missing",
+                           hint="write the task contract (audience, goal) in contract.md")
+    return parse_contract(path.read_text(encoding="utf-8"), origin=str(path))
+
+
+def write_contract(root: Path, contract: Contract) -> None:
+    text = f"{FRONT_MATTER}\n{tomli_w.dumps(contract.fields)}{FRONT_MATTER}\n\n{contract.body}"
+    (root / CONTRACT_FILE).write_text(text, encoding="utf-8")
+
+
+def load_sources(root: Path) -> SourcesFile:
+    path = root / SOURCES_FILE
+    raw = _read_toml(path, "a sources.toml listing the approved sources")
+    try:
+        sf = SourcesFile.model_validate(raw)
+    except ValidationError as exc:
+        raise SourceError(f"{path}: {_shape_errors(path, exc)}") from exc
+    seen: set[str] = set()
+    for s in sf.sources:
+        if s.id in seen:
+            raise SourceError(f"{path}: source id {s.id!r} appears twice",
+                              hint="give each source its own id")
+        seen.add(s.id)
+    return sf
+
+
+def save_sources(root: Path, sf: SourcesFile) -> None:
+    data = sf.model_dump(mode="json", by_alias=True)
+    tmp = root / (SOURCES_FILE + ".tmp")
+    tmp.write_bytes(tomli_w.dumps(data).encode("utf-8"))
+    tmp.replace(root / SOURCES_FILE)
+
+
+class InputSnapshot(BaseModel):
+    """The approved source set: ids and sha256 — never the text."""
+
+    sources: dict[str, str]  # id -> sha256
+    groups: dict[str, str]  # id -> group
+
+    def hash(self) -> str:
+        return sha256_hex(canonical_json({"sources": self.sources, "groups": self.groups}))
+
+
+def snapshot_sources(root: Path, sf: SourcesFile) -> InputSnapshot:
+    """Hash every approved source; a missing file is an error naming it."""
+    hashes, groups = {}, {}
+    for s in sf.sources:
+        if not s.approved:
+            continue
+        p = (root / s.path).resolve()
+        if not p.is_relative_to(root.resolve()):
+            raise SourceError(f"source {s.id}: path {s.path!r} leaves the project folder",
+                              hint="keep sources inside the project (sources/...)")
+        if not p.is_file():
+            raise SourceError(
+                f"source {s.id}: file {s.path} is missing",
+                hint="restore the file, or revoke the source with "
+                f"`keepstep sources DIR revoke {s.id}` (units that used it will be invalidated)",
+            )
+        hashes[s.id] = file_sha256(str(p))
+        groups[s.id] = s.group
+    return InputSnapshot(sources=hashes, groups=groups)
+
+
+class ProjectFiles(BaseModel):
+    """Everything read from a project folder, validated together."""
+
+    root: Path
+    config: ProjectConfig
+    contract: Contract
+    sources: SourcesFile
+    plan: Plan
+
+    def approved_sources(self) -> dict[str, SourceEntry]:
+        return {s.id: s for s in self.sources.sources if s.approved}
+
+    def source_text(self, source_id: str) -> str:
+        entry = self.approved_sources().get(source_id)
+        if entry is None:
+            raise SourceError(f"source {source_id} is not approved")
+        return (self.root / entry.path).read_text(encoding="utf-8")
+
+
+def load_project_files(root: Path, *, validate: bool = True) -> ProjectFiles:
+    root = Path(root)
+    if not root.is_dir():
+        raise ProjectError(f"{root} is not a folder", hint="pass a project folder, or "
+                           "create one with `keepstep init DIR`")
+    config = load_config(root)
+    contract = load_contract(root)
+    sources = load_sources(root)
+    plan = load_plan(root / PLAN_FILE)
+    if validate:
+        approved = {s.id: s.approved for s in sources.sources}
+        groups = {s.group for s in sources.sources if s.approved and s.group}
+        try:
+            check_plan(plan, sources=approved, groups=groups,
+                       contract_fields=set(contract.fields) | {"body"})
+        except PlanValidationError:
+            raise
+    return ProjectFiles(root=root, config=config, contract=contract, sources=sources, plan=plan)

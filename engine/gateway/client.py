@@ -1,0 +1,589 @@
+"""The model gateway: every model call in keepstep goes through ``ModelGateway.complete``.
+
+This module family (gateway, offline_provider) is the only code that imports litellm, and it
+does so lazily: importing ``keepstep.engine.gateway.client`` loads neither litellm nor textual.
+
+Callers may rely on:
+- one ledger row per provider attempt: ``reserve`` before the call (a BudgetExhausted there
+  means the provider is never called), ``settle`` after it with the outcome class;
+- retries only for transient and rate-limited errors, bounded by ``RetryPolicy.max_attempts``,
+  with backoff slept through the injected ``sleep``; then the last classified error is raised;
+- every raised ModelError having a short message with secrets scrubbed and no provider body;
+- the API key never being stored, logged or put in a ledger row or request hash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import hashlib
+import json
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from types import ModuleType
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from keepstep.engine.errors import (
+    AuthError,
+    InvalidOutput,
+    ModelError,
+    PermanentModelError,
+    QuotaExhausted,
+    RateLimited,
+    RunCancelled,
+    TransientModelError,
+    UnknownModelError,
+)
+from keepstep.engine.gateway import keys, offline_provider
+
+OFFLINE_MODEL = offline_provider.MODEL
+OUTCOME_OK = "ok"
+_MESSAGE_LIMIT = 200
+# Sent to OpenAI-compatible servers on this machine that need no key: the OpenAI SDK refuses
+# to send a request without one (litellm then reports a misleading HTTP 500).
+_LOCAL_PLACEHOLDER_KEY = "keepstep-local-no-key"
+
+
+class CallContext(BaseModel):
+    """Where a call belongs in a run; the ledger keys its rows by this."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    branch: str = "main"
+    unit: str
+    attempt: str
+    round: int = 1
+
+
+class ModelRequest(BaseModel):
+    """One chat completion request. ``expect_json`` makes unparseable content InvalidOutput."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    messages: list[dict[str, str]]
+    temperature: float = 0.0
+    max_tokens: int | None = None
+    api_base: str | None = None
+    timeout_s: float = 120.0
+    expect_json: bool = False
+
+
+class ModelResult(BaseModel):
+    """A successful call. ``retries`` counts failed attempts before this one."""
+
+    content: str
+    model: str
+    tokens_in: int
+    tokens_out: int
+    cost: float
+    latency_ms: int
+    request_hash: str
+    outcome: str = OUTCOME_OK
+    retries: int = 0
+
+
+class CallLedger(Protocol):
+    def reserve(self, ctx: CallContext, *, model: str, request_hash: str, est_tokens: int) -> str:
+        """Record an intended call and return its id; raise BudgetExhausted to refuse it."""
+        ...
+
+    def settle(self, call_id: str, *, tokens_in: int, tokens_out: int, cost: float,
+               latency_ms: int, outcome: str, error_class: str | None = None,
+               safe_message: str | None = None) -> None:
+        """Record what the reserved call actually used and how it ended."""
+        ...
+
+
+class RetryPolicy(BaseModel):
+    """Backoff for transient and rate-limited errors: ``base * 2**n`` plus up to ``jitter``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_attempts: int = 4
+    base_delay_s: float = 0.5
+    max_delay_s: float = 30.0
+    jitter: float = 0.25
+
+    def delay(self, retry_number: int, rng: random.Random,
+              retry_after: float | None = None) -> float:
+        """Seconds to wait before retry ``retry_number`` (1-based); never above max_delay_s.
+
+        A provider's Retry-After is honoured as a floor (capped at max_delay_s).
+        """
+        backoff = self.base_delay_s * (2 ** (retry_number - 1))
+        backoff *= 1.0 + self.jitter * rng.random()
+        if retry_after is not None:
+            backoff = max(backoff, retry_after)
+        return max(0.0, min(backoff, self.max_delay_s))
+
+
+# --- litellm, loaded on first use ------------------------------------------------------
+
+_litellm_lock = threading.Lock()
+
+
+def _litellm() -> ModuleType:
+    """Import and configure litellm once: local price map, quiet, offline provider registered."""
+    with _litellm_lock:
+        # Without this litellm fetches its price map from GitHub at import time.
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        import litellm
+
+        litellm.suppress_debug_info = True
+        offline_provider.register(litellm)
+        return litellm
+
+
+# --- models ----------------------------------------------------------------------------
+
+def provider_of(model: str) -> str:
+    """The litellm provider that serves ``model``; raises UnknownModelError."""
+    validate_model(model)
+    if model.split("/", 1)[0] == offline_provider.PROVIDER:
+        return offline_provider.PROVIDER
+    return str(_litellm().get_llm_provider(model)[1])
+
+
+def known_model(model: str) -> bool:
+    """True when litellm can route ``model`` (a known provider prefix, or a model it knows)."""
+    try:
+        validate_model(model)
+    except UnknownModelError:
+        return False
+    return True
+
+
+def validate_model(model: str) -> None:
+    """Raise UnknownModelError, with a suggestion, unless litellm can route ``model``."""
+    prefix, _, name = model.partition("/")
+    if prefix == offline_provider.PROVIDER:
+        if model == OFFLINE_MODEL:
+            return
+        raise UnknownModelError(
+            f"unknown model {model!r}: the only local model is {OFFLINE_MODEL}",
+            hint=f"use {OFFLINE_MODEL}, or ollama/MODEL for a model served by Ollama",
+        )
+    litellm = _litellm()
+    providers = sorted(str(getattr(p, "value", p)) for p in litellm.provider_list)
+    if name and prefix in providers:
+        return
+    try:
+        litellm.get_llm_provider(model)
+        return
+    except Exception:  # noqa: BLE001, S110 - litellm raises assorted types for "cannot route"
+        pass
+    if name:
+        near = _close(prefix, providers)
+        message = f"unknown model {model!r}: {prefix!r} is not a provider litellm knows" + (
+            f" (did you mean {near!r}?)" if near else "")
+    else:
+        message = f"unknown model {model!r}: litellm cannot tell which provider serves it"
+    raise UnknownModelError(message, hint=_MODEL_HINT)
+
+
+_MODEL_HINT = (
+    "write models as PROVIDER/MODEL, e.g. openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest, "
+    f"ollama/llama3, or {OFFLINE_MODEL} (offline, no key)"
+)
+
+
+def _close(word: str, options: list[str]) -> str | None:
+    import difflib
+
+    found = difflib.get_close_matches(word, options, n=1, cutoff=0.75)
+    return found[0] if found else None
+
+
+def request_hash(request: ModelRequest) -> str:
+    """sha256 of the canonical JSON of what determines the answer; no key, no endpoint."""
+    canonical = json.dumps(
+        {
+            "model": request.model,
+            "messages": request.messages,
+            "temperature": request.temperature,
+            "max_tokens": request.max_tokens,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def estimate_tokens(request: ModelRequest) -> int:
+    """A cheap upper-ish estimate for budget reservation: prompt chars / 4 plus max_tokens."""
+    prompt_chars = sum(len(m.get("content") or "") for m in request.messages)
+    return -(-prompt_chars // 4) + (request.max_tokens or 0)
+
+
+# --- error classification --------------------------------------------------------------
+
+_SECRET_PATTERNS = (
+    re.compile(r"sk-[A-Za-z0-9_\-*.]{4,}"),                   # OpenAI, Anthropic (sk-ant-…)
+    re.compile(r"AIza[0-9A-Za-z_\-]{20,}"),                   # Google
+    re.compile(r"(?i)\bbearer\s+[^\s,;'\"]+"),
+    re.compile(r"(?i)(api[_-]?key|x-api-key|authorization)(['\"]?\s*[:=]\s*['\"]?)[^\s,;'\"]+"),
+)
+_QUOTA_MARKERS = (
+    "insufficient_quota",             # OpenAI 429
+    "exceeded your current quota",    # OpenAI 429
+    "credit balance is too low",      # Anthropic 400
+    "insufficient credits",           # OpenRouter 402
+)
+_LITELLM_PREFIX = re.compile(r"^(litellm\.\w+:\s*)?(\w+Error:\s*)?(\w+Exception\s*-\s*)?")
+
+
+def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """``text`` with known secrets and anything key-shaped replaced by ``***``."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    for pattern in _SECRET_PATTERNS:
+        if pattern.groups >= 2:
+            text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
+        else:
+            text = pattern.sub(lambda m: m.group(0)[:3] + "***", text)
+    return text
+
+
+def _safe_detail(exc: BaseException, secrets: Iterable[str | None]) -> str:
+    body = getattr(exc, "body", None)
+    detail = body.get("message") if isinstance(body, dict) else None
+    if not isinstance(detail, str) or not detail:
+        detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    detail = _LITELLM_PREFIX.sub("", str(detail).strip().splitlines()[0] if detail.strip() else "")
+    detail = scrub(detail, secrets)
+    if len(detail) > _MESSAGE_LIMIT:
+        detail = detail[: _MESSAGE_LIMIT - 1] + "…"
+    return detail or type(exc).__name__
+
+
+def _status_of(exc: BaseException) -> int | None:
+    for candidate in (getattr(exc, "status_code", None),
+                      getattr(getattr(exc, "response", None), "status_code", None)):
+        if isinstance(candidate, int):
+            return candidate
+    return None
+
+
+def _headers_of(exc: BaseException) -> Any:
+    for candidate in (getattr(getattr(exc, "response", None), "headers", None),
+                      getattr(exc, "litellm_response_headers", None),
+                      getattr(exc, "headers", None)):
+        if candidate:
+            return candidate
+    return None
+
+
+def retry_after_seconds(headers: Any, *, now: datetime | None = None) -> float | None:
+    """Seconds from a ``retry-after-ms`` or ``Retry-After`` header (delta or HTTP date)."""
+    if not headers:
+        return None
+    lowered = {str(k).lower(): str(v) for k, v in dict(headers).items()}
+    try:
+        if "retry-after-ms" in lowered:
+            return max(0.0, float(lowered["retry-after-ms"]) / 1000.0)
+        value = lowered.get("retry-after")
+        if value is None:
+            return None
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(value)
+            return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _is_quota(exc: BaseException, status: int | None) -> bool:
+    if status == 402:
+        return True
+    body = getattr(exc, "body", None)
+    text = json.dumps(body, default=str) if body is not None else ""
+    with contextlib.suppress(Exception):  # an unread streaming response has no text
+        # Read for classification only; the body never reaches a message.
+        text += str(getattr(getattr(exc, "response", None), "text", "") or "")
+    text = f"{text} {getattr(exc, 'message', '')} {exc}".lower()
+    return any(marker in text for marker in _QUOTA_MARKERS)
+
+
+def classify(exc: BaseException, *, secrets: Iterable[str | None] = ()) -> ModelError:
+    """Map a litellm/openai/httpx/OS exception to the engine's ModelError classes.
+
+    timeout, connection, 5xx, 408 → TransientModelError; 429 → RateLimited (with Retry-After)
+    or QuotaExhausted when the body says the quota is gone (also 402); 401/403 → AuthError;
+    anything else (400, 404, …) → PermanentModelError. Messages are short and scrubbed.
+    """
+    if isinstance(exc, ModelError):
+        return exc
+    secrets = tuple(secrets)
+    detail = _safe_detail(exc, secrets)
+    who = _who(exc)
+    status = _status_of(exc)
+
+    if _is_timeout(exc):
+        # litellm's timeout text repeats itself ("Request timed out. Error_str: …"); say it once.
+        return TransientModelError(
+            f"{who}timed out waiting for the provider",
+            hint="keepstep retries timeouts; raise timeout_s for slow models",
+        )
+    if _is_connection_error(exc) and status in (None, 500):
+        return TransientModelError(
+            f"{who}could not connect: {detail}",
+            hint="check the network or the api_base; keepstep retries connection errors",
+        )
+    if status in (400, 402, 429) and _is_quota(exc, status):
+        return QuotaExhausted(f"{who}quota exhausted (HTTP {status}): {detail}")
+    if status == 429:
+        return RateLimited(
+            f"{who}rate limited (HTTP 429): {detail}",
+            retry_after=retry_after_seconds(_headers_of(exc)),
+            hint="keepstep waits and retries; lower parallelism if this repeats",
+        )
+    if status in (401, 403):
+        return AuthError(f"{who}authentication failed (HTTP {status}): {detail}")
+    if status is not None and (status >= 500 or status == 408):
+        return TransientModelError(
+            f"{who}provider error (HTTP {status}): {detail}",
+            hint="keepstep retries server errors; if it persists, check the provider's status",
+        )
+    shown = f" (HTTP {status})" if status else ""
+    return PermanentModelError(
+        f"{who}request refused{shown}: {detail}",
+        hint="retrying will not help: fix the request, the model name or the prompt size",
+    )
+
+
+def _who(exc: BaseException) -> str:
+    provider, model = getattr(exc, "llm_provider", None), getattr(exc, "model", None)
+    if isinstance(provider, str) and provider and isinstance(model, str) and model:
+        return f"{provider}/{model}: " if not model.startswith(f"{provider}/") else f"{model}: "
+    return ""
+
+
+def _mro_names(exc: BaseException) -> set[str]:
+    return {f"{c.__module__.split('.')[0]}.{c.__name__}" for c in type(exc).__mro__}
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    names = _mro_names(exc)
+    return isinstance(exc, TimeoutError) or bool(
+        names & {"openai.APITimeoutError", "httpx.TimeoutException", "litellm.Timeout"})
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    names = _mro_names(exc)
+    return isinstance(exc, ConnectionError) or bool(
+        names & {"openai.APIConnectionError", "httpx.TransportError",
+                 "litellm.APIConnectionError"})
+
+
+# --- the gateway -----------------------------------------------------------------------
+
+class ModelGateway:
+    """Calls models through litellm with ledger rows, classification and bounded retries.
+
+    Time, sleep, randomness, the completion function and key lookup are injected so tests are
+    deterministic. One gateway may be shared by threads if its ledger is thread-safe.
+    """
+
+    def __init__(
+        self,
+        *,
+        ledger: CallLedger,
+        policy: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+        completion_fn: Callable[..., Any] | None = None,
+        api_key_lookup: Callable[[str], str | None] = keys.get_api_key,
+        cancel_event: threading.Event | None = None,
+    ) -> None:
+        self._ledger = ledger
+        self._policy = policy or RetryPolicy()
+        self._sleep = sleep
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._completion_fn = completion_fn
+        self._api_key_lookup = api_key_lookup
+        self._cancel = cancel_event
+
+    def complete(self, ctx: CallContext, request: ModelRequest) -> ModelResult:
+        """Call the model, retrying transient and rate-limited errors; see the module doc.
+
+        Raises UnknownModelError or MissingKeyError before any ledger row, BudgetExhausted from
+        ``ledger.reserve``, RunCancelled between attempts, or the last classified ModelError.
+        """
+        provider = provider_of(request.model)
+        # Keyless providers never touch the keyring (on some desktops a lookup prompts).
+        api_key = None if provider in keys.KEYLESS_PROVIDERS else self._api_key_lookup(provider)
+        if api_key is None and keys.key_required(provider, api_base=request.api_base):
+            raise keys.missing_key_error(provider)
+        rhash = request_hash(request)
+        est_tokens = estimate_tokens(request)
+        kwargs = self._call_kwargs(request, provider, api_key)
+        attempts = max(1, self._policy.max_attempts)
+
+        for attempt in range(1, attempts + 1):
+            self._check_cancelled()
+            call_id = self._ledger.reserve(ctx, model=request.model, request_hash=rhash,
+                                           est_tokens=est_tokens)
+            started = self._clock()
+            try:
+                response = self._completion()(**kwargs)
+            # RunCancelled/LeaseLost (BaseException) pass through and leave the row reserved but
+            # unsettled: whether the provider charged for it is unknown, and the ledger says so.
+            except Exception as exc:  # noqa: BLE001 - every provider failure is classified
+                error = classify(exc, secrets=(api_key,))
+                self._ledger.settle(
+                    call_id, tokens_in=0, tokens_out=0, cost=0.0,
+                    latency_ms=self._elapsed_ms(started), outcome=error.error_class,
+                    error_class=type(error).__name__, safe_message=_message_of(error),
+                )
+                retryable = isinstance(error, TransientModelError | RateLimited)
+                if not retryable or attempt == attempts:
+                    raise error from None
+                retry_after = error.retry_after if isinstance(error, RateLimited) else None
+                self._pause(self._policy.delay(attempt, self._rng, retry_after))
+                continue
+            return self._settle_success(call_id, request, rhash, response, started,
+                                        retries=attempt - 1, secrets=(api_key,))
+        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _completion(self) -> Callable[..., Any]:
+        if self._completion_fn is not None:
+            _litellm()  # the offline provider must be registered even with an injected fn
+            return self._completion_fn
+        return _litellm().completion
+
+    def _call_kwargs(self, request: ModelRequest, provider: str,
+                     api_key: str | None) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "model": request.model,
+            "messages": [dict(m) for m in request.messages],
+            "temperature": request.temperature,
+            "timeout": request.timeout_s,
+            # The gateway owns retries; litellm and the OpenAI SDK must not add their own.
+            "max_retries": 0,
+            "num_retries": 0,
+        }
+        if request.max_tokens is not None:
+            kwargs["max_tokens"] = request.max_tokens
+        if request.api_base:
+            kwargs["api_base"] = request.api_base
+        if api_key is not None:
+            kwargs["api_key"] = api_key
+        elif provider not in keys.KEYLESS_PROVIDERS and keys.is_local_api_base(request.api_base):
+            kwargs["api_key"] = _LOCAL_PLACEHOLDER_KEY
+        return kwargs
+
+    def _settle_success(self, call_id: str, request: ModelRequest, rhash: str, response: Any,
+                        started: float, *, retries: int, secrets: tuple[str | None, ...]
+                        ) -> ModelResult:
+        latency_ms = self._elapsed_ms(started)
+        try:
+            content = _content_of(response)
+            tokens_in, tokens_out = _usage_of(response)
+        except Exception as exc:  # noqa: BLE001 - a malformed response is an invalid output
+            error: ModelError = InvalidOutput(
+                f"{request.model}: the response had no readable content "
+                f"({scrub(type(exc).__name__, secrets)})")
+            self._ledger.settle(call_id, tokens_in=0, tokens_out=0, cost=0.0,
+                                latency_ms=latency_ms, outcome=error.error_class,
+                                error_class=type(error).__name__, safe_message=_message_of(error))
+            raise error from None
+        cost = _cost_of(response)
+        if request.expect_json and not _is_json(content):
+            error = InvalidOutput(
+                f"{request.model}: expected JSON, got {len(content)} characters that do not parse",
+                hint="the revise loop may ask again; a repeat means the prompt needs work",
+            )
+            self._ledger.settle(call_id, tokens_in=tokens_in, tokens_out=tokens_out, cost=cost,
+                                latency_ms=latency_ms, outcome=error.error_class,
+                                error_class=type(error).__name__, safe_message=_message_of(error))
+            raise error
+        self._ledger.settle(call_id, tokens_in=tokens_in, tokens_out=tokens_out, cost=cost,
+                            latency_ms=latency_ms, outcome=OUTCOME_OK)
+        return ModelResult(
+            content=content, model=request.model, tokens_in=tokens_in, tokens_out=tokens_out,
+            cost=cost, latency_ms=latency_ms, request_hash=rhash, retries=retries,
+        )
+
+    def _elapsed_ms(self, started: float) -> int:
+        return max(0, round((self._clock() - started) * 1000))
+
+    def _check_cancelled(self) -> None:
+        if self._cancel is not None and self._cancel.is_set():
+            raise RunCancelled("cancelled while calling a model")
+
+    def _pause(self, seconds: float) -> None:
+        self._check_cancelled()
+        if self._cancel is not None and self._sleep is time.sleep:
+            # The real sleep wakes early on cancellation.
+            self._cancel.wait(seconds)
+        else:
+            self._sleep(seconds)
+        self._check_cancelled()
+
+
+def _message_of(error: ModelError) -> str:
+    # The message without the hint: the hint follows from error_class, the row stays short.
+    return str(error.args[0]) if error.args else type(error).__name__
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def _content_of(response: Any) -> str:
+    message = _field(_field(response, "choices")[0], "message")
+    content = _field(message, "content")
+    return "" if content is None else str(content)
+
+
+def _usage_of(response: Any) -> tuple[int, int]:
+    usage = _field(response, "usage")
+    if usage is None:
+        return 0, 0
+    return int(_field(usage, "prompt_tokens") or 0), int(_field(usage, "completion_tokens") or 0)
+
+
+def _cost_of(response: Any) -> float:
+    hidden = getattr(response, "_hidden_params", None) or {}
+    if isinstance(hidden.get("response_cost"), int | float):
+        return float(hidden["response_cost"])
+    try:
+        return float(_litellm().completion_cost(completion_response=response) or 0.0)
+    except Exception:  # noqa: BLE001 - unpriced models (local servers, new names) cost 0.0
+        return 0.0
+
+
+def parse_json_content(content: str) -> Any:
+    """The JSON value in a model's answer, tolerating one Markdown code fence around it.
+
+    Raises ValueError when it does not parse. ``expect_json`` requests are checked with this,
+    so a caller parsing a successful result with it will not fail.
+    """
+    text = content.strip()
+    # Real models often wrap JSON in ```json fences even when told not to.
+    fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, flags=re.DOTALL)
+    return json.loads(fenced.group(1) if fenced else text)
+
+
+def _is_json(content: str) -> bool:
+    try:
+        parse_json_content(content)
+    except ValueError:
+        return False
+    return True

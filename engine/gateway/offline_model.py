@@ -1,0 +1,356 @@
+"""Deterministic offline heuristic "model" for keepstep.
+
+This is the default model: it lets the sample pack run with no key and no network.
+It is honest about what it is: every response carries ``HEURISTIC_NOTICE`` and the
+work is done by plain rules (``offline_rules``), not by a language model.
+
+Callers may rely on:
+- ``respond(payload)`` dispatching on ``payload["task"]`` and returning a JSON-serialisable
+  dict that always has ``"notice": HEURISTIC_NOTICE``;
+- identical output for identical input (no randomness, no clock, sorted iteration);
+- ``ValueError`` for an unknown task or a malformed payload.
+
+It is wrapped for litellm elsewhere (``engine/offline_provider.py``); this module imports
+nothing outside the standard library.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from keepstep.engine.gateway import offline_rules as rules
+
+_T = TypeVar("_T")
+
+MODEL_NAME = "keepstep-offline"
+HEURISTIC_NOTICE = (
+    "offline heuristic model (keepstep-offline): deterministic rules, no language model"
+)
+
+# Findings order per audience: what each reader needs first.
+_AUDIENCE_ORDER: dict[str, tuple[str, ...]] = {
+    "product team": ("pricing", "customer", "competition", "operations", "regulation", "market"),
+    "investment committee": (
+        "market", "regulation", "competition", "pricing", "customer", "operations",
+    ),
+}
+_DEFAULT_ORDER = ("market", "customer", "pricing", "competition", "regulation", "operations")
+_LABELS: dict[str, dict[str, str]] = {
+    "product team": {
+        "pricing": "Pricing and packaging", "customer": "What customers ask for",
+        "competition": "Competing products and features", "operations": "Delivery and support",
+        "regulation": "Requirements the product must meet", "market": "Demand context",
+    },
+    "investment committee": {
+        "market": "Market size and growth", "regulation": "Regulatory risk",
+        "competition": "Competitive risk", "pricing": "Pricing and returns",
+        "customer": "Customer demand", "operations": "Execution risk",
+    },
+}
+_MAX_FINDINGS, _MIN_FINDINGS, _IDS_PER_FINDING = 6, 3, 3
+
+
+def count_tokens(text: str) -> int:
+    """Deterministic token estimate: ``ceil(len(text) / 4)``; 0 for empty text."""
+    return math.ceil(len(text) / 4)
+
+
+def _audience_key(audience: object) -> str:
+    return re.sub(r"\s+", " ", str(audience or "")).strip().lower()
+
+
+# --- extract ---------------------------------------------------------------------------
+def extract_evidence(source_id: str, text: str) -> list[dict]:
+    """Evidence statements of one source, in document order.
+
+    A statement is a body sentence (not a heading, front matter, link-list entry, table
+    row or list marker) containing at least one digit. Ids are ``f"{source_id}-e{n}"``
+    with n from 1; ``quote`` is the sentence with whitespace collapsed.
+    """
+    evidence: list[dict] = []
+    for sentence in rules.body_sentences(text):
+        if not any(ch.isdigit() for ch in sentence):
+            continue
+        evidence.append({
+            "id": f"{source_id}-e{len(evidence) + 1}",
+            "source_id": source_id,
+            "quote": sentence,
+            "figures": rules.figures(sentence),
+            "topic": rules.classify_topic(sentence),
+        })
+    return evidence
+
+
+def _task_extract(payload: dict) -> dict:
+    source_id = _require(payload, "source_id", str)
+    text = _require(payload, "text", str)
+    return {"evidence": extract_evidence(source_id, text)}
+
+
+# --- verify ----------------------------------------------------------------------------
+def verify_claim(quote: str, passage: str) -> tuple[bool, str]:
+    """Supported iff the normalised quote occurs in the normalised passage and every
+    figure of the quote is a figure of the passage. Returns (supported, short reason)."""
+    if not quote.strip():
+        return False, "empty quote"
+    if not passage.strip():
+        return False, "no passage to check against"
+    passage_figures = set(rules.figures(rules.normalise(passage)))
+    quote_figures = rules.figures(rules.normalise(quote))
+    missing = [f for f in quote_figures if f not in passage_figures]
+    if missing:
+        return False, "figure(s) not in passage: " + ", ".join(missing)
+    if rules.normalise(quote) not in rules.normalise(passage):
+        return False, "quote not found in passage"
+    return True, f"quote found in passage; {len(quote_figures)} figure(s) match"
+
+
+def _task_verify(payload: dict) -> dict:
+    results = []
+    for claim in _dicts(payload, "claims"):
+        ok, reason = verify_claim(str(claim.get("quote", "")), str(claim.get("passage", "")))
+        results.append({"id": claim.get("id"), "supported": ok, "reason": reason})
+    return {"results": results}
+
+
+# --- synthesize ------------------------------------------------------------------------
+def _strength(item: dict, topic: str) -> tuple[int, int, int, str]:
+    # Most on-topic first, then quotable on its own, then more concrete (more figures);
+    # the id makes the order total and therefore stable.
+    quote = str(item.get("quote", ""))
+    return (-rules.topic_hits(quote, topic), 0 if rules.reads_standalone(quote) else 1,
+            -len(item.get("figures") or []), str(item["id"]))
+
+
+def _task_synthesize(payload: dict) -> dict:
+    question = str(payload.get("question", "")).strip()
+    audience = _audience_key(payload.get("audience"))
+    evidence = _unique_evidence(_require(payload, "evidence", list))
+    order = _AUDIENCE_ORDER.get(audience, _DEFAULT_ORDER)
+    labels = _LABELS.get(audience, _LABELS["investment committee"])
+    by_topic: dict[str, list[dict]] = {t: [] for t in rules.TOPICS}
+    for item in evidence:
+        topic = item.get("topic") if item.get("topic") in by_topic else rules.classify_topic(
+            str(item.get("quote", "")))
+        by_topic[topic].append(item)
+    for topic, items in by_topic.items():
+        items.sort(key=lambda item, t=topic: _strength(item, t))
+
+    # One finding per topic in audience order; with fewer than 3 topics, top up with further
+    # slices of the topics that have the most evidence left, so no id is cited twice.
+    groups: list[tuple[str, list[dict]]] = [
+        (t, by_topic[t][:_IDS_PER_FINDING]) for t in order if by_topic[t]]
+    used = {t: min(len(by_topic[t]), _IDS_PER_FINDING) for t in order}
+    while len(groups) < _MIN_FINDINGS:
+        left = [(len(by_topic[t]) - used[t], t) for t in order if len(by_topic[t]) > used[t]]
+        if not left:
+            break
+        topic = min(left, key=lambda pair: (-pair[0], order.index(pair[1])))[1]
+        groups.append((topic, by_topic[topic][used[topic]:used[topic] + _IDS_PER_FINDING]))
+        used[topic] += len(groups[-1][1])
+    groups = groups[:_MAX_FINDINGS]
+
+    audience_label = audience or "general reader"
+    lines = [f"## Findings for the {audience_label}", ""]
+    if question:
+        lines += [f"Question: {question}", ""]
+    claims = []
+    for n, (topic, items) in enumerate(groups, start=1):
+        ids = [str(i["id"]) for i in items]
+        lead = str(items[0].get("quote", "")).strip()
+        label = labels[topic]
+        more = f" ({len(items) - 1} more supporting statement(s))" if len(items) > 1 else ""
+        cites = "".join(f"[{i}]" for i in ids)
+        lines.append(f"{n}. **{label}**: {lead}{more} {cites}")
+        claims.append({"text": f"{label}: {lead}", "evidence_ids": ids})
+    if not groups:
+        lines.append("No verified evidence was given, so no findings are stated.")
+    lines += ["", f"_{HEURISTIC_NOTICE}; findings are selected and ordered by rules._"]
+    return {"summary": "\n".join(lines), "claims": claims}
+
+
+# --- rank ------------------------------------------------------------------------------
+def _candidate_risks(audience: str, evidence: list[dict]) -> list[dict]:
+    weighted = rules.AUDIENCE_RISK_WEIGHT.get(audience, frozenset())
+    candidates = []
+    for key, title, keywords, impact in rules.RISK_RULES:
+        ids = sorted(str(e["id"]) for e in evidence
+                     if any(k in str(e.get("quote", "")).lower() for k in keywords))
+        if not ids:
+            continue
+        likelihood = min(5, len(ids))
+        impact = min(5, impact + (1 if key in weighted else 0))
+        candidates.append({"key": key, "title": title, "score": likelihood * impact,
+                           "evidence_ids": ids[:5]})
+    return candidates
+
+
+def _number(risks: list[dict]) -> list[dict]:
+    risks = sorted(risks, key=lambda r: (-r["score"], r["key"]))
+    return [{"id": f"R{n}", "title": r["title"], "score": r["score"],
+             "evidence_ids": r["evidence_ids"]} for n, r in enumerate(risks, start=1)]
+
+
+def check_ranking(risks: list[dict], known_evidence_ids: Iterable[str] | None = None
+                  ) -> list[str]:
+    """Problems with a ranking, e.g. ``"R4 cites no evidence"``; empty list means clean.
+
+    Checks: every risk cites evidence (known evidence, when ``known_evidence_ids`` is
+    given), scores are ints 1-25, ids are unique, and scores never increase down the list.
+    """
+    known = set(known_evidence_ids) if known_evidence_ids is not None else None
+    problems: list[str] = []
+    seen: set[str] = set()
+    previous: int | None = None
+    for risk in risks:
+        rid, score = str(risk.get("id")), risk.get("score")
+        if rid in seen:
+            problems.append(f"{rid} is listed twice")
+        seen.add(rid)
+        ids = list(risk.get("evidence_ids") or [])
+        if not ids:
+            problems.append(f"{rid} cites no evidence")
+        elif known is not None:
+            problems += [f"{rid} cites unknown evidence {e}" for e in ids if e not in known]
+        if not isinstance(score, int) or not 1 <= score <= 25:
+            problems.append(f"{rid} score {score!r} is outside 1-25")
+        elif previous is not None and score > previous:
+            problems.append(f"{rid} scores higher than the risk ranked above it")
+        if isinstance(score, int):
+            previous = score
+    return problems
+
+
+def _task_rank(payload: dict) -> dict:
+    """Rank risks by keyword rules (score = likelihood x impact, 1-25).
+
+    Round 1 with more than 5 candidates adds one risk that cites no evidence, as an
+    ungrounded generator would; round >= 2 with feedback drops the risks it names.
+    """
+    audience = _audience_key(payload.get("audience"))
+    evidence = _unique_evidence(_require(payload, "evidence", list))
+    round_no = payload.get("round", 1)
+    if not isinstance(round_no, int) or round_no < 1:
+        raise ValueError("rank: 'round' must be an int >= 1")
+    candidates = _candidate_risks(audience, evidence)
+    if len(candidates) > 5:
+        key, title, likelihood, impact = rules.UNSUPPORTED_RISK
+        candidates.append({"key": key, "title": title, "score": likelihood * impact,
+                           "evidence_ids": []})
+    risks = _number(candidates)
+    raw_feedback = payload.get("feedback") or []
+    feedback = [raw_feedback] if isinstance(raw_feedback, str) else [str(f) for f in raw_feedback]
+    revisions: list[str] = []
+    if round_no >= 2 and feedback:
+        # Feedback names risks by their round-1 id, which this deterministic generator
+        # reproduces exactly, so the ids line up. Generated rankings are always sorted, in
+        # range and cite only given evidence, so the unsupported risk is the only thing the
+        # check can flag: dropping it makes round 2 clean and the loop stops there.
+        flagged = {m for f in feedback for m in re.findall(r"\bR\d+\b", f)}
+        kept = []
+        ranked = sorted(candidates, key=lambda r: (-r["score"], r["key"]))
+        for risk, cand in zip(risks, ranked, strict=False):
+            if risk["id"] in flagged:
+                revisions.append(f"dropped {risk['id']} ({risk['title']}): flagged by check")
+            else:
+                kept.append(cand)
+        risks = _number(kept)
+    return {"risks": risks, "round": round_no, "revisions": revisions}
+
+
+# --- check / summarise -----------------------------------------------------------------
+def _task_check(payload: dict) -> dict:
+    known = {str(i) for i in _require(payload, "evidence_ids_known", list)}
+    problems: list[str] = []
+    for n, claim in enumerate(_dicts(payload, "claims"), start=1):
+        label = f"claim {claim.get('id', n)}"
+        ids = [str(i) for i in claim.get("evidence_ids") or []]
+        if not ids:
+            problems.append(f"{label} cites no evidence")
+        problems += [f"{label} cites unknown evidence {i}" for i in ids if i not in known]
+    return {"problems": problems}
+
+
+_STOPWORDS = frozenset((
+    "the", "a", "an", "and", "or", "of", "to", "in", "on", "for", "by", "with", "at", "from",
+    "is", "are", "was", "were", "be", "been", "this", "that", "it", "its", "as", "per",
+    "than", "more", "most", "not", "no", "but", "has", "have", "had", "will", "would", "can",
+    "could", "our", "their", "they", "we", "he", "she", "which", "who",
+))
+
+
+def _task_summarise(payload: dict) -> dict:
+    text = _require(payload, "text", str)
+    max_sentences = payload.get("max_sentences", 3)
+    if not isinstance(max_sentences, int) or max_sentences < 1:
+        raise ValueError("summarise: 'max_sentences' must be an int >= 1")
+    sentences = rules.body_sentences(text)
+    words = Counter(w for s in sentences for w in re.findall(r"[a-z]{3,}", s.lower())
+                    if w not in _STOPWORDS)
+    top = {w for w, _ in sorted(words.items(), key=lambda kv: (-kv[1], kv[0]))[:10]}
+
+    def score(sentence: str) -> int:
+        # Concrete figures and the document's recurring terms mark the central sentences.
+        return 2 * len(rules.figures(sentence)) + len(top & set(re.findall(r"[a-z]{3,}",
+                                                                           sentence.lower())))
+
+    chosen = sorted(sorted(range(len(sentences)), key=lambda i: (-score(sentences[i]), i))
+                    [:max_sentences])
+    return {"summary": " ".join(sentences[i] for i in chosen)}
+
+
+# --- dispatch --------------------------------------------------------------------------
+def _require(payload: dict, key: str, kind: type[_T]) -> _T:
+    value = payload.get(key)
+    if not isinstance(value, kind):
+        # One exception type for every bad payload keeps the provider wrapper's mapping simple.
+        raise ValueError(  # noqa: TRY004
+            f"{payload.get('task')}: payload needs '{key}' as {kind.__name__}")
+    return value
+
+
+def _dicts(payload: dict, key: str) -> list[dict]:
+    items = _require(payload, key, list)
+    if not all(isinstance(item, dict) for item in items):
+        raise ValueError(f"{payload.get('task')}: every item of '{key}' must be an object")
+    return items
+
+
+def _unique_evidence(items: list) -> list[dict]:
+    seen: dict[str, dict] = {}
+    for item in items:
+        if isinstance(item, dict) and item.get("id") is not None:
+            seen.setdefault(str(item["id"]), item)
+    return [seen[k] for k in sorted(seen)]
+
+
+_TASKS: dict[str, Callable[[dict], dict]] = {
+    "extract": _task_extract,
+    "verify": _task_verify,
+    "synthesize": _task_synthesize,
+    "rank": _task_rank,
+    "check": _task_check,
+    "summarise": _task_summarise,
+}
+
+
+def respond(payload: dict) -> dict:
+    """Run one task and return its JSON-serialisable result plus ``"notice"``.
+
+    Raises ValueError for a non-dict payload, an unknown task (the message lists the
+    known tasks) or missing/ill-typed fields.
+    """
+    if not isinstance(payload, dict):
+        raise ValueError("payload must be a dict with a 'task' key")  # noqa: TRY004
+    task = payload.get("task")
+    handler = _TASKS.get(task) if isinstance(task, str) else None
+    if handler is None:
+        raise ValueError(
+            f"unknown task {task!r}; known tasks: {', '.join(sorted(_TASKS))}")
+    result = handler(payload)
+    result["notice"] = HEURISTIC_NOTICE
+    return result

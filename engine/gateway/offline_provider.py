@@ -1,0 +1,126 @@
+"""The offline default model, wrapped as a litellm provider.
+
+``register()`` makes ``local/keepstep-offline`` callable through ``litellm.completion`` like any
+other model, at zero cost. The provider reads the last user message as a JSON payload, runs
+``offline_model.respond`` on it and answers with the result as sorted JSON.
+
+Importing this module does not import litellm: the ``CustomLLM`` subclass is built on the first
+``register()`` call. Only the gateway should call ``register()``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from keepstep.engine.gateway import offline_model
+
+PROVIDER = "local"
+MODEL = f"{PROVIDER}/{offline_model.MODEL_NAME}"
+# Generous limits: the heuristic model has no context window, but litellm wants figures.
+MAX_TOKENS = 1_000_000
+
+_lock = threading.Lock()
+_handler: Any = None
+
+
+class OfflinePayloadError(ValueError):
+    """The request could not be turned into an offline-model payload."""
+
+
+def build_response_content(messages: list[dict[str, Any]]) -> str:
+    """The JSON text the offline provider answers for ``messages``.
+
+    Raises OfflinePayloadError when there is no user message, it is not a JSON object, or
+    ``offline_model.respond`` rejects it.
+    """
+    user_messages = [m for m in messages if m.get("role") == "user"]
+    if not user_messages:
+        raise OfflinePayloadError("the offline model needs a user message holding a JSON payload")
+    try:
+        payload = json.loads(_text(user_messages[-1].get("content")))
+    except ValueError as exc:
+        raise OfflinePayloadError(
+            f"the offline model needs the last user message to be a JSON object ({exc})"
+        ) from None
+    try:
+        result = offline_model.respond(payload)
+    except ValueError as exc:
+        raise OfflinePayloadError(str(exc)) from None
+    return json.dumps(result, sort_keys=True, ensure_ascii=False)
+
+
+def _text(content: Any) -> str:
+    # OpenAI-style content may be a list of parts; only text parts matter here.
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def _make_handler(litellm: Any) -> Any:
+    from litellm.llms.custom_llm import CustomLLM, CustomLLMError
+
+    class OfflineLLM(CustomLLM):
+        """litellm provider ``local``: deterministic, no network, no key."""
+
+        def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
+            try:
+                content = build_response_content(messages)
+            except OfflinePayloadError as exc:
+                # 400 so litellm raises BadRequestError: a bad payload will not get better
+                # by retrying.
+                raise CustomLLMError(status_code=400, message=str(exc)) from None
+            prompt_text = "\n".join(_text(m.get("content")) for m in messages)
+            tokens_in = offline_model.count_tokens(prompt_text)
+            tokens_out = offline_model.count_tokens(content)
+            return litellm.ModelResponse(
+                model=MODEL,
+                choices=[{
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": content},
+                }],
+                usage=litellm.Usage(
+                    prompt_tokens=tokens_in,
+                    completion_tokens=tokens_out,
+                    total_tokens=tokens_in + tokens_out,
+                ),
+            )
+
+        async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
+            return self.completion(model, messages, *args, **kwargs)
+
+    return OfflineLLM()
+
+
+def register(litellm: Any) -> None:
+    """Register provider ``local`` and the zero price of ``local/keepstep-offline``; idempotent.
+
+    ``litellm`` is the imported module (passed in so this module never imports it itself).
+    """
+    global _handler
+    with _lock:
+        if _handler is not None and any(
+            item.get("custom_handler") is _handler for item in litellm.custom_provider_map
+        ):
+            return
+        _handler = _make_handler(litellm)
+        # Keep other registrations; replace only a stale "local" entry.
+        litellm.custom_provider_map = [
+            item for item in litellm.custom_provider_map if item.get("provider") != PROVIDER
+        ] + [{"provider": PROVIDER, "custom_handler": _handler}]
+        litellm.register_model({
+            MODEL: {
+                "litellm_provider": PROVIDER,
+                "mode": "chat",
+                "input_cost_per_token": 0.0,
+                "output_cost_per_token": 0.0,
+                # Named explicitly: litellm warns when cache prices are missing.
+                "cache_creation_input_token_cost": 0.0,
+                "cache_read_input_token_cost": 0.0,
+                "max_tokens": MAX_TOKENS,
+                "max_input_tokens": MAX_TOKENS,
+                "max_output_tokens": MAX_TOKENS,
+            }
+        })

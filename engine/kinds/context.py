@@ -1,0 +1,131 @@
+"""What a unit kind may do while it runs: the UnitContext contract.
+
+A kind is a function ``run(ctx: UnitContext) -> KindOutcome``. It reads its
+dependencies' committed artifacts and its approved sources, calls models only
+through ``ctx.call_model`` (budgeted, ledgered, replayable), stages outputs
+with ``ctx.write`` and returns validator results. It never touches storage or
+changes a state: only the orchestrator does that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import BaseModel, Field
+
+from keepstep.engine.core.plan import Plan, Unit
+from keepstep.engine.files.project import Contract, InputSnapshot, SourceEntry
+
+if TYPE_CHECKING:
+    from keepstep.engine.run.effects import EffectOutcome
+    from keepstep.storage.models import Event
+
+
+class ValidatorResult(BaseModel):
+    name: str
+    passed: bool
+    detail: str = ""
+
+
+class KindOutcome(BaseModel):
+    """What a kind returns: validator results, and optional facts for the checkpoint."""
+
+    validators: list[ValidatorResult] = Field(default_factory=list)
+    facts: dict[str, Any] = Field(default_factory=dict)  # small, e.g. {"evidence_count": 14}
+    rounds: int = 1
+
+    @property
+    def passed(self) -> bool:
+        return all(v.passed for v in self.validators)
+
+
+class UnitContext(Protocol):
+    run_id: str
+    branch_id: str
+    unit: Unit
+    attempt_id: str
+    plan: Plan
+    contract: Contract
+    snapshot: InputSnapshot
+
+    def sources_for_unit(self) -> list[SourceEntry]:
+        """Approved sources named by the unit's ``source:`` and ``group:`` inputs, by id."""
+        ...
+
+    def source_text(self, source_id: str) -> str:
+        """Text of an approved source (read from the project folder, never copied to the DB)."""
+        ...
+
+    def dep_bytes(self, unit_id: str, name: str) -> bytes:
+        """A committed artifact of a dependency, by output name (hash-checked on read)."""
+        ...
+
+    def dep_json(self, unit_id: str, name: str) -> Any: ...
+
+    def dep_path(self, unit_id: str, name: str) -> str:
+        """Where a dependency's committed artifact lies, relative to the artifact root
+        (for an adapter that needs a file; read the bytes with ``dep_bytes``)."""
+        ...
+
+    def template_text(self, name: str) -> str:
+        """A template from the project's ``templates/`` folder (``template:<name>`` input)."""
+        ...
+
+    def call_model(self, payload: dict[str, Any], *, round: int = 1,
+                   expect_json: bool = True) -> dict[str, Any]:
+        """One model call through the gateway; returns the parsed JSON response.
+
+        Raises BudgetExhausted before the call when the budget would be passed,
+        and the classified ModelError subclasses on provider failures.
+        """
+        ...
+
+    def write(self, name: str, data: bytes | str | dict[str, Any] | list[Any], *,
+              media_type: str | None = None, source_ids: list[str] | None = None) -> str:
+        """Stage an output into the attempt directory; returns its sha256."""
+        ...
+
+    def decision_events(self) -> list[Event]:
+        """Decision events of the run so far (plan changes, approvals, budget raises…)."""
+        ...
+
+    def safe_point(self, progress: str | None = None) -> None:
+        """Check for cancellation, a lost lease and the unit's time limit (raises)."""
+        ...
+
+    def effect(self, adapter: str, action: str, request: dict[str, Any]) -> EffectOutcome:
+        """One external action through the side-effect ledger (DESIGN §8), at most once per
+        (run, unit, action, plan version): a retry or a resume gets the recorded receipt back.
+
+        ``adapter`` names an ``[adapters.NAME]`` table of keepstep.toml (an unknown name
+        raises KeepstepError listing the configured ones). The request is stored in the
+        ledger and may be sent as is: it must carry no source text and no secrets (e.g. a
+        path to a committed artifact and its sha256, never its content). An outcome that
+        cannot be confirmed raises SideEffectError; the unit is then blocked, not retried.
+        """
+        ...
+
+
+KindFn = Callable[[UnitContext], KindOutcome]
+
+
+class KindSpec(BaseModel):
+    """A kind's declaration: the validators it applies and whether it calls models."""
+
+    name: str
+    uses_model: bool
+    validators: list[str]
+    default_outputs: list[str]
+    description: str
+
+
+REGISTRY: dict[str, tuple[KindSpec, KindFn]] = {}
+
+
+def register(spec: KindSpec) -> Callable[[KindFn], KindFn]:
+    def deco(fn: KindFn) -> KindFn:
+        REGISTRY[spec.name] = (spec, fn)
+        return fn
+
+    return deco

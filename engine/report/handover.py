@@ -1,0 +1,407 @@
+"""The handover bundle: everything a colleague needs to take a run over, with hashes.
+
+``export_handover(run, out)`` writes a folder (or a ``.zip`` when ``out`` ends so):
+
+    index.html            the page tying it together (tables, links; no external assets)
+    narrative.md          the story, generated from the structured state (engine.narrative)
+    contract.md           the task contract
+    plan.toml             the plan snapshot the run is at
+    dag.svg               the DAG coloured by unit state
+    state/*.json          baseline checkpoint, unit states, input snapshot (ids + sha256),
+                          invalidations, orphans, approvals, budget, external unknowns,
+                          recent errors, recoveries, the next step
+    deliverables/*        the current outputs of the render and notes units, copied
+    manifest.json         sha256 + size of every other file, and the artifact manifest rows
+                          of the current outputs
+
+Never bundled: model responses (``calls/*.json``), source text, approval token hashes, keys.
+Every text is passed through ``redact`` and ``verify_bundle`` scans for key-like strings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+
+from keepstep.engine.errors import KeepstepError
+from keepstep.engine.gateway.redaction import find_secrets, redact
+from keepstep.engine.report.display import handover_index_html
+from keepstep.engine.report.narrative import check_narrative, narrative
+from keepstep.engine.report.narrative_history import gather
+
+if TYPE_CHECKING:
+    from keepstep.engine.api import Run
+
+BUNDLE_FORMAT = "keepstep-handover/1"
+MANIFEST = "manifest.json"
+RECENT_ERRORS = 50
+BASELINE_FIELDS = ("version", "hash", "kind", "state_hash", "parent_version", "parent_hash",
+                   "created_at", "unit", "attempt", "schema_version")
+ERROR_KINDS = ("attempt.failed", "unit.blocked", "recovery.failed", "recovery.blocked",
+               "attempt.fenced")
+# Keys never written to a bundle, whatever their value.
+DROP_KEYS = frozenset({"token_hash", "token", "resume_token", "secret", "api_key", "apikey",
+                       "password", "authorization"})
+
+
+def _safe(value: Any) -> Any:
+    """A JSON-able copy without dropped keys and with every string redacted."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    if isinstance(value, dict):
+        return {str(k): _safe(v) for k, v in value.items() if str(k).lower() not in DROP_KEYS}
+    if isinstance(value, list | tuple | set):
+        return [_safe(v) for v in value]
+    if isinstance(value, str):
+        return redact(value)
+    return value
+
+
+# -- the bundle ----------------------------------------------------------------------------
+class _Writer:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def text(self, rel: str, text: str) -> None:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(redact(text), encoding="utf-8")
+
+    def json(self, rel: str, data: Any) -> None:
+        self.text(rel, json.dumps(_safe(data), indent=2, ensure_ascii=False, sort_keys=True)
+                  + "\n")
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _deliverables(run: Run) -> list[dict[str, Any]]:
+    from keepstep.engine.report.views import current_deliverables
+
+    rows = current_deliverables(run)
+    names = [r["name"] for r in rows]
+    for r in rows:
+        clash = names.count(r["name"]) > 1
+        r["bundle_path"] = f"deliverables/{r['unit']}-{r['name']}" if clash else \
+            f"deliverables/{r['name']}"
+    return rows
+
+
+def _collect(run: Run) -> dict[str, Any]:
+    """Every fact the bundle shows, read once."""
+    from keepstep.engine.run.gates import pending_approvals
+
+    store = run.store
+    facts = gather(run)
+    status, records, cp = facts.status, facts.records, facts.baseline
+    units = {}
+    for u in run.plan.units:
+        view = status.units[u.id]
+        rec = records.get(u.id)
+        units[u.id] = {
+            "title": u.title, "phase": u.phase, "kind": u.kind.value, "state": view.state,
+            "attempts": view.attempts, "current_attempt": view.current_attempt,
+            "reason": view.reason,
+            "depends_on": [{"unit": d.unit, "edge": d.edge.value} for d in u.depends_on],
+            "record": None if rec is None else {
+                "state": rec.state.value, "attempt": rec.attempt, "plan": f"plan-v{rec.plan_n}",
+                "validators_passed": rec.validators_passed, "facts": rec.facts,
+                "outputs": {n: {"sha256": o.sha256, "path": o.path}
+                            for n, o in sorted(rec.outputs.items())},
+                "explanations": [e.render() for e in rec.explanations],
+                "cutoff_note": rec.cutoff_note},
+        }
+    current = {(r.attempt, n) for r in records.values() if r.state.value == "succeeded"
+               for n in r.outputs}
+    artifacts = [e.model_dump(mode="json") for e in store.manifest(run.run_id)
+                 if (e.attempt_id, e.name) in current]
+    events = facts.events
+    errors = [e for e in events if e.kind in ERROR_KINDS][-RECENT_ERRORS:]
+    changes = [e for e in events if e.kind in ("decision.plan_change", "decision.input_change")]
+    approvals = [a for a in store.approvals(run.run_id, branch_id=run.branch_id)]
+    return {
+        "status": status, "units": units, "artifacts": artifacts,
+        "baseline": {
+            "head_version": status.head_version,
+            "verified": cp is not None and cp.version == status.head_version,
+            "verification": facts.verification,
+            **({k: None for k in BASELINE_FIELDS} if cp is None else
+               {k: getattr(cp, k) for k in BASELINE_FIELDS})},
+        "inputs": store.read_key(run.run_id, "inputs", run.branch_id) or {},
+        "invalidations": {
+            "current": {u: [e.model_dump(mode="json") | {"text": e.render()}
+                            for e in r.explanations]
+                        for u, r in records.items() if r.state.value == "invalidated"},
+            "history": [{"seq": e.seq, "ts": e.ts, "kind": e.kind, **e.payload}
+                        for e in changes]},
+        "orphans": [o.model_dump(mode="json") | {"directory": _relative(o.directory,
+                                                                        store.artifacts.root)}
+                    for o in store.orphaned_attempts(run.run_id)],
+        "approvals": {"pending": pending_approvals(run),
+                      "history": [a.model_dump(mode="json") for a in approvals
+                                  if a.status != "requested"]},
+        "errors": [{"seq": e.seq, "ts": e.ts, "kind": e.kind, "unit": e.unit,
+                    "attempt": e.attempt_id,
+                    "class": e.payload.get("error_class") or e.payload.get("kind"),
+                    "message": e.payload.get("message") or e.payload.get("reason") or ""}
+                   for e in errors],
+        "recoveries": [{"seq": e.seq, "ts": e.ts, "kind": e.kind, **e.payload}
+                       for e in events if e.kind.startswith("recovery.")
+                       and e.kind != "recovery.orphan"],
+    }
+
+
+def _relative(path: str, root: Path) -> str:
+    """A path under the artifact root, without the machine-specific prefix."""
+    p = Path(path)
+    return p.relative_to(root).as_posix() if p.is_relative_to(root) else p.name
+
+
+def _contract(run: Run) -> tuple[str, bool]:
+    from keepstep.engine.files.project import CONTRACT_FILE, load_contract
+
+    path = run.project.root / CONTRACT_FILE
+    text = path.read_text(encoding="utf-8") if path.is_file() else "(no contract.md)\n"
+    try:
+        same = load_contract(run.project.root).hash() == run.plan_info.get("contract_hash")
+    except KeepstepError:
+        same = False
+    return text, same
+
+
+def _plan_text(run: Run) -> str:
+    snap = run.store.artifacts.root / run.plan_info.get("snapshot_path", "")
+    if snap.is_file():
+        return snap.read_text(encoding="utf-8")
+    return (run.project.root / "plan.toml").read_text(encoding="utf-8")
+
+
+def _prepare_target(out: Path) -> None:
+    """Refuse to overwrite anything but an earlier handover bundle."""
+    if not out.exists():
+        return
+    if out.is_dir():
+        if not any(out.iterdir()):
+            return
+        if (out / MANIFEST).is_file() and _is_bundle_manifest((out / MANIFEST).read_bytes()):
+            shutil.rmtree(out)
+            return
+    elif zipfile.is_zipfile(out):
+        with zipfile.ZipFile(out) as zf:
+            if MANIFEST in zf.namelist() and _is_bundle_manifest(zf.read(MANIFEST)):
+                out.unlink()
+                return
+    raise KeepstepError(f"{out} exists and is not a keepstep handover bundle",
+                        hint="pick a new path, or delete it first")
+
+
+def _is_bundle_manifest(data: bytes) -> bool:
+    try:
+        return json.loads(data).get("format") == BUNDLE_FORMAT
+    except (ValueError, AttributeError):
+        return False
+
+
+def export_handover(run: Run, out: str | Path) -> Path:
+    """Write the handover bundle of ``run`` to ``out`` (a folder, or a zip if it ends in
+    ``.zip``) and return its path. An earlier bundle at ``out`` is replaced; anything else
+    there is refused. The narrative is checked against the state before it is written."""
+    out = Path(out)
+    _prepare_target(out)
+    if out.suffix.lower() == ".zip":
+        with tempfile.TemporaryDirectory(prefix="keepstep-handover-") as tmp:
+            folder = _write_bundle(run, Path(tmp) / "bundle")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+                for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+                    info = zipfile.ZipInfo(path.relative_to(folder).as_posix(),
+                                           date_time=(1980, 1, 1, 0, 0, 0))
+                    info.compress_type = zipfile.ZIP_DEFLATED
+                    zf.writestr(info, path.read_bytes())
+        return out
+    return _write_bundle(run, out)
+
+
+def _write_bundle(run: Run, out: Path) -> Path:
+    from keepstep.engine.report.dag_svg import run_dag_svg
+
+    facts = _collect(run)
+    out.mkdir(parents=True, exist_ok=True)
+    w = _Writer(out)
+    story = narrative(run)
+    mismatches = check_narrative(run, story)
+    contract, contract_current = _contract(run)
+    st = facts["status"]
+    w.text("narrative.md", story)
+    w.text("contract.md", contract)
+    w.text("plan.toml", _plan_text(run))
+    svg = run_dag_svg(run)
+    w.text("dag.svg", svg)
+    w.json("state/baseline.json", facts["baseline"])
+    w.json("state/status.json", st)
+    w.json("state/units.json", facts["units"])
+    w.json("state/inputs.json", {k: facts["inputs"].get(k) for k in
+                                 ("label", "hash", "sources", "groups")})
+    w.json("state/invalidations.json", facts["invalidations"])
+    w.json("state/orphans.json", facts["orphans"])
+    w.json("state/approvals.json", facts["approvals"])
+    w.json("state/budget.json", st.budget)
+    w.json("state/external_unknowns.json", st.external_unknown)
+    w.json("state/recent_errors.json", facts["errors"])
+    w.json("state/recoveries.json", facts["recoveries"])
+    w.json("state/next_step.json", {"next_action": st.next_action, "decision": st.decision,
+                                    "reasons": st.reasons})
+    deliverables = _deliverables(run)
+    for d in deliverables:
+        target = out / d["bundle_path"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(d["path"], target)
+    by_attempt = {(d["unit"], d["name"]): d["bundle_path"] for d in deliverables}
+    artifacts = [a | ({"bundle_path": by_attempt[(a["unit"], a["name"])]}
+                      if (a["unit"], a["name"]) in by_attempt else {})
+                 for a in facts["artifacts"]]
+    title = f"Handover: run {run.run_id} — {run.plan.plan.title or run.project.files.config.name}"
+    w.text("index.html", handover_index_html(
+        title=title, run_label=f"{run.run_id} ({run.branch_id})", facts=facts,
+        deliverables=deliverables, svg=svg, story=story, contract_current=contract_current,
+        files=_listing(out)))
+    manifest = {
+        "format": BUNDLE_FORMAT, "run": run.run_id, "branch": run.branch_id,
+        "plan_version": st.plan_version, "input_version": st.input_version,
+        "baseline": {k: facts["baseline"][k] for k in ("version", "hash", "state_hash", "kind")},
+        "decision": st.decision, "contract_matches_run": contract_current,
+        "narrative_check": [m.render() for m in mismatches],
+        "files": _listing(out), "artifacts": artifacts,
+    }
+    w.json(MANIFEST, manifest)
+    return out
+
+
+def _listing(root: Path) -> list[dict[str, Any]]:
+    rows = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(root).as_posix()
+        if rel == MANIFEST:
+            continue
+        data = path.read_bytes()
+        rows.append({"path": rel, "sha256": _sha256(data), "size": len(data)})
+    return rows
+
+
+# -- verification --------------------------------------------------------------------------
+class FileProblem(BaseModel):
+    path: str
+    problem: str  # "missing" | "changed"
+    expected_sha256: str = ""
+    actual_sha256: str = ""
+
+
+class BundleReport(BaseModel):
+    path: str
+    ok: bool
+    checked: int = 0
+    missing: list[str] = Field(default_factory=list)
+    changed: list[FileProblem] = Field(default_factory=list)
+    unlisted: list[str] = Field(default_factory=list)
+    secrets: list[str] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)
+
+    def render(self) -> str:
+        head = (f"bundle OK: {self.checked} file(s) match manifest.json ({self.path})" if self.ok
+                else f"bundle NOT OK ({self.path})")
+        lines = [head]
+        lines += [f"  missing: {m}" for m in self.missing]
+        lines += [f"  changed: {c.path} (sha256 {c.actual_sha256[:12]}…, manifest says "
+                  f"{c.expected_sha256[:12]}…)" for c in self.changed]
+        lines += [f"  not in the manifest: {u}" for u in self.unlisted]
+        lines += [f"  key-like string: {s}" for s in self.secrets]
+        lines += [f"  problem: {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+@contextmanager
+def _opened(path: Path) -> Iterator[tuple[list[str], Callable[[str], bytes]]]:
+    """(file names, read(name) -> bytes) of a bundle folder or zip."""
+    if path.is_dir():
+        names = [p.relative_to(path).as_posix() for p in sorted(path.rglob("*")) if p.is_file()]
+        yield names, lambda rel: (path / rel).read_bytes()
+        return
+    with zipfile.ZipFile(path) as zf:
+        yield [n for n in zf.namelist() if not n.endswith("/")], zf.read
+
+
+def verify_bundle(path: str | Path) -> BundleReport:
+    """Check every file against manifest.json (folder or zip): missing and changed files,
+    files the manifest does not list, key-like strings, and the deliverables' artifact hashes."""
+    path = Path(path)
+    report = BundleReport(path=str(path), ok=False)
+    if not path.exists():
+        report.problems.append("no such file or folder")
+        return report
+    try:
+        with _opened(path) as (names, read):
+            _check(report, names, read)
+    except zipfile.BadZipFile:
+        report.problems.append("not a folder and not a zip file")
+    report.ok = not (report.missing or report.changed or report.unlisted or report.secrets
+                     or report.problems)
+    return report
+
+
+def _check(report: BundleReport, names: list[str], read: Callable[[str], bytes]) -> None:
+    if MANIFEST not in names:
+        report.problems.append("manifest.json is missing")
+        return
+    try:
+        manifest = json.loads(read(MANIFEST))
+        files = {f["path"]: f for f in manifest["files"]}
+    except (ValueError, KeyError, TypeError) as exc:
+        report.problems.append(f"manifest.json is unreadable: {exc}")
+        return
+    if manifest.get("format") != BUNDLE_FORMAT:
+        report.problems.append(f"unknown bundle format {manifest.get('format')!r}")
+    present = set(names)
+    for rel, entry in sorted(files.items()):
+        if rel not in present:
+            report.missing.append(rel)
+            continue
+        data = read(rel)
+        report.checked += 1
+        actual = _sha256(data)
+        if actual != entry.get("sha256") or len(data) != entry.get("size"):
+            report.changed.append(FileProblem(path=rel, problem="changed",
+                                              expected_sha256=str(entry.get("sha256")),
+                                              actual_sha256=actual))
+    report.unlisted = sorted(n for n in present - set(files) - {MANIFEST}
+                             if not n.split("/")[-1].startswith(".")
+                             and not n.startswith("__MACOSX/"))
+    for rel in sorted(present):
+        try:
+            text = read(rel).decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        report.secrets += [f"{rel}: {name}" for name in find_secrets(text)]
+    for row in manifest.get("artifacts", []):
+        rel = row.get("bundle_path")
+        if rel and rel in files and files[rel].get("sha256") != row.get("sha256"):
+            report.problems.append(f"{rel} does not have the committed artifact's sha256")
+
+
+def bundle_files(path: str | Path) -> list[str]:
+    """The file names inside a bundle (folder or zip)."""
+    with _opened(Path(path)) as (names, _read):
+        return names
+
+
+__all__ = ["BUNDLE_FORMAT", "BundleReport", "FileProblem", "bundle_files", "export_handover",
+           "find_secrets", "narrative", "redact", "verify_bundle"]

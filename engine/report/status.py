@@ -1,0 +1,161 @@
+"""RunStatus: the dashboard's facts and views, recomputed from stored facts."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+
+from keepstep.engine.core.decide import Decision, DecisionKind, decide, ready_units
+from keepstep.engine.core.state import counts
+from keepstep.storage import NotFound
+
+if TYPE_CHECKING:
+    from keepstep.engine.api import Run
+
+VIEW_VERSION = "status-view-1"
+
+
+class UnitView(BaseModel):
+    state: str
+    attempts: int
+    current_attempt: str | None
+    reason: str | None = None
+
+
+class RunStatus(BaseModel):
+    run_id: str
+    branch: str
+    plan_version: str
+    input_version: str
+    head_version: int
+    checkpoint_commits: int
+    commits_by_kind: dict[str, int]
+    units: dict[str, UnitView]
+    counts: dict[str, int]
+    budget: dict[str, dict[str, float]]
+    leases: list[dict[str, Any]]
+    pending_approvals: list[dict[str, Any]]
+    external_unknown: list[dict[str, Any]]
+    alerts: list[dict[str, Any]]
+    next_action: str
+    decision: str
+    reasons: list[str] = Field(default_factory=list)
+    last_commit_at: str | None = None
+    progress_pct: float = 0.0
+    view_version: str = VIEW_VERSION
+
+    def _repr_html_(self) -> str:  # Jupyter
+        from keepstep.engine.report.display import status_html
+
+        return status_html(self)
+
+
+# Every read below costs what it returns, not what the run has been through: events by kind
+# come off an index, attempt and commit counts off counters, orphans from the attempts that
+# never committed, the last commit from the head.
+
+
+def _alerts(run: Run, facts: Any, last_commit_ts: float | None,
+            decision_kind: str) -> list[dict]:
+    policy = run.project.files.config.policy
+    out: list[dict[str, Any]] = []
+    if decision_kind != DecisionKind.done and last_commit_ts is not None and \
+            facts.now - last_commit_ts > policy.stall_no_commit_s:
+        out.append({"kind": "no_commit", "message": f"no new commit for "
+                    f"{int(facts.now - last_commit_ts)} s"})
+    for lease in facts.leases.values():
+        if lease.renewed_at - lease.progress_at > policy.stall_no_commit_s / 2:
+            out.append({"kind": "lease_without_progress", "unit": lease.unit,
+                        "message": f"{lease.unit}'s lease is renewed but its progress has not "
+                        f"moved for {int(lease.renewed_at - lease.progress_at)} s"})
+    for ev in run.store.events(run.run_id, branch_id=run.branch_id, kind_prefix="alert.",
+                               newest_first=True, limit=20):
+        out.append({"kind": ev.kind.removeprefix("alert."), "unit": ev.unit, **ev.payload,
+                    "ts": ev.ts})
+    if decision_kind == DecisionKind.blocked:
+        out.append({"kind": "nothing_ready", "message": "nothing is ready but the run is not done"})
+    return out
+
+
+def recovery_stop(run: Run) -> str | None:
+    """Why the newest recovery stopped (failed, blocked, breaker open), unless a later one
+    finished or a person reset it: a run whose recovery stopped must not read "resume"."""
+    evs = run.store.events(run.run_id, branch_id=run.branch_id, kinds=[
+        "recovery.done", "recovery.failed", "recovery.blocked", "decision.recovery_reset"],
+        newest_first=True, limit=1)
+    if not evs or evs[0].kind in ("recovery.done", "decision.recovery_reset"):
+        return None
+    return str(evs[0].payload.get("reason") or "recovery stopped")
+
+
+def run_status(run: Run) -> RunStatus:
+    from keepstep.engine.report.next_action import next_action
+    from keepstep.engine.run.gates import pending_approvals
+
+    store = run.store
+    facts = run.facts()
+    plan = run.plan
+    head = store.get_head(run.run_id, run.branch_id)
+    ready = ready_units(plan, facts)
+    decision = decide(plan, facts)
+    stopped = recovery_stop(run)
+    if stopped is not None:
+        decision = Decision(kind=DecisionKind.blocked, ready=decision.ready,
+                            reasons=[f"recovery stopped: {stopped}", *decision.reasons])
+    attempts = store.attempt_counts(run.run_id)
+    units = {}
+    for u in plan.units:
+        rec = facts.records.get(u.id)
+        st = facts.statuses.get(u.id)
+        lease = facts.leases.get(u.id)
+        units[u.id] = UnitView(
+            state=facts.effective_state(u.id).value,
+            attempts=attempts.get(u.id, 0),
+            current_attempt=lease.attempt_id if lease else (rec.attempt if rec else None),
+            reason=st.reason if st else None,
+        )
+    c = counts(facts, plan, ready)
+    orphans = store.orphaned_attempts(run.run_id)
+    c["orphans"] = len(orphans)
+    by_kind = store.count_checkpoints(run.run_id, run.branch_id)
+    try:
+        last = store.get_checkpoint(run.run_id, head.version, run.branch_id)
+    except NotFound:  # a damaged chain: the newest row there is (recovery reports the rest)
+        newest = store.list_checkpoints(run.run_id, run.branch_id, limit=1)
+        last = newest[0] if newest else None
+    last_ts = dt.datetime.fromisoformat(last.created_at).timestamp() if last else None
+    budget = facts.budget
+    effects = []
+    try:
+        effects = [e for e in store.effects(run.run_id) if e.status in ("intent", "unknown")]
+    except AttributeError:  # a backend without the effects ledger
+        effects = []
+    status = RunStatus(
+        run_id=run.run_id, branch=run.branch_id,
+        plan_version=facts.plan_info.get("label", "plan-v1"),
+        input_version=facts.inputs_info.get("label", "in-v1"),
+        head_version=head.version, checkpoint_commits=sum(by_kind.values()),
+        commits_by_kind=by_kind, units=units, counts=c,
+        budget={"used": dict(budget.used), "limits": dict(budget.limits),
+                "left": budget.left()},
+        leases=[{"unit": lease.unit, "attempt": lease.attempt_id, "owner": lease.owner,
+                 "token": lease.fencing_token, "expires_at": lease.expires_at,
+                 "expired": lease.expires_at <= facts.now} for lease in facts.leases.values()],
+        pending_approvals=pending_approvals(run, facts),
+        external_unknown=[e.model_dump(mode="json") if hasattr(e, "model_dump") else dict(e)
+                          for e in effects],
+        alerts=_alerts(run, facts, last_ts, decision.kind.value),
+        next_action="", decision=decision.kind.value, reasons=decision.reasons,
+        last_commit_at=last.created_at if last else None,
+        progress_pct=round(100.0 * c["current"] / max(1, len(plan.units)), 1),
+    )
+    status.next_action = next_action(status, decision)
+    if stopped is not None:
+        status.alerts.insert(0, {"kind": "recovery_stopped", "message": stopped})
+        status.next_action = f"recovery stopped: {stopped}"
+    return status
+
+
+__all__ = ["RunStatus", "UnitView", "run_status"]

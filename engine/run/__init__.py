@@ -1,0 +1,1 @@
+"""keepstep.engine.run."""

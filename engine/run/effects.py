@@ -1,0 +1,655 @@
+"""The side-effect ledger: external actions that happen at most once, and are never guessed.
+
+Protocol (DESIGN §8): an *intent* row (idempotency key, request hash, fencing
+token) is committed before the external action; the *receipt* (remote id)
+after. The key is derived from (run, unit, action, plan version), so a retry or
+a replay of the same action sends the same key, and a new plan version sends a
+new one. An intent without a receipt is *unknown*: recovery asks the adapter
+(``reconcile``). Found → committed. Definitely not found and the adapter says a
+retry is safe → performed again with the SAME key. Cannot tell → the unit is
+blocked for a person, and nothing is retried until that person decides
+(``decide_unknown``).
+
+Compensation (undoing a committed effect on cancel or rollback) is itself a
+ledger entry with its own key, intent and receipt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel
+
+from keepstep.engine.errors import LeaseLost, SideEffectError
+from keepstep.engine.files.project import FileDropConfig, WebhookConfig
+from keepstep.storage import EventIn, StaleFencingToken, Store, crash_point
+from keepstep.storage.artifacts import fsync_dir
+from keepstep.storage.hashing import canonical_json, file_sha256, sha256_hex
+from keepstep.storage.sqlite_ledgers import EffectRecord
+
+UNRESOLVED = ("intent", "unknown")
+RECEIPTED = ("committed", "compensation-intent", "compensated")
+
+
+class EffectRejected(SideEffectError):
+    """The adapter knows for certain that the action was NOT done (e.g. HTTP 400).
+
+    Anything else an adapter raises from ``perform`` means "outcome unknown".
+    """
+
+
+class LookupResult(BaseModel):
+    """What an adapter knows about a key: found (True/False) or cannot tell (None)."""
+
+    found: bool | None
+    remote_id: str | None = None
+    retry_safe: bool = False  # when not found: performing again with the same key is safe
+
+
+@runtime_checkable
+class EffectAdapter(Protocol):
+    """An external system. ``compensate(key, remote_id) -> str`` is optional.
+
+    ``perform`` must send the key so the remote side can deduplicate, and return
+    the remote id; raise EffectRejected only when the action certainly did not
+    happen. ``lookup`` must not act; raising counts as "cannot tell".
+    """
+
+    name: str
+
+    def perform(self, key: str, request: dict[str, Any]) -> str: ...
+    def lookup(self, key: str) -> LookupResult: ...
+
+
+class EffectOutcome(BaseModel):
+    key: str
+    status: str
+    remote_id: str | None = None
+    performed: bool  # this call made the external action happen
+    replayed: bool = False  # a receipt already existed: nothing was done
+    effect: EffectRecord
+
+
+ReconcileOutcome = Literal["committed", "retried", "failed", "blocked", "waiting"]
+
+
+class ReconcileResult(BaseModel):
+    key: str
+    unit: str
+    action: str
+    adapter: str
+    outcome: ReconcileOutcome
+    remote_id: str | None = None
+    reason: str = ""
+
+
+# -- keys and hashes ---------------------------------------------------------------
+
+
+def _slug(text: str, limit: int = 24) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")[:limit].lower() or "x"
+
+
+def idempotency_key(run_id: str, unit: str, action: str, plan_n: int) -> str:
+    """Deterministic, URL- and file-name-safe: ``ks-<run>-<unit>-<action>-p<n>-<sha256[:16]>``.
+
+    The readable prefix is for people; the hash (over the exact values) is what
+    makes two different actions never share a key.
+    """
+    digest = sha256_hex(canonical_json([run_id, unit, action, int(plan_n)]))[:16]
+    return f"ks-{_slug(run_id)}-{_slug(unit)}-{_slug(action)}-p{int(plan_n)}-{digest}"
+
+
+def compensation_key(key: str) -> str:
+    """The key of the entry that undoes ``key`` (derived, so a retried undo reuses it)."""
+    return f"{key}-undo-{sha256_hex('undo:' + key)[:8]}"
+
+
+def request_hash(request: Mapping[str, Any]) -> str:
+    return sha256_hex(canonical_json(dict(request)))
+
+
+def _safe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+# -- performing ----------------------------------------------------------------------
+
+
+def _outcome(row: EffectRecord, *, performed: bool, replayed: bool = False) -> EffectOutcome:
+    return EffectOutcome(key=row.idem_key, status=row.status, remote_id=row.remote_id,
+                         performed=performed, replayed=replayed, effect=row)
+
+
+def _send(store: Store, adapter: EffectAdapter, row: EffectRecord,
+          request: dict[str, Any]) -> EffectOutcome:
+    """Call the adapter for an intent already committed, then commit the receipt."""
+    key = row.idem_key
+    try:
+        remote_id = adapter.perform(key, request)
+    except EffectRejected as exc:
+        store.mark_effect(key, "failed", detail={"error": _safe(exc)}, only_if=UNRESOLVED)
+        raise
+    except Exception as exc:
+        store.mark_effect(key, "unknown", detail={"error": _safe(exc)}, only_if=UNRESOLVED)
+        raise SideEffectError(
+            f"{row.unit}: outcome of {row.action!r} (key {key}) is unknown: {_safe(exc)}",
+            hint="resume: recovery asks the adapter by key; if it cannot tell, the unit is "
+            "blocked for you to decide (`keepstep effects`)",
+        ) from exc
+    crash_point("effect.after_send")
+    done = store.mark_effect(key, "committed", remote_id=remote_id, only_if=UNRESOLVED)
+    if done is None:  # someone (a reconcile) wrote the receipt first
+        done = store.get_effect(key)
+        assert done is not None
+    return _outcome(done, performed=True)
+
+
+def perform_effect(
+    store: Store,
+    adapter: EffectAdapter,
+    *,
+    run_id: str,
+    branch_id: str,
+    unit: str,
+    attempt_id: str | None,
+    action: str,
+    request: dict[str, Any],
+    plan_n: int,
+    fencing_token: int | None,
+) -> EffectOutcome:
+    """Do an external action at most once per (run, unit, action, plan version).
+
+    1. commit the intent (key, request hash, fencing token) — a fenced
+       executor raises LeaseLost here, before anything is sent;
+       a key that already has a receipt returns it, with nothing sent;
+    2. call the adapter;  3. commit the receipt (remote id).
+
+    The request is kept in the row (to retry with the same key): it must hold
+    no secrets and no source text. An earlier intent without a receipt is
+    resolved like ``reconcile`` does (lookup first, never a blind resend).
+    """
+    key = idempotency_key(run_id, unit, action, plan_n)
+    rhash = request_hash(request)
+    try:
+        row, created = store.record_effect_intent(
+            idem_key=key, run_id=run_id, branch_id=branch_id, unit=unit, attempt_id=attempt_id,
+            action=action, adapter=adapter.name, request_hash=rhash,
+            fencing_token=fencing_token, plan_n=plan_n, detail={"request": request},
+        )
+    except StaleFencingToken as exc:
+        raise LeaseLost(str(exc)) from None
+    if not created:
+        if row.request_hash != rhash:
+            raise SideEffectError(
+                f"{unit}: key {key} was already used for a different {action!r} request",
+                hint="an action's request must not change within a plan version; change the "
+                "plan (a new version gives a new key) or name the action differently",
+            )
+        if row.status in RECEIPTED:
+            return _outcome(row, performed=False, replayed=True)
+        if row.detail.get("needs_person"):
+            raise SideEffectError(
+                f"{unit}: {action!r} (key {key}) waits for a person: "
+                f"{row.detail.get('reason', 'external outcome unknown')}",
+                hint="decide it with `keepstep effects` (recheck, retry, done or abandon)")
+        if row.status == "failed":  # definitely not done before: acting again is safe
+            revived = store.mark_effect(key, "intent", only_if=["failed"])
+            row = revived or row
+        else:
+            result = _resolve(store, adapter, row)
+            fresh = store.get_effect(key)
+            assert fresh is not None
+            if result.outcome in ("committed", "retried"):
+                return _outcome(fresh, performed=result.outcome == "retried")
+            raise SideEffectError(f"{unit}: {result.reason}",
+                                  hint="decide it with `keepstep effects`, then resume")
+    crash_point("effect.after_intent")
+    return _send(store, adapter, row, request)
+
+
+# -- reconciling -----------------------------------------------------------------------
+
+
+def _unblock_if_for(store: Store, row: EffectRecord) -> None:
+    status = store.unit_statuses(row.run_id, row.branch_id).get(row.unit)
+    if status is None or status.status != "blocked" or status.details.get("effect") != row.idem_key:
+        return
+    others = [e for e in store.effects(row.run_id, "unknown", unit=row.unit)
+              if e.idem_key != row.idem_key and e.detail.get("needs_person")]
+    if others:
+        _block(store, others[0], others[0].detail.get("reason", "external outcome unknown"))
+    else:
+        store.clear_unit_status(row.run_id, row.branch_id, row.unit)
+
+
+def _block(store: Store, row: EffectRecord, why: str) -> ReconcileResult:
+    reason = f"external outcome unknown: {why}"
+    current = store.unit_statuses(row.run_id, row.branch_id).get(row.unit)
+    if not (current and current.status == "blocked" and current.reason == reason):
+        # Block first, then flag the row: a crash between the two only repeats the lookup.
+        store.set_unit_status(
+            row.run_id, row.branch_id, row.unit, "blocked", reason=reason,
+            details={"effect": row.idem_key, "action": row.action, "adapter": row.adapter},
+        )
+    store.mark_effect(row.idem_key, "unknown", detail={"needs_person": True, "reason": why},
+                      only_if=UNRESOLVED)
+    return ReconcileResult(key=row.idem_key, unit=row.unit, action=row.action,
+                           adapter=row.adapter, outcome="blocked", reason=reason)
+
+
+def _result(row: EffectRecord, outcome: ReconcileOutcome, reason: str = "",
+            remote_id: str | None = None) -> ReconcileResult:
+    return ReconcileResult(key=row.idem_key, unit=row.unit, action=row.action,
+                           adapter=row.adapter, outcome=outcome, reason=reason,
+                           remote_id=remote_id if remote_id is not None else row.remote_id)
+
+
+def _lookup(adapter: EffectAdapter, key: str) -> tuple[LookupResult | None, str]:
+    try:
+        found = adapter.lookup(key)
+    except Exception as exc:  # noqa: BLE001 - any failure of a lookup means "cannot tell"
+        return None, f"{adapter.name} lookup failed ({_safe(exc)})"
+    if found is None or found.found is None:
+        return None, f"{adapter.name} cannot tell whether key {key} was applied"
+    return found, ""
+
+
+def _commit(store: Store, row: EffectRecord, remote_id: str | None, how: str) -> None:
+    store.mark_effect(row.idem_key, "committed", remote_id=remote_id,
+                      detail={"needs_person": False, "resolved": how}, only_if=UNRESOLVED)
+    fresh = store.get_effect(row.idem_key)
+    assert fresh is not None
+    _unblock_if_for(store, fresh)
+
+
+def _resolve(store: Store, adapter: EffectAdapter | None, row: EffectRecord) -> ReconcileResult:
+    """Settle one intent without receipt, asking the adapter; block when it cannot tell."""
+    if row.status == "intent":
+        row = store.mark_effect(row.idem_key, "unknown", only_if=["intent"],
+                                detail={"unknown_since": "intent without receipt"}) or row
+    if adapter is None:
+        return _block(store, row, f"no adapter named {row.adapter!r} is configured")
+    if row.compensates is not None:
+        return _resolve_compensation(store, adapter, row)
+    found, why = _lookup(adapter, row.idem_key)
+    if found is None:
+        return _block(store, row, why)
+    if found.found:
+        _commit(store, row, found.remote_id, "found by key")
+        return _result(row, "committed", f"{adapter.name} has key {row.idem_key}",
+                       found.remote_id)
+    if not found.retry_safe:
+        return _block(store, row, f"{adapter.name} has no record of key {row.idem_key} and a "
+                      "retry is not known to be safe")
+    request = row.detail.get("request")
+    if not isinstance(request, dict) or request_hash(request) != row.request_hash:
+        return _block(store, row, "the recorded request is missing or does not match its hash")
+    try:
+        remote_id = adapter.perform(row.idem_key, request)
+    except EffectRejected as exc:
+        store.mark_effect(row.idem_key, "failed", detail={"error": _safe(exc)},
+                          only_if=UNRESOLVED)
+        return _result(row, "failed", _safe(exc))
+    except Exception as exc:  # noqa: BLE001 - outcome unknown again: a person decides
+        return _block(store, row, f"retry with the same key failed ({_safe(exc)})")
+    _commit(store, row, remote_id, "retried with the same key")
+    return _result(row, "retried", f"{adapter.name} had no record; sent again with the same key",
+                   remote_id)
+
+
+def _resolve_compensation(store: Store, adapter: EffectAdapter,
+                          row: EffectRecord) -> ReconcileResult:
+    original = store.get_effect(row.compensates or "")
+    if original is None:
+        return _block(store, row, f"the compensated effect {row.compensates} is not in the ledger")
+    found, why = _lookup(adapter, original.idem_key)
+    if found is None:
+        return _block(store, row, why)
+    if not found.found:
+        _commit(store, row, f"gone:{original.idem_key}", "original no longer found")
+        return _result(row, "committed", f"{original.idem_key} is gone at {adapter.name}")
+    undo = getattr(adapter, "compensate", None)
+    if undo is None or not found.retry_safe:
+        return _block(store, row, f"{original.idem_key} still exists at {adapter.name} and "
+                      "undoing it again is not known to be safe")
+    try:
+        remote_id = undo(original.idem_key, original.remote_id)
+    except Exception as exc:  # noqa: BLE001 - outcome unknown again: a person decides
+        return _block(store, row, f"undo failed ({_safe(exc)})")
+    _commit(store, row, remote_id, "undone again")
+    return _result(row, "retried", "undone again with the same key", remote_id)
+
+
+def reconcile(store: Store, adapters: Mapping[str, EffectAdapter],
+              run_id: str) -> list[ReconcileResult]:
+    """Settle every intent without a receipt in ``run_id`` (see the module docstring).
+
+    Safe to run any number of times. Effects already waiting for a person are
+    reported as ``waiting`` and not touched: only ``decide_unknown`` moves them.
+    """
+    out: list[ReconcileResult] = []
+    for row in store.effects(run_id, UNRESOLVED):
+        if row.detail.get("needs_person"):
+            out.append(_result(row, "waiting", row.detail.get("reason", "")))
+            continue
+        out.append(_resolve(store, adapters.get(row.adapter), row))
+    return out
+
+
+PersonDecision = Literal["recheck", "retry", "done", "abandon"]
+
+
+def decide_unknown(
+    store: Store,
+    adapter: EffectAdapter | None,
+    key: str,
+    *,
+    decision: PersonDecision,
+    who: str,
+    reason: str = "",
+    remote_id: str | None = None,
+) -> EffectRecord:
+    """A person settles an unknown effect; recorded as a ``decision.effect`` event.
+
+    ``recheck``: ask the adapter again (commits only if found);
+    ``retry``: send again with the same key (the person judged it safe);
+    ``done``: the person confirmed it happened (``remote_id`` if known);
+    ``abandon``: the person confirmed it did not happen and must not (→ failed).
+    """
+    row = store.get_effect(key)
+    if row is None or row.status not in UNRESOLVED:
+        raise SideEffectError(f"effect {key} is not waiting for a decision"
+                              + (f" (it is {row.status})" if row else ""))
+    event = EventIn(kind="decision.effect", unit=row.unit, payload={
+        "key": key, "decision": decision, "who": who, "reason": reason})
+    if decision in ("done", "abandon"):
+        status = "committed" if decision == "done" else "failed"
+        store.mark_effect(key, status, remote_id=remote_id, only_if=UNRESOLVED, event=event,
+                          detail={"needs_person": False, "resolved": f"{decision} by {who}"})
+        fresh = store.get_effect(key)
+        assert fresh is not None
+        _unblock_if_for(store, fresh)
+        return fresh
+    if adapter is None:
+        raise SideEffectError(f"{decision} needs the {row.adapter!r} adapter")
+    store.append_event(row.run_id, event.kind, branch_id=row.branch_id, unit=row.unit,
+                       payload=event.payload)
+    if decision == "recheck":
+        found, _ = _lookup(adapter, key)
+        if found is not None and found.found:
+            _commit(store, row, found.remote_id, f"found on recheck by {who}")
+    else:
+        request = row.detail.get("request")
+        if not isinstance(request, dict) or request_hash(request) != row.request_hash:
+            raise SideEffectError(f"effect {key}: the recorded request is missing or altered")
+        try:
+            remote = adapter.perform(key, request)
+        except EffectRejected as exc:
+            store.mark_effect(key, "failed", detail={"error": _safe(exc)}, only_if=UNRESOLVED)
+        except Exception as exc:  # noqa: BLE001 - recorded; the effect stays unknown
+            store.mark_effect(key, "unknown", detail={"error": _safe(exc)}, only_if=UNRESOLVED)
+        else:
+            _commit(store, row, remote, f"retried by {who}")
+    fresh = store.get_effect(key)
+    assert fresh is not None
+    if fresh.status == "failed":
+        _unblock_if_for(store, fresh)
+    return fresh
+
+
+# -- compensation ------------------------------------------------------------------------
+
+
+def compensation_preview(
+    store: Store,
+    run_id: str,
+    *,
+    branch_id: str = "main",
+    since_version: int | None = None,
+    units: Iterable[str] | None = None,
+) -> list[EffectRecord]:
+    """Committed effects a cancel or rollback would undo (nothing is changed).
+
+    ``since_version``: effects of attempts not in checkpoints up to that version
+    (rolled back or never committed); ``units``: effects of those units. With
+    neither, every committed effect of the branch (cancelling the run).
+    """
+    rows = [r for r in store.effects(run_id, "committed", branch_id=branch_id)
+            if r.compensates is None]
+    if units is not None:
+        wanted = set(units)
+        rows = [r for r in rows if r.unit in wanted]
+    if since_version is not None:
+        kept = {cp.attempt for cp in store.list_checkpoints(run_id, branch_id)
+                if cp.version <= since_version and cp.attempt}
+        rows = [r for r in rows if r.attempt_id not in kept]
+    return rows
+
+
+def compensate(store: Store, adapter: EffectAdapter, effect: EffectRecord, *,
+               who: str = "keepstep", reason: str = "") -> EffectOutcome:
+    """Undo a committed effect through its own ledger entry (key = compensation_key).
+
+    The undo's intent is committed before the adapter is called and moves the
+    original to ``compensation-intent``; its receipt moves the original to
+    ``compensated``. Calling again after success does nothing.
+    """
+    original = store.get_effect(effect.idem_key)
+    if original is None:
+        raise SideEffectError(f"effect {effect.idem_key} is not in the ledger")
+    if original.adapter != adapter.name:
+        raise SideEffectError(f"effect {original.idem_key} was made through "
+                              f"{original.adapter!r}, not {adapter.name!r}")
+    ckey = compensation_key(original.idem_key)
+    existing = store.get_effect(ckey)
+    if existing is not None:
+        if existing.status in RECEIPTED:
+            return _outcome(existing, performed=False, replayed=True)
+        if existing.status in UNRESOLVED:
+            result = _resolve(store, adapter, existing)
+            fresh = store.get_effect(ckey)
+            assert fresh is not None
+            if result.outcome in ("committed", "retried"):
+                return _outcome(fresh, performed=result.outcome == "retried")
+            raise SideEffectError(f"{original.unit}: {result.reason}",
+                                  hint="decide it with `keepstep effects`")
+    if original.status != "committed":
+        raise SideEffectError(f"effect {original.idem_key} is {original.status}; only a "
+                              "committed effect can be compensated")
+    undo = getattr(adapter, "compensate", None)
+    if undo is None:
+        raise SideEffectError(f"adapter {adapter.name!r} cannot undo {original.action!r}",
+                              hint="undo it by hand, then record that with `keepstep effects`")
+    request = {"compensates": original.idem_key, "remote_id": original.remote_id}
+    row, _ = store.record_effect_intent(
+        idem_key=ckey, run_id=original.run_id, branch_id=original.branch_id, unit=original.unit,
+        attempt_id=None, action=f"compensate:{original.action}", adapter=adapter.name,
+        request_hash=request_hash(request), fencing_token=None, plan_n=original.plan_n,
+        compensates=original.idem_key, detail={"request": request, "who": who, "reason": reason},
+    )
+    crash_point("effect.compensate.after_intent")
+    try:
+        remote_id = undo(original.idem_key, original.remote_id)
+    except Exception as exc:
+        store.mark_effect(ckey, "unknown", detail={"error": _safe(exc)}, only_if=UNRESOLVED)
+        raise SideEffectError(f"undoing {original.action!r} (key {original.idem_key}) has an "
+                              f"unknown outcome: {_safe(exc)}",
+                              hint="resume: recovery asks the adapter") from exc
+    done = store.mark_effect(ckey, "committed", remote_id=remote_id, only_if=UNRESOLVED)
+    return _outcome(done or row, performed=True)
+
+
+# -- adapters --------------------------------------------------------------------------
+
+
+class FileDropAdapter:
+    """Copies a file (request ``{"path": ...}``) into a folder outside the project.
+
+    The copy is named ``<key>--<original name>`` and appears atomically (temp
+    file + rename), so ``lookup`` answers definitely: found, or not found and
+    safe to retry. A missing target folder (an unmounted drive) is "cannot tell".
+    A relative ``path`` resolves against ``source_root`` (the artifact root), so a
+    recorded request stays valid when the project folder moves; with a ``sha256``
+    in the request, a source that no longer matches it is refused (nothing copied).
+    """
+
+    def __init__(self, target_dir: Path, *, name: str = "file-drop",
+                 project_root: Path | None = None, source_root: Path | None = None) -> None:
+        self.target_dir = Path(target_dir)
+        self.name = name
+        self.source_root = Path(source_root) if source_root is not None else None
+        if project_root is not None:
+            target = self.target_dir.resolve()
+            root = Path(project_root).resolve()
+            if target == root or root in target.parents:
+                raise ValueError(f"{target_dir} is inside the project {project_root}; a file "
+                                 "drop must go to a folder outside it")
+
+    def _matches(self, key: str) -> list[Path]:
+        return sorted(self.target_dir.glob(f"{key}--*"))
+
+    def perform(self, key: str, request: dict[str, Any]) -> str:
+        if not self.target_dir.is_dir():
+            raise EffectRejected(f"drop folder {self.target_dir} does not exist; nothing copied")
+        source = Path(request["path"])
+        if self.source_root is not None and not source.is_absolute():
+            source = self.source_root / source
+        if not source.is_file():
+            raise EffectRejected(f"{source} is not a file; nothing copied")
+        if "sha256" in request and file_sha256(str(source)) != request["sha256"]:
+            raise EffectRejected(f"{source} no longer matches its recorded sha256; nothing copied")
+        existing = self._matches(key)
+        if existing:
+            return str(existing[0])
+        for stale in self.target_dir.glob(f".{key}.*.tmp"):
+            stale.unlink(missing_ok=True)
+        final = self.target_dir / f"{key}--{source.name}"
+        tmp = self.target_dir / f".{key}.{uuid.uuid4().hex[:8]}.tmp"
+        shutil.copyfile(source, tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+        fsync_dir(self.target_dir)
+        return str(final)
+
+    def lookup(self, key: str) -> LookupResult:
+        if not self.target_dir.is_dir():
+            return LookupResult(found=None)
+        found = self._matches(key)
+        if found:
+            return LookupResult(found=True, remote_id=str(found[0]), retry_safe=True)
+        return LookupResult(found=False, retry_safe=True)
+
+    def compensate(self, key: str, remote_id: str | None) -> str:
+        removed = []
+        for path in self._matches(key):
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+        fsync_dir(self.target_dir)
+        return "removed:" + (",".join(removed) or "nothing (already gone)")
+
+
+class WebhookAdapter:
+    """HTTP POST of a JSON request with ``Idempotency-Key: <key>`` (urllib, no extra dependency).
+
+    lookup = GET ``{url}/{key}``: 200 found (remote id from the body's ``id``),
+    404 not found and safe to retry, 410 gone (undone; not safe to resend),
+    anything else or no connection: cannot tell. compensate = DELETE ``{url}/{key}``.
+    """
+
+    def __init__(self, url: str, timeout: float = 5.0, *, name: str = "webhook") -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self.name = name
+
+    def _call(self, method: str, url: str, body: bytes | None = None,
+              headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
+        req = urllib.request.Request(url, data=body, method=method, headers=dict(headers or {}))
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return exc.code, exc.read()
+
+    def _key_url(self, key: str) -> str:
+        return f"{self.url}/{urllib.parse.quote(key, safe='')}"
+
+    @staticmethod
+    def _remote_id(body: bytes, default: str) -> str:
+        try:
+            data = json.loads(body or b"{}")
+        except ValueError:
+            return default
+        return str(data.get("id", default)) if isinstance(data, dict) else default
+
+    def perform(self, key: str, request: dict[str, Any]) -> str:
+        try:
+            status, body = self._call(
+                "POST", self.url, canonical_json(request).encode("utf-8"),
+                {"Content-Type": "application/json", "Idempotency-Key": key},
+            )
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, ConnectionRefusedError):  # nothing was sent
+                raise EffectRejected(f"{self.url} refused the connection; nothing sent") from exc
+            raise
+        if 200 <= status < 300:
+            return self._remote_id(body, key)
+        if 400 <= status < 500 and status not in (408, 409, 425, 429):
+            raise EffectRejected(f"{self.url} rejected the request (HTTP {status})")
+        raise SideEffectError(f"{self.url} answered HTTP {status}; outcome unknown")
+
+    def lookup(self, key: str) -> LookupResult:
+        try:
+            status, body = self._call("GET", self._key_url(key))
+        except (urllib.error.URLError, OSError):
+            return LookupResult(found=None)
+        if status == 200:
+            return LookupResult(found=True, remote_id=self._remote_id(body, key), retry_safe=True)
+        if status == 404:
+            return LookupResult(found=False, retry_safe=True)
+        if status == 410:
+            return LookupResult(found=False, retry_safe=False)
+        return LookupResult(found=None)
+
+    def compensate(self, key: str, remote_id: str | None) -> str:
+        status, _ = self._call("DELETE", self._key_url(key))
+        if status in (200, 202, 204, 404, 410):
+            return f"deleted:{key}"
+        raise SideEffectError(f"{self.url} answered HTTP {status} to DELETE; outcome unknown")
+
+
+def adapters_from_config(configs: Mapping[str, FileDropConfig | WebhookConfig], *,
+                         project_root: Path, artifact_root: Path) -> dict[str, EffectAdapter]:
+    """The adapters a project's ``[adapters.NAME]`` tables describe, by name.
+
+    Built from keepstep.toml alone: no adapter is ever given a secret from the database.
+    """
+    out: dict[str, EffectAdapter] = {}
+    for name, cfg in configs.items():
+        if isinstance(cfg, FileDropConfig):
+            out[name] = FileDropAdapter(cfg.target(project_root), name=name,
+                                        project_root=project_root, source_root=artifact_root)
+        else:
+            out[name] = WebhookAdapter(cfg.url, timeout=cfg.timeout_s, name=name)
+    return out
+
+
+__all__ = [
+    "EffectAdapter", "EffectOutcome", "EffectRejected", "FileDropAdapter", "LookupResult",
+    "ReconcileResult", "WebhookAdapter", "adapters_from_config", "compensate", "compensation_key",
+    "compensation_preview", "decide_unknown", "idempotency_key", "perform_effect", "reconcile",
+    "request_hash",
+]

@@ -1,0 +1,160 @@
+"""Gates in the run loop: which gated units may run, asking again when a decision
+no longer applies, and answering from the command line (``--approve gate=choice``)."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from keepstep.engine.core.state import RunFacts, UnitState
+from keepstep.engine.errors import ApprovalError
+
+if TYPE_CHECKING:
+    from keepstep.engine.api import Run
+    from keepstep.engine.core.plan import Gate
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def bound_object(run: Run, gate: Gate, facts: RunFacts | None = None) -> dict[str, Any]:
+    """What an approval of this gate binds to, as the run stands now."""
+    if gate.binds.startswith("artifact:"):
+        uid = gate.binds.split(":", 1)[1]
+        records = facts.records if facts is not None else run.facts_records()
+        rec = records.get(uid)
+        return {"artifact_unit": uid,
+                "artifact": sorted(o.sha256 for o in rec.outputs.values()) if rec else None}
+    info = facts.plan_info if facts is not None else run.plan_info
+    return {"plan_n": int(info.get("n", 1)), "contract_hash": info.get("contract_hash", "")}
+
+
+def option_estimates(run: Run, gate: Gate, facts: RunFacts) -> list[dict[str, Any]]:
+    """Per option: what it reuses, what it redoes, and the estimated cost (from the ledger)."""
+    from keepstep.engine.core.invalidation import downstream_of
+
+    plan = run.plan
+    held = gate.held_units()
+    redo = sorted(downstream_of(plan, held) | set(held))
+    current = sorted(u for u in plan.unit_map() if facts.is_current(u))
+    calls = run.store.calls(run.run_id)
+    per_unit: dict[str, list] = {}
+    for c in calls:
+        per_unit.setdefault(c.unit, []).append(c)
+    kinds = {u.id: u.kind.value for u in plan.units}
+    by_kind: dict[str, list[int]] = {}
+    for uid, cs in per_unit.items():
+        by_kind.setdefault(kinds.get(uid, ""), []).append(len(cs))
+    est_calls = sum(
+        len(per_unit[u]) if u in per_unit else
+        round(sum(by_kind.get(kinds[u], [0])) / max(1, len(by_kind.get(kinds[u], [0]))))
+        for u in redo
+    )
+    audience = run.project.files.contract.audience
+    out = []
+    for label in gate.options or ["approve"]:
+        keeps = label == audience or not gate.options
+        out.append({
+            "label": label,
+            "reuse": current,
+            "redo": redo if keeps else [],
+            "estimate": {"calls": est_calls if keeps else 0, "cost": 0.0},
+            "note": "runs the gated unit and what follows" if keeps else
+                    f"needs contract.md's audience changed to {label!r} first (a plan change)",
+        })
+    return out
+
+
+def gates_open(run: Run, facts: RunFacts, *, approve: dict[str, str] | None = None,
+               ask: bool = False) -> dict[str, bool]:
+    """unit id -> whether its gate currently has an applying approval.
+
+    With ``ask`` (the run loop), a gate whose unit is otherwise ready gets an
+    approval request (a new one when the old decision no longer applies), and a
+    ``--approve`` answer is recorded as a decision.
+    """
+    from keepstep.engine.run import approvals
+
+    out: dict[str, bool] = {}
+    plan = run.plan
+    units = plan.unit_map()
+    for gate in plan.gates:
+        held = [u for u in gate.held_units() if u in units]
+        waiting = [u for u in held
+                   if facts.effective_state(u) in (UnitState.pending, UnitState.invalidated)]
+        for u in held:
+            out[u] = u not in waiting
+        if not waiting:
+            continue
+        obj = bound_object(run, gate, facts)
+        status = approvals.gate_status(run.store, run.run_id, run.branch_id, gate, obj, facts.now)
+        if status.open:
+            out.update({u: True for u in waiting})
+            continue
+        deps_ready = any(all(facts.is_current(d.unit) for d in units[u].depends_on)
+                         for u in waiting)
+        if not (ask and deps_ready):
+            continue
+        if status.request is None:
+            approvals.request_gate(run.store, run.run_id, run.branch_id, gate, bound_object=obj,
+                                   options=option_estimates(run, gate, facts), now=facts.now)
+        answer = (approve or {}).get(gate.id)
+        if answer is not None:
+            record_choice(run, gate, answer, who="command line (--approve)", facts=facts)
+            out.update({u: True for u in waiting})
+    return out
+
+
+def record_choice(run: Run, gate: Gate, answer: str, *, who: str, token: str | None = None,
+                  facts: RunFacts | None = None) -> Any:
+    from keepstep.engine.run import approvals
+
+    labels = {slug(o): o for o in gate.options}
+    choice = labels.get(slug(answer), answer if not gate.options else None)
+    if choice is None:
+        raise ApprovalError(f"gate {gate.id!r} has no option {answer!r}",
+                            hint="choose one of: " + ", ".join(gate.options))
+    audience = run.project.files.contract.audience
+    if gate.options and audience in gate.options and choice != audience:
+        raise ApprovalError(
+            f"contract.md says audience = {audience!r}; approving {choice!r} would not match it",
+            hint=f"to change the audience, edit contract.md (audience = {choice!r}), resume to "
+            "see the preview, then approve",
+        )
+    return approvals.decide(run.store, run.run_id, gate.id, choice, who=who,
+                            bound_object=bound_object(run, gate, facts),
+                            expires_days=gate.expires_days, token=token)
+
+
+def revoke_choice(run: Run, gate: Gate, *, who: str, reason: str) -> Any:
+    """Revoke the gate's current decision (an ``approval.revoked`` decision event).
+
+    The gate then asks again the next time the run reaches it (a new request on resume)
+    — unless its unit has already run: a revocation does not redo work. Raises
+    ApprovalError when the gate has no decision to revoke or the reason is empty.
+    """
+    from keepstep.engine.run import approvals
+
+    if not reason.strip():
+        raise ApprovalError("a revocation needs a reason", hint="pass --reason '...'")
+    return approvals.revoke(run.store, run.run_id, gate.id, who, reason)
+
+
+def pending_approvals(run: Run, facts: RunFacts | None = None) -> list[dict[str, Any]]:
+    """Open approval requests, with each option's reuse/redo/cost recomputed from the facts
+    now (what was recorded when the gate first asked stays under ``options_at_request``)."""
+    from keepstep.engine.run import approvals
+
+    out = []
+    gates = {g.id: g for g in run.plan.gates}
+    for req in approvals.pending_requests(run.store, run.run_id, run.branch_id):
+        data = req.model_dump(mode="json") if hasattr(req, "model_dump") else dict(req)
+        data.setdefault("gate", data.get("gate_id"))
+        gate = gates.get(data["gate"])
+        if gate is not None:
+            facts = facts if facts is not None else run.facts()
+            data["options_at_request"] = data.get("options", [])
+            data["options"] = option_estimates(run, gate, facts)
+        out.append(data)
+    return out

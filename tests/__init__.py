@@ -1,0 +1,1 @@
+"""keepstep tests (a package so that tests.support imports without sys.path edits)."""

@@ -1,0 +1,180 @@
+"""An in-memory UnitContext for kind tests, and a runner that plays a pack's plan through it.
+
+``FakeContext`` keeps the contract of ``engine.context.UnitContext`` strict where a kind
+could cheat: ``dep_bytes`` only serves declared dependencies, ``template_text`` only
+declared ``template:`` inputs, ``source_text`` only approved sources. ``call_model``
+calls the offline model directly (through a JSON round trip, like a real provider) and
+records every call; ``write`` keeps the bytes and returns their sha256.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from keepstep.engine.core.plan import Plan, Unit
+from keepstep.engine.errors import SourceError
+from keepstep.engine.files.project import (
+    Contract,
+    InputSnapshot,
+    ProjectFiles,
+    SourceEntry,
+    load_project_files,
+    snapshot_sources,
+)
+from keepstep.engine.gateway.offline_model import respond
+from keepstep.engine.kinds import get_kind
+from keepstep.engine.kinds.context import KindOutcome
+from keepstep.storage.hashing import canonical_json, sha256_hex
+from keepstep.storage.models import Event
+
+PACK = Path(__file__).resolve().parents[2] / "sample_projects" / "market-entry"
+Responder = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@dataclass
+class FakeContext:
+    unit: Unit
+    plan: Plan
+    contract: Contract
+    snapshot: InputSnapshot
+    sources: dict[str, SourceEntry] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
+    artifacts: dict[str, dict[str, bytes]] = field(default_factory=dict)  # unit -> name -> bytes
+    templates: dict[str, str] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    responder: Responder = respond
+    run_id: str = "ME-042"
+    branch_id: str = "main"
+    attempt_id: str = ""
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    outputs: dict[str, bytes] = field(default_factory=dict)
+    media_types: dict[str, str | None] = field(default_factory=dict)
+    output_sources: dict[str, list[str] | None] = field(default_factory=dict)
+    safe_points: list[str | None] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)  # "safe_point" / "call" in order
+
+    def __post_init__(self) -> None:
+        self.attempt_id = self.attempt_id or f"{self.unit.id}/a1"
+
+    def sources_for_unit(self) -> list[SourceEntry]:
+        groups = set(self.unit.input_refs("group"))
+        ids = set(self.unit.input_refs("source"))
+        return sorted((s for s in self.sources.values()
+                       if s.id in self.snapshot.sources and (s.group in groups or s.id in ids)),
+                      key=lambda s: s.id)
+
+    def source_text(self, source_id: str) -> str:
+        if source_id not in self.snapshot.sources:
+            raise SourceError(f"source {source_id} is not approved")
+        return self.texts[source_id]
+
+    def dep_bytes(self, unit_id: str, name: str) -> bytes:
+        if unit_id not in {d.unit for d in self.unit.depends_on}:
+            raise KeyError(f"{unit_id} is not a dependency of {self.unit.id}")
+        return self.artifacts[unit_id][name]
+
+    def dep_json(self, unit_id: str, name: str) -> Any:
+        return json.loads(self.dep_bytes(unit_id, name))
+
+    def template_text(self, name: str) -> str:
+        if name not in self.unit.input_refs("template"):
+            raise KeyError(f"template {name} is not an input of {self.unit.id}")
+        return self.templates[name]
+
+    def call_model(self, payload: dict[str, Any], *, round: int = 1,
+                   expect_json: bool = True) -> dict[str, Any]:
+        sent = json.loads(json.dumps(payload))
+        self.calls.append({"round": round, "task": sent.get("task"), "payload": sent})
+        self.log.append("call")
+        return json.loads(json.dumps(self.responder(sent)))
+
+    def write(self, name: str, data: bytes | str | dict[str, Any] | list[Any], *,
+              media_type: str | None = None, source_ids: list[str] | None = None) -> str:
+        if isinstance(data, (dict, list)):
+            data = canonical_json(data)
+        raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        self.outputs[name] = raw
+        self.media_types[name] = media_type
+        self.output_sources[name] = source_ids
+        return sha256_hex(raw)
+
+    def decision_events(self) -> list[Event]:
+        return list(self.events)
+
+    def safe_point(self, progress: str | None = None) -> None:
+        self.safe_points.append(progress)
+        self.log.append("safe_point")
+
+    def json_output(self, name: str) -> Any:
+        return json.loads(self.outputs[name])
+
+
+def with_unit(plan: Plan, unit_id: str, **changes: Any) -> Plan:
+    """A copy of the plan with one unit's fields changed (e.g. ``max_rounds=1``)."""
+    units = [u.model_copy(update=changes) if u.id == unit_id else u for u in plan.units]
+    return plan.model_copy(update={"units": units})
+
+
+def with_audience(contract: Contract, audience: str) -> Contract:
+    return Contract(fields={**contract.fields, "audience": audience}, body=contract.body)
+
+
+def decision_event(seq: int, kind: str, unit: str | None = None, **payload: Any) -> Event:
+    return Event(seq=seq, run_id="ME-042", branch_id="main", ts=f"2025-03-01T10:{seq:02d}:00Z",
+                 kind=kind, unit=unit, payload=payload)
+
+
+class PackRunner:
+    """Runs units of a project's plan through FakeContext, keeping outputs as committed."""
+
+    def __init__(self, root: Path = PACK, *, plan: Plan | None = None,
+                 contract: Contract | None = None, events: Iterable[Event] = (),
+                 responder: Responder = respond) -> None:
+        self.files: ProjectFiles = load_project_files(root)
+        self.plan = plan or self.files.plan
+        self.contract = contract or self.files.contract
+        self.snapshot = snapshot_sources(root, self.files.sources)
+        self.sources = self.files.approved_sources()
+        self.texts = {sid: self.files.source_text(sid) for sid in self.sources}
+        # Like the executor: template "report" is templates/report.md.
+        self.templates = {p.stem: p.read_text(encoding="utf-8")
+                          for p in sorted((root / "templates").glob("*.md"))}
+        self.events = list(events)
+        self.responder = responder
+        self.artifacts: dict[str, dict[str, bytes]] = {}
+        self.contexts: dict[str, FakeContext] = {}
+        self.outcomes: dict[str, KindOutcome] = {}
+
+    def context(self, unit_id: str) -> FakeContext:
+        return FakeContext(unit=self.plan.unit_map()[unit_id], plan=self.plan,
+                           contract=self.contract, snapshot=self.snapshot, sources=self.sources,
+                           texts=self.texts, artifacts=self.artifacts, templates=self.templates,
+                           events=self.events, responder=self.responder)
+
+    def run(self, unit_id: str) -> tuple[FakeContext, KindOutcome]:
+        ctx = self.context(unit_id)
+        _, fn = get_kind(ctx.unit.kind.value)
+        outcome = fn(ctx)
+        self.artifacts[unit_id] = dict(ctx.outputs)
+        self.contexts[unit_id], self.outcomes[unit_id] = ctx, outcome
+        return ctx, outcome
+
+    def order(self) -> list[str]:
+        return list(nx.lexicographical_topological_sort(self.plan.graph()))
+
+    def run_all(self, until: str | None = None) -> dict[str, KindOutcome]:
+        """Run every unit in dependency order (ids breaking ties), up to ``until`` included."""
+        for uid in self.order():
+            self.run(uid)
+            if uid == until:
+                break
+        return self.outcomes
+
+    def calls_per_unit(self) -> dict[str, int]:
+        return {uid: len(ctx.calls) for uid, ctx in self.contexts.items()}

@@ -1,0 +1,79 @@
+"""Shared helpers for the TUI tests: copies of the ME-042 pack, and one run stopped at its
+audience gate that every TUI test file copies instead of running the engine again.
+
+Time and executor ids are fixed so screens (and snapshots) are the same on every machine:
+every commit happens at FIXED_NOW, so "last commit 0 s ago" and "wall 0m" are stable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "sample_projects" / "market-entry"
+RUN_ID = "ME-042"
+FIXED_NOW = 1_800_000_000.0  # 2027-01-15 08:00 UTC
+EXECUTOR = "laptop:4121:5e1f"
+WHO = "tester (tui)"
+APP_OPTIONS: dict[str, Any] = {"clock": lambda: FIXED_NOW, "executor_id": EXECUTOR,
+                               "who": WHO, "synchronous": "OFF"}
+
+_TEMPLATES: dict[str, Path] = {}
+
+
+def copy_sample(dest: Path) -> Path:
+    """A fresh copy of the ME-042 pack without any state."""
+    shutil.copytree(SAMPLE, dest, ignore=shutil.ignore_patterns(".keepstep", "handover"))
+    return dest
+
+
+def gate_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pack after one offline run that stopped at the audience gate (built once per
+    test session, shared by every TUI test module)."""
+    if "gate" not in _TEMPLATES:
+        from keepstep.engine import open_project
+
+        root = copy_sample(tmp_path_factory.mktemp("me042") / "market-entry")
+        with open_project(root, clock=lambda: FIXED_NOW, executor_id=EXECUTOR,
+                          synchronous="OFF") as project:
+            status = project.open_or_start(RUN_ID).run()
+        assert status.decision == "blocked" and status.pending_approvals, status.reasons
+        _TEMPLATES["gate"] = root
+    return _TEMPLATES["gate"]
+
+
+def copy_of(template: Path, dest: Path) -> Path:
+    shutil.copytree(template, dest)
+    return dest
+
+
+def make_test_app(root: Path, run_id: str | None = RUN_ID) -> Any:
+    from keepstep.app.tui import make_app
+
+    return make_app(root, run_id, **APP_OPTIONS)
+
+
+async def wait_for(pilot: Any, condition: Callable[[], bool], *, timeout: float = 120.0,
+                   what: str = "condition") -> None:
+    """Let the app run until ``condition()`` holds (the engine worker runs in a thread)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        await pilot.pause(0.05)
+        await asyncio.sleep(0)
+    await pilot.pause()  # let a screen that just opened compose before it is read
+
+
+def screen_text(app: Any) -> str:
+    """All text the current screen shows in Static widgets (for assertions)."""
+    from textual.widgets import Static
+
+    return "\n".join(str(w.render()) for w in app.screen.query(Static))
