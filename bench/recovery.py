@@ -52,7 +52,7 @@ OPEN_AND_STATUS = (
     "import sys\n"
     "from keepstep.engine.api import open_project\n"
     "with open_project(sys.argv[1]) as p:\n"
-    "    st = p.run(sys.argv[2]).status()\n"
+    "    st = p.get_run(sys.argv[2]).status()\n"
     "print(st.decision, '|', st.next_action[:70], '|', "
     "'litellm' in sys.modules, 'textual' in sys.modules)\n"
 )
@@ -61,7 +61,7 @@ IN_PROCESS = (
     "from keepstep.engine.core.decide import decide\n"
     "from keepstep.engine.api import open_project\n"
     "with open_project(sys.argv[1]) as p:\n"
-    "    run = p.run(sys.argv[2])\n"
+    "    run = p.get_run(sys.argv[2])\n"
     "    run.status()  # warm: plan parse, fingerprint, topological order, imports\n"
     "    status, decision = [], []\n"
     "    for _ in range(3):\n"
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"  next action ({label}): {shown[label]}")
             say("  status path reads, long history (short in brackets):")
             opened = {k: open_project(v) for k, v in projects.items()}
-            runs = {k: p.run(RUN) for k, p in opened.items()}
+            runs = {k: p.get_run(RUN) for k, p in opened.items()}
             for run in runs.values():  # warm: plan parse, topological order cache, imports
                 run.status()
             b_long = status_breakdown(runs["long"])

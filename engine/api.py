@@ -172,7 +172,7 @@ class Project:
         self.store.artifacts.prepare_units(run_id, [u.id for u in self.files.plan.units])
         return Run(self, run_id, branch_id)
 
-    def run(self, run_id: str, branch_id: str = "main") -> Run:
+    def get_run(self, run_id: str, branch_id: str = "main") -> Run:
         if not self.store.run_exists(run_id):
             known = ", ".join(self.runs()) or "none yet"
             raise KeepstepError(f"no run {run_id!r} in {self.root}",
@@ -183,17 +183,17 @@ class Project:
 
     def open_or_start(self, run_id: str, branch_id: str = "main") -> Run:
         if self.store.run_exists(run_id):
-            return self.run(run_id, branch_id)
+            return self.get_run(run_id, branch_id)
         try:
             return self.start_run(run_id, branch_id=branch_id)
         except StorageError:
             if not self.store.run_exists(run_id):
                 raise
-            return self.run(run_id, branch_id)  # another front end started it first
+            return self.get_run(run_id, branch_id)  # another front end started it first
 
     def restart(self, run_id: str, new_run_id: str) -> Run:
         """A new business task: a new run id from the current files; the old run is kept."""
-        self.run(run_id)
+        self.get_run(run_id)
         new = self.start_run(new_run_id)
         self.store.append_event(run_id, "decision.restart", payload={"new_run": new_run_id})
         return new

@@ -47,7 +47,7 @@ def midrun(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _resume_to_done(root: Path) -> None:
     with open_project(root) as project:
-        run = project.run(RUN)
+        run = project.get_run(RUN)
         assert run.run(approve=APPROVE).decision == "done"
         assert project.store.verify_chain(RUN).ok
 
@@ -145,7 +145,7 @@ def test_db_and_artifacts_from_different_moments_stop_at_the_last_verifiable_bas
     last checkpoint whose current artifacts all verify; resuming redoes it and finishes."""
     src = _copy(midrun["project"], tmp_path / "src")
     with open_project(src) as project:
-        records = project.run(RUN).facts_records()
+        records = project.get_run(RUN).facts_records()
         cps = project.store.list_checkpoints(RUN, kinds=["unit-success"])
         lost_cp = cps[len(cps) // 2]
         lost_unit = lost_cp.unit

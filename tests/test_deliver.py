@@ -71,14 +71,14 @@ def ledger(root: Path) -> list[Any]:
 
 def delivery(root: Path) -> dict[str, Any]:
     with open_project(root) as p:
-        run = p.run(RUN)
+        run = p.get_run(RUN)
         ref = run.facts_records()["U09"].outputs["delivery.json"]
         return json.loads((p.store.artifacts.root / ref.path).read_bytes())
 
 
 def committed_bytes(root: Path, unit: str, name: str) -> bytes:
     with open_project(root) as p:
-        ref = p.run(RUN).facts_records()[unit].outputs[name]
+        ref = p.get_run(RUN).facts_records()[unit].outputs[name]
         return (p.store.artifacts.root / ref.path).read_bytes()
 
 
@@ -181,7 +181,7 @@ def test_a_resume_after_done_delivers_nothing_again(project: Path, share: Path) 
     run_project(project)
     before = {n: (share / n).stat().st_mtime_ns for n in dropped(share)}
     with open_project(project) as p:
-        status = p.run(RUN).resume()
+        status = p.get_run(RUN).resume()
         assert status.decision == "done"
         assert [a.attempt_id for a in p.store.attempts(RUN, "U09")] == ["U09/a1"]
     assert {n: (share / n).stat().st_mtime_ns for n in dropped(share)} == before
@@ -199,7 +199,7 @@ def test_a_crash_after_delivering_but_before_commit_copies_nothing_on_the_redo(
     status = run_project(project)
     assert status.decision == "done", status.reasons
     with open_project(project) as p:
-        assert p.run(RUN).facts_records()["U09"].attempt == "U09/a2"
+        assert p.get_run(RUN).facts_records()["U09"].attempt == "U09/a2"
         assert {e.attempt_id for e in p.store.effects(RUN)} == {"U09/a1"}
     assert dropped(share) == first
     assert_delivered_once(project, share)
@@ -225,7 +225,7 @@ def test_a_sigkill_mid_effect_is_reconciled_on_resume(project: Path, share: Path
     with open_project(project) as p:
         first = p.store.get_effect(row.idem_key)
         assert first.detail.get("resolved") == settled
-        assert p.run(RUN).facts_records()["U09"].state.value == "succeeded"
+        assert p.get_run(RUN).facts_records()["U09"].state.value == "succeeded"
         assert p.store.unit_statuses(RUN, "main").get("U09") is None
 
 
@@ -256,7 +256,7 @@ def test_a_missing_drop_folder_fails_the_unit_with_nothing_copied(project: Path,
         assert st.status == "failed" and "does not exist" in st.reason
         assert {e.status for e in p.store.effects(RUN)} == {"failed"}
         share.mkdir()
-        status = p.run(RUN).retry("U09")
+        status = p.get_run(RUN).retry("U09")
     assert status.decision == "done", status.reasons
     assert_delivered_once(project, share)
 
@@ -327,7 +327,7 @@ def test_a_webhook_delivery_posts_metadata_once_never_the_content(tmp_path: Path
     assert {f["remote_id"] for f in delivery(root)["files"]} == {
         r["id"] for r in server.records.values()}
     with open_project(root) as p:
-        assert p.run(RUN).resume().decision == "done"
+        assert p.get_run(RUN).resume().decision == "done"
     assert server.posts == len(FILES)
 
 

@@ -41,7 +41,7 @@ def test_exhausted_budget_blocks_the_unit_with_figures(blocked: Path) -> None:
     """The unit whose call was refused is blocked (not failed), its reason gives the figures,
     and the next action says to raise the budget."""
     with open_project(blocked) as p:
-        status = p.run(RUN).status()
+        status = p.get_run(RUN).status()
     u04 = status.units["U04"]
     assert u04.state == "blocked"
     assert "calls 3/3" in (u04.reason or ""), u04.reason
@@ -61,8 +61,8 @@ def test_resume_without_a_decision_stays_blocked(blocked: Path) -> None:
     """Resuming without a budget decision opens no attempt and makes no call."""
     before = calls_by_attempt(blocked)
     with open_project(blocked) as p:
-        status = p.run(RUN).resume()
-        status = p.run(RUN).resume()
+        status = p.get_run(RUN).resume()
+        status = p.get_run(RUN).resume()
     assert status.units["U04"].state == "blocked"
     assert status.decision == "blocked"
     assert calls_by_attempt(blocked).keys() == before.keys()
@@ -76,7 +76,7 @@ def test_raise_budget_records_a_decision_and_unblocks(blocked: Path) -> None:
     before = calls_by_attempt(blocked)
     used_before = budget_used(blocked)
     with open_project(blocked) as p:
-        run = p.run(RUN)
+        run = p.get_run(RUN)
         with pytest.raises(KeepstepError, match="reason"):
             run.raise_budget(calls=100, reason=" ")
         with pytest.raises(KeepstepError, match="blocked by the budget"):
@@ -111,7 +111,7 @@ def test_budget_counters_survive_a_kill_and_a_resume(tmp_path: Path) -> None:
     assert used_before["calls"] == _rows(before) == 4
 
     with open_project(root) as p:
-        run = p.run(RUN)
+        run = p.get_run(RUN)
         status = run.resume()
         assert status.decision == "done", status.reasons
         committed_budget = run.store.read_key(RUN, "budget")
@@ -183,7 +183,7 @@ def test_circuit_breaker_opens_after_consecutive_recovery_failures(tmp_path: Pat
         assert p.start_run(RUN).run(max_units=4).decision == "claim"  # an unfinished run
     head, kind = _tamper_head(root)
     with open_project(root, clock=clock) as p:
-        run = p.run(RUN)
+        run = p.get_run(RUN)
         first = run.resume()
         assert first.decision == "blocked"
         assert any("does not verify" in r for r in first.reasons), first.reasons

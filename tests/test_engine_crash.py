@@ -33,7 +33,7 @@ def project(tmp_path: Path) -> Path:
 
 def resume(root: Path, **kwargs):
     with open_project(root) as p:
-        return p.run(RUN).resume(**kwargs)
+        return p.get_run(RUN).resume(**kwargs)
 
 
 def assert_only_redone(root: Path, before: dict, unit: str) -> dict:
@@ -68,7 +68,7 @@ def test_kill_after_stage_leaves_orphan_and_redoes_only_that_unit(project: Path)
     after = assert_only_redone(project, before, "U04")
     assert set(after["U04"]) == {"U04/a1", "U04/a2"}
     with open_project(project) as p:
-        run = p.run(RUN)
+        run = p.get_run(RUN)
         orphans = [o.attempt_id for o in run.store.orphaned_attempts(RUN)]
         assert orphans == ["U04/a1"]
         assert run.store.get_attempt(RUN, "U04/a1").status == "orphaned"

@@ -41,7 +41,7 @@ def test_two_executors_never_execute_one_unit_at_once(tmp_path: Path) -> None:
         assert r.returncode == 0, r.stderr[-2000:]
 
     with open_project(root) as p:
-        run = p.run(RUN)
+        run = p.get_run(RUN)
         assert run.status().decision == "done"
         assert run.store.verify_chain(RUN).ok
         by_unit: dict[str, list[Any]] = {}
@@ -75,7 +75,7 @@ def test_paused_executor_is_fenced_out_after_takeover(tmp_path: Path) -> None:
         assert lease.attempt_id == "U03/a1"
         wait_for(lambda: store.now() > lease.expires_at + 0.2)
         with open_project(root, executor_id="takeover:2:t") as p:
-            p.run(RUN).resume(stop_after={"U03"})
+            p.get_run(RUN).resume(stop_after={"U03"})
         assert store.get_attempt(RUN, "U03/a2").status == "committed"
     finally:
         os.kill(paused.pid, signal.SIGCONT)
@@ -86,7 +86,7 @@ def test_paused_executor_is_fenced_out_after_takeover(tmp_path: Path) -> None:
     assert [(e["attempt"], e["outcome"]) for e in mine] == [("U03/a1", "orphaned")]
 
     with open_project(root) as p:
-        run = p.run(RUN)
+        run = p.get_run(RUN)
         assert run.resume().decision == "done"
         cps = [c for c in run.store.list_checkpoints(RUN) if c.unit == "U03"]
         assert [c.attempt for c in cps] == ["U03/a2"]
@@ -110,7 +110,7 @@ def test_commit_with_stale_token_is_refused_in_process(tmp_path: Path) -> None:
     def takeover() -> None:
         clock.advance(120)  # A's 30 s lease is long gone
         with open_project(root, clock=clock, executor_id="B:2:b") as pb:
-            pb.run(RUN).resume(max_units=1)
+            pb.get_run(RUN).resume(max_units=1)
 
     def completion(**kwargs: Any) -> Any:
         seen["calls"] += 1

@@ -44,7 +44,7 @@ class Setup:
 
     def calls(self) -> list[Any]:
         with open_project(self.root) as p:
-            return p.run(RUN).calls()
+            return p.get_run(RUN).calls()
 
     def attempts(self) -> list[Any]:
         with open_project(self.root) as p:

@@ -83,7 +83,7 @@ def test_damaged_current_artifact_invalidates_the_unit_and_its_dependents(
     invalidated with an explanation, the unit is redone, and nothing else is called again."""
     before_calls = calls_by_attempt(done)
     with open_project(done) as p:
-        run = p.run(RUN)
+        run = p.get_run(RUN)
         before = _outputs(run)
         path = p.store.artifacts.root / run.facts_records()["U03"].outputs["evidence.json"].path
         if damage == "changed":
@@ -193,11 +193,11 @@ def test_recovery_never_quarantines_an_attempt_claimed_during_its_scan(tmp_path:
             return real_dirs(run_id)
 
         pb.store.artifacts.attempt_dirs = dirs_after_a_claims  # type: ignore[method-assign]
-        report = recover(pb.run(RUN))
+        report = recover(pb.get_run(RUN))
         assert report.orphans == [], report
         claim = staged["claim"]
         assert pa.store.get_attempt(RUN, claim.attempt_id).status == "claimed"
-        assert not pa.run(RUN).events(kinds=["recovery.orphan"])
+        assert not pa.get_run(RUN).events(kinds=["recovery.orphan"])
         version = pa.store.commit_checkpoint(
             RUN, "main", claim.claimed_at_version, {"probe": 1}, [staged["entry"]],
             claim.fencing_token, unit="U03", attempt_id=claim.attempt_id)

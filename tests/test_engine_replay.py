@@ -28,7 +28,7 @@ def _output_hashes(run: Any) -> dict[str, dict[str, str]]:
 def _replay(root: Path, **kwargs: Any) -> tuple[Any, ForbiddenGateway, dict, dict, list]:
     forbidden = ForbiddenGateway()
     with open_project(root, gateway_factory=forbidden) as p:
-        source = p.run(RUN)
+        source = p.get_run(RUN)
         source_calls = source.calls()
         replayed = source.replay(f"{RUN}-replay", **kwargs)
         status = replayed.status()

@@ -40,7 +40,7 @@ def done_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _current_outputs(project) -> dict[str, str]:
     """artifact path -> sha256 of every current unit output."""
-    return {ref.path: ref.sha256 for rec in project.run(RUN).facts_records().values()
+    return {ref.path: ref.sha256 for rec in project.get_run(RUN).facts_records().values()
             if rec.state.value == "succeeded" for ref in rec.outputs.values()}
 
 
@@ -65,7 +65,7 @@ def test_gc_never_deletes_current_artifacts_and_the_run_still_resumes(
         assert report.kept and all(i.reason.startswith("current") for i in report.kept)
         assert report.events_stripped > 0
         _assert_current_outputs_verify(project)
-        run = project.run(RUN)
+        run = project.get_run(RUN)
         assert run.run(approve=APPROVE).decision == "done"
         assert project.store.verify_chain(RUN).ok
         assert all(e.payload == {} for e in project.store.events(RUN, kinds=["unit.claimed"]))
@@ -104,7 +104,7 @@ def test_orphans_are_listed_within_the_window_and_deleted_after_it(
         assert project.store.events(RUN, kinds=["maintenance.gc"])[-1].payload["deleted"] == [
             "U01/a2"]
         _assert_current_outputs_verify(project)
-        assert project.run(RUN).run(approve=APPROVE).decision == "done"
+        assert project.get_run(RUN).run(approve=APPROVE).decision == "done"
 
 
 def test_invalidated_attempts_are_deleted_after_the_window_and_current_ones_stay(
@@ -115,15 +115,15 @@ def test_invalidated_attempts_are_deleted_after_the_window_and_current_ones_stay
     source = next((root / "sources").glob("A1-*.md"))
     source.write_text(source.read_text() + "\nA late correction to the overview.\n")
     with open_project(root) as project:
-        assert project.run(RUN).run(approve=APPROVE).decision == "done"
-        current = {rec.attempt for rec in project.run(RUN).facts_records().values()}
+        assert project.get_run(RUN).run(approve=APPROVE).decision == "done"
+        current = {rec.attempt for rec in project.get_run(RUN).facts_records().values()}
         report = gc_project(project, 0)
         deleted = {i.attempt_id for i in report.deleted}
         assert deleted and not deleted & current
         assert all(i.reason.startswith("invalidated") for i in report.deleted)
         assert {i.attempt_id for i in report.kept} == current
         _assert_current_outputs_verify(project)
-        assert project.run(RUN).run(approve=APPROVE).decision == "done"
+        assert project.get_run(RUN).run(approve=APPROVE).decision == "done"
         assert project.store.verify_chain(RUN).ok
 
 

@@ -45,14 +45,14 @@ KEY_LIKE = [
 @pytest.fixture
 def run(story_dir):
     project = open_project(story_dir)
-    yield project.run("ME-042")
+    yield project.get_run("ME-042")
     project.close()
 
 
 @pytest.fixture(scope="module")
 def bundle(story_dir, tmp_path_factory) -> Path:
     with open_project(story_dir) as project:
-        return export_handover(project.run("ME-042"), tmp_path_factory.mktemp("hb") / "bundle")
+        return export_handover(project.get_run("ME-042"), tmp_path_factory.mktemp("hb") / "bundle")
 
 
 def _json(bundle: Path, rel: str):
@@ -145,7 +145,7 @@ def test_planted_secrets_are_redacted(story_dir, tmp_path):
     with (work / "contract.md").open("a") as fh:
         fh.write(f"\nNote: api_key = {fake_openai}\nAPI-KEY: hunter2-not-a-hex-value\n")
     with open_project(work) as project:
-        run = project.run("ME-042")
+        run = project.get_run("ME-042")
         run.store.append_event("ME-042", "attempt.failed", unit="U12", attempt_id="U12/a1",
                                payload={"error_class": "auth", "message": f"bad key "
                                         f"{fake_openai} / {fake_aws} secret_token="

@@ -20,7 +20,7 @@ PACK = Path(__file__).resolve().parents[1] / "sample_projects" / "market-entry"
 @pytest.fixture
 def run(story_dir):
     project = open_project(story_dir)
-    yield project.run("ME-042")
+    yield project.get_run("ME-042")
     project.close()
 
 
@@ -30,7 +30,7 @@ def copy_run(story_dir, tmp_path):
     target = tmp_path / "me042"
     shutil.copytree(story_dir, target)
     project = open_project(target)
-    yield project.run("ME-042")
+    yield project.get_run("ME-042")
     project.close()
 
 
@@ -91,7 +91,7 @@ def test_narrative_is_deterministic(run, story_dir):
     first = narrative(run)
     assert narrative(run) == first
     with open_project(story_dir) as again:
-        assert narrative(again.run("ME-042")) == first
+        assert narrative(again.get_run("ME-042")) == first
 
 
 def test_untouched_narrative_passes_the_check(copy_run):

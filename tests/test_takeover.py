@@ -23,7 +23,7 @@ from tests.support.tui_support import RUN_ID, copy_of, gate_template
 def run(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path):
     root = copy_of(gate_template(tmp_path_factory), tmp_path / "market-entry")
     with open_project(root) as project:
-        yield project.run(RUN_ID)
+        yield project.get_run(RUN_ID)
 
 
 def _takeovers(run) -> list:

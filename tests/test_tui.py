@@ -133,7 +133,7 @@ async def test_run_stops_at_the_gate_then_the_approval_resumes_it_to_done(tmp_pa
         assert dashboard.status.counts["current"] == 36
         assert "checkpoint 36 · ✓ done" in screen_text(app)
     with open_project(root) as project:
-        decided = project.run(RUN_ID).events(kinds=["approval.decided"])
+        decided = project.get_run(RUN_ID).events(kinds=["approval.decided"])
         assert decided and decided[-1].payload.get("choice", "product team") == "product team"
 
 
@@ -373,7 +373,7 @@ async def test_takeover_marks_a_unit_for_an_expert_as_a_decision(at_gate: Path) 
         assert app.screen.status.units["U02"].state == "blocked"
         assert "U02 blocked: marked for an expert" in screen_text(app)
     with open_project(at_gate) as project:
-        events = project.run(RUN_ID).events(kinds=["decision.takeover"])
+        events = project.get_run(RUN_ID).events(kinds=["decision.takeover"])
         assert events[-1].payload["action"] == "mark_for_expert" and events[-1].unit == "U02"
         assert events[-1].payload["who"] == WHO
 
@@ -393,7 +393,7 @@ async def test_takeover_rerun_invalidates_the_unit_and_runs_it_again(at_gate: Pa
                        what="the run to reach the gate again")
         await pilot.press("n")
     with open_project(at_gate) as project:
-        run = project.run(RUN_ID)
+        run = project.get_run(RUN_ID)
         takeover = run.events(kinds=["decision.takeover"])[-1]
         assert takeover.payload["action"] == "rerun" and takeover.unit == "U32"
         assert run.status().units["U32"].attempts == 2
@@ -462,5 +462,5 @@ async def test_quitting_mid_run_stops_the_engine_before_the_store_closes(tmp_pat
         await pilot.press("q")
     assert app.dashboard.engine_idle.is_set()
     with open_project(root) as project:
-        status = project.run(RUN_ID).status()
+        status = project.get_run(RUN_ID).status()
         assert status.leases == [] and status.decision != "done"

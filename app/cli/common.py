@@ -192,7 +192,7 @@ def existing_run(project: Project, run_id: str, branch: str = "main") -> Run:
         known = ", ".join(project.runs()) or "none yet"
         raise UsageProblem(f"no run {run_id!r} in {project.root} (runs: {known})",
                            f"start it with `keepstep run {project.root} --run {run_id}`")
-    return project.run(run_id, branch)
+    return project.get_run(run_id, branch)
 
 
 def check_unit(run: Run, unit: str) -> None:

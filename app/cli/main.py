@@ -2,7 +2,7 @@
 
 This module holds the typer app, the entry point and the wiring; the commands live in
 modules named for what they act on — ``cli_project`` (init, validate, sources),
-``cli_runs`` (status, run, resume, retry, replay, restart, branch, tui), ``cli_ledgers``
+``cli_runs`` (status, run, resume, retry, replay, restart, branch, tui), ``cli_records``
 (calls, events, effects, budget, approvals, approve, revoke, keys), ``cli_inspect``
 (verify, explain, preview), ``cli_takeover`` (takeover) — plus, when installed,
 ``cli_maintenance`` (backup, restore, gc), ``cli_drill`` and ``cli_handover``. Each has a
@@ -28,9 +28,9 @@ import typer
 from keepstep.app.cli import drill as cli_drill
 from keepstep.app.cli import handover as cli_handover
 from keepstep.app.cli import inspect as cli_inspect
-from keepstep.app.cli import ledgers as cli_ledgers
 from keepstep.app.cli import maintenance as cli_maintenance
 from keepstep.app.cli import project as cli_project
+from keepstep.app.cli import records as cli_records
 from keepstep.app.cli import runs as cli_runs
 from keepstep.app.cli import takeover as cli_takeover
 from keepstep.app.cli.common import (  # re-exported for the command modules and tests
@@ -89,7 +89,7 @@ def _root(ctx: typer.Context, _show_version: Annotated[bool, typer.Option(
 
 def _register_all(target: typer.Typer) -> None:
     # Each command module stays cheap to import: the engine loads inside the commands.
-    for module in (cli_project, cli_runs, cli_ledgers, cli_inspect, cli_takeover,
+    for module in (cli_project, cli_runs, cli_records, cli_inspect, cli_takeover,
                    cli_maintenance, cli_drill, cli_handover):
         module.register(target)
 

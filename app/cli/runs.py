@@ -63,7 +63,7 @@ def status(
                     typer.echo(f"no runs yet in {project.root}; start one with "
                                f"`keepstep run {root} --run R1`")
                 return
-            statuses = [project.run(r).status() for r in runs]
+            statuses = [project.get_run(r).status() for r in runs]
             rows = [{k: s.model_dump(mode="json")[k] for k in (
                 "run_id", "plan_version", "input_version", "head_version", "decision",
                 "next_action")} for s in statuses]
@@ -87,7 +87,7 @@ def run_cmd(root: DirArg, run: RunOpt, approve: ApproveOpt = None, max_units: Ma
     answers = parse_approvals(approve)
     with open_project_dir(root) as project:
         exists = run in project.runs()
-        check_gates(project.run(run, branch).plan if exists else project.files.plan, answers)
+        check_gates(project.get_run(run, branch).plan if exists else project.files.plan, answers)
         the_run = project.open_or_start(run, branch)
         result, cancelled = drive(
             lambda cancel, on_event: the_run.run(cancel=cancel, on_event=on_event,
@@ -141,7 +141,7 @@ def replay(root: DirArg, run: RunOpt,
         result, cancelled = drive(
             lambda cancel, on_event: source.replay(new_id, cancel=cancel, on_event=on_event),
             quiet=quiet)
-        new_run = result if result is not None else project.run(new_id)
+        new_run = result if result is not None else project.get_run(new_id)
         finish(project, new_run, None, cancelled, quiet)
 
 

@@ -37,7 +37,7 @@ class KeepstepApp(App[None]):
         self.run_id = run_id
         self.branch_id = "main"
         self.who = who or _default_who()
-        self.active_run: Run | None = project.run(run_id) if run_id in project.runs() else None
+        self.active_run: Run | None = project.get_run(run_id) if run_id in project.runs() else None
 
     # -- the run ---------------------------------------------------------------------------
     def ensure_run(self) -> Run:

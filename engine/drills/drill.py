@@ -237,7 +237,7 @@ def drill(project_root: str | Path, run_id: str, *, seed: int, workdir: str | Pa
         if not source.store.run_exists(run_id):
             known = ", ".join(source.runs()) or "none yet"
             raise KeepstepError(f"no run {run_id!r} in {root}", hint=f"runs: {known}")
-        finished = source.run(run_id).status().decision == "done"
+        finished = source.get_run(run_id).status().decision == "done"
     base = Path(tempfile.mkdtemp(prefix="keepstep-drill-", dir=workdir))
     copy = copy_project(root, base / root.name)
     launch = launch or subprocess_launcher(base)
@@ -283,7 +283,7 @@ def _attempts_and_current(copy: Path, run_id: str) -> tuple[list[str], list[str]
         if not p.store.run_exists(run_id):
             return [], []
         attempts = [a.attempt_id for a in p.store.attempts(run_id)]
-        current = [u for u, r in p.run(run_id).facts_records().items()
+        current = [u for u, r in p.get_run(run_id).facts_records().items()
                    if r.state.value == "succeeded"]
         return attempts, current
 
@@ -307,7 +307,7 @@ def _collect(copy: Path, run_id: str, before: tuple[list[str], list[str]],
     known_before = set(before[0])
     with open_project(copy) as p:
         store = p.store
-        run = p.run(run_id)
+        run = p.get_run(run_id)
         records = run.facts_records()
         attempts = {a.attempt_id: a for a in store.attempts(run_id)}
         worked: dict[str, set[str]] = defaultdict(set)

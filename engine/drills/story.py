@@ -102,7 +102,7 @@ def run_story(pack: Path, workdir: Path, *, say: Callable[[str], None] = print) 
     say(f"    executor exit: {'killed by SIGKILL' if killed else proc.returncode}")
 
     project = open_project(workdir)
-    run = project.run(RUN_ID)
+    run = project.get_run(RUN_ID)
     say("\n[2] resume with a new executor: recovery audits, fences the dead lease, quarantines "
         "the orphan; the run continues until the budget stops it")
     st = run.run(approve={"audience": OLD_AUDIENCE}, on_event=_printer(say))

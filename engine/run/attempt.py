@@ -88,8 +88,8 @@ def input_fingerprints(unit: Unit, files: ProjectFiles, snapshot: InputSnapshot,
     return out
 
 
-class ExecContext:
-    """The UnitContext an executing kind receives (see engine/context.py)."""
+class AttemptContext:
+    """The UnitContext of one attempt: what an executing kind may read, call and write."""
 
     def __init__(
         self,
@@ -329,7 +329,7 @@ def verify_staged(store: Store, entries: list[ArtifactEntry]) -> list[str]:
     return problems
 
 
-def build_record(ctx: ExecContext, outcome: KindOutcome, inputs_fp: dict[str, str]) -> UnitRecord:
+def build_record(ctx: AttemptContext, outcome: KindOutcome, inputs_fp: dict[str, str]) -> UnitRecord:
     outputs = {e.name: OutputRef(sha256=e.sha256, path=e.path)
                for e in ctx.staged if not e.name.startswith("calls/")}
     consumed = {

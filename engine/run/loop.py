@@ -22,8 +22,8 @@ from keepstep.engine.errors import (
 )
 from keepstep.engine.kinds import get_kind
 from keepstep.engine.run.attempt import (
+    AttemptContext,
     AttemptResult,
-    ExecContext,
     Heartbeat,
     ReplayMiss,
     UnitTimedOut,
@@ -150,7 +150,7 @@ class RunLoop:
         self.emit("claimed", unit=unit_id, attempt=claim.attempt_id, token=claim.fencing_token)
         started = run.clock()
         lease_lost = threading.Event()
-        ctx = ExecContext(
+        ctx = AttemptContext(
             store=store, run_id=run.run_id, branch_id=run.branch_id, plan=plan,
             plan_n=run.plan_n, unit=unit, claim=claim, files=run.project.files,
             snapshot=run.snapshot, records=facts.records,
@@ -174,7 +174,7 @@ class RunLoop:
             store.add_usage(run.run_id, {"wall_time_s": max(0.0, run.clock() - started)},
                             branch_id=run.branch_id)
 
-    def _execute(self, ctx: ExecContext, claim: Any, unit: Any, facts: Any) -> AttemptResult:
+    def _execute(self, ctx: AttemptContext, claim: Any, unit: Any, facts: Any) -> AttemptResult:
         run, store = self.run, self.store
         aid = claim.attempt_id
         try:
@@ -330,7 +330,7 @@ class RunLoop:
                 frontier.append(dep)
         return kept
 
-    def _commit(self, ctx: ExecContext, claim: Any, record: Any) -> int:
+    def _commit(self, ctx: AttemptContext, claim: Any, record: Any) -> int:
         """CAS commit; on a head move by another unit, re-check and rebase; read the head
         when the acknowledgement is lost."""
         run, store = self.run, self.store

@@ -127,7 +127,7 @@ class Actions:
     # artifacts and files
     def _output(self, unit: str, name: str) -> Path:
         with self.project() as p:
-            rec = p.run(RUN).facts_records()[unit]
+            rec = p.get_run(RUN).facts_records()[unit]
             return p.store.artifacts.root / rec.outputs[name].path
 
     def do_delete_artifact(self, unit: str, name: str) -> None:
@@ -198,7 +198,7 @@ class Actions:
         from keepstep.storage import EventIn
 
         with self.project() as p:
-            run = p.run(RUN)
+            run = p.get_run(RUN)
             change = unit_output_changed(unit, EdgeType(edge), f"{unit}'s output changed "
                                          f"({edge})")
             records = run.facts_records()
@@ -240,11 +240,11 @@ class Actions:
     # what a person does
     def do_retry(self, unit: str) -> None:
         with self.project() as p:
-            p.run(RUN).retry(unit, who="fault suite", max_units=0)
+            p.get_run(RUN).retry(unit, who="fault suite", max_units=0)
 
     def do_raise_budget(self, counter: str, value: float) -> None:
         with self.project() as p:
-            p.run(RUN).raise_budget(reason="the client approved more work", who="fault suite",
+            p.get_run(RUN).raise_budget(reason="the client approved more work", who="fault suite",
                                     **{counter: value})
 
     def do_refused_raise(self, counter: str, value: float, reason: str, fragment: str) -> None:
@@ -253,7 +253,7 @@ class Actions:
         before = self.snapshot()
         with self.project() as p:
             try:
-                p.run(RUN).raise_budget(reason=reason, who="fault suite", **{counter: value})
+                p.get_run(RUN).raise_budget(reason=reason, who="fault suite", **{counter: value})
             except BudgetDecisionError as exc:
                 expect(fragment in str(exc), f"refusal says {exc!s}, not {fragment!r}")
             else:
@@ -267,7 +267,7 @@ class Actions:
         from keepstep.engine.run.gates import revoke_choice
 
         with self.project() as p:
-            run = p.run(RUN)
+            run = p.get_run(RUN)
             revoke_choice(run, run.plan.gates[0], who="fault suite",
                           reason="the client wants to confirm the audience again")
 

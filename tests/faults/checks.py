@@ -68,7 +68,7 @@ def check_orphans_isolated(p: Project) -> None:
     committed: dict[str, set[str]] = defaultdict(set)
     for e in manifest:
         committed[e.unit].add(e.sha256)
-    for uid, rec in p.run(RUN).facts_records().items():
+    for uid, rec in p.get_run(RUN).facts_records().items():
         expect(rec.attempt not in orphans, f"{uid}'s record names orphan {rec.attempt}")
         own = "/".join([RUN, *rec.attempt.split("/")]) + "/"
         for name, ref in rec.outputs.items():
@@ -185,7 +185,7 @@ def named_check(cr: CaseRun, p: Project | None, name: str) -> None:
     elif head == "downstream_not_run":
         from keepstep.engine.core.invalidation import downstream_of
 
-        below = downstream_of(p.run(RUN).plan, [arg])
+        below = downstream_of(p.get_run(RUN).plan, [arg])
         ran = sorted(u for u in below if store.attempts(RUN, u))
         expect(not ran, f"units downstream of failed {arg} ran: {ran}")
     elif head == "repair_committed":
@@ -200,11 +200,11 @@ def named_check(cr: CaseRun, p: Project | None, name: str) -> None:
         rows = store.approvals(RUN, gate_id="audience")
         statuses = [r.status for r in rows]
         expect(arg in statuses, f"no {arg} approval row: {statuses}")
-        current = p.run(RUN).plan_n
+        current = p.get_run(RUN).plan_n
         decided = [r for r in rows if r.status == "decided"]
         expect(bool(decided) and decided[-1].bound_object.get("plan_n") == current,
                "the decision that let U27 run is not bound to the current plan")
-        u27 = p.run(RUN).facts_records()["U27"]
+        u27 = p.get_run(RUN).facts_records()["U27"]
         last = max((r for r in rows if r.decided_at), key=lambda r: r.decided_at)
         expect(last.status in ("decided", "expired"), f"U27 ran under {last.status} approval")
         expect(u27.plan_n == current, "U27's record is not from the current plan")

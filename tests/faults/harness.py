@@ -326,7 +326,7 @@ class CaseRun(Actions):
             rec_events = store.events(RUN, kind_prefix="recovery.", newest_first=True, limit=1)
             if rec_events and rec_events[0].kind in ("recovery.failed", "recovery.blocked"):
                 return "refused:recovery"
-            status = p.run(RUN).status()
+            status = p.get_run(RUN).status()
             if status.decision == "done":
                 return "done"
             statuses = store.unit_statuses(RUN)

@@ -183,7 +183,7 @@ def _with_run(root: Path, run_id: str, fn: Any) -> Any:
     from keepstep.engine.api import open_project
 
     with open_project(root) as project:
-        return fn(project.run(run_id))
+        return fn(project.get_run(run_id))
 
 
 def calls_by_attempt(root: Path, run_id: str = RUN) -> dict[str, dict[str, list[Any]]]:

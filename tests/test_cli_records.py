@@ -94,7 +94,7 @@ def test_effects_lists_the_ledger_rows(done_project: Path) -> None:
     outbox = done_project.parent / "outbox"
     outbox.mkdir()
     with open_project(done_project) as project:
-        run = project.run("R1")
+        run = project.get_run("R1")
         perform_effect(run.store, FileDropAdapter(outbox), run_id="R1", branch_id="main",
                        unit="U11", attempt_id=None, action="publish", plan_n=1,
                        fencing_token=None, request={"path": str(done_project / "plan.toml")})
@@ -120,19 +120,19 @@ def test_budget_raise_that_lowers_a_limit_is_a_usage_error(done_project: Path) -
 
 def test_keys_set_refuses_before_prompting_without_a_keyring(monkeypatch) -> None:
     """At a terminal with no keyring backend, `keys set` refuses before asking for the key."""
-    from keepstep.app.cli import ledgers as cli_ledgers
+    from keepstep.app.cli import records as cli_records
     from keepstep.engine.errors import KeyringUnavailable
     from keepstep.engine.gateway.keys import keyring_available
 
     assert keyring_available() is False  # conftest selects the null backend
-    monkeypatch.setattr(cli_ledgers.sys, "stdin", SimpleNamespace(isatty=lambda: True))
+    monkeypatch.setattr(cli_records.sys, "stdin", SimpleNamespace(isatty=lambda: True))
 
     def no_prompt(*_args, **_kwargs):
         raise AssertionError("prompted for a key that could not be stored")
 
-    monkeypatch.setattr(cli_ledgers.typer, "prompt", no_prompt)
+    monkeypatch.setattr(cli_records.typer, "prompt", no_prompt)
     with pytest.raises(KeyringUnavailable, match="OPENAI_API_KEY"):
-        cli_ledgers.keys_set("openai")
+        cli_records.keys_set("openai")
 
 
 # --- sources on an invalid plan --------------------------------------------------------------
