@@ -10,14 +10,15 @@ the run is done.
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from keepstep.app.cli import output as out
+
+if TYPE_CHECKING:
+    from keepstep.engine import Deliverable
 
 RUN_ID = "ME-042"
 APPROVE = {"audience": "product team"}
@@ -48,27 +49,14 @@ def prepare(outdir: Path) -> str:
     return label
 
 
-def handover_text(run: Any) -> str | None:
-    """The handover narrative when ``engine.handover`` is in this build, else None."""
-    if importlib.util.find_spec("keepstep.engine.report.handover") is None:
-        return None
-    handover = importlib.import_module("keepstep.engine.report.handover")
-    for name in ("narrative", "handover_narrative", "build_narrative"):
-        fn = getattr(handover, name, None)
-        if callable(fn):
-            return out.render_any(fn(run))
-    return None
-
-
-def deliverables_text(rows: list[dict[str, Any]], root: Path) -> str:
+def deliverables_text(rows: list[Deliverable], root: Path) -> str:
     if not rows:
         return "no deliverables committed"
     table_rows = []
     for r in rows:
-        path = Path(r["path"])
+        path = Path(r.path)
         shown = path.relative_to(root) if path.is_relative_to(root) else path
-        table_rows.append([r["unit"], r["name"], r["sha256"],
-                           "ok" if r["matches"] else "MISMATCH", shown])
+        table_rows.append([r.unit, r.name, r.sha256, "ok" if r.matches else "MISMATCH", shown])
     return out.table(["unit", "file", "sha256", "on disk", "path"], table_rows)
 
 
@@ -81,7 +69,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from keepstep.app.cli.common import dashboard, describe_error, drive, models_of
     from keepstep.engine import open_project
-    from keepstep.engine.report.views import current_deliverables
 
     label = prepare(outdir)
     print(f"keepstep demo: {label} → {outdir}")
@@ -100,10 +87,9 @@ def main(argv: list[str] | None = None) -> int:
             status = run.status()
             print("\n" + dashboard(project, run, status))
             print("\nDeliverables (sha256 from the committed records)")
-            print(deliverables_text(current_deliverables(run), outdir.resolve()))
-            narrative = handover_text(run)
+            print(deliverables_text(run.deliverables(), outdir.resolve()))
             print("\nHandover narrative")
-            print(narrative if narrative else "(engine.handover is not in this build yet)")
+            print(run.narrative())
     except Exception as exc:
         described = describe_error(exc)
         if described is None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from keepstep.engine.core.changes import Change, ChangeKind, artifact_lost, detect_changes
+from keepstep.engine.core.inputs import Contract, InputSnapshot
 from keepstep.engine.core.plan import EdgeType, Plan
-from keepstep.engine.files.project import Contract, InputSnapshot
 
 H1, H2 = "1" * 64, "2" * 64
 

@@ -13,9 +13,9 @@ from typing import Any
 import networkx as nx
 import pytest
 
+from keepstep.engine.core.inputs import Contract, InputSnapshot, SourceEntry
 from keepstep.engine.core.plan import Dependency, UnitKind, parse_plan
 from keepstep.engine.errors import PlanValidationError
-from keepstep.engine.files.project import Contract, InputSnapshot, SourceEntry
 from keepstep.engine.gateway.offline_model import respond
 from keepstep.engine.kinds import REGISTRY, expected_outputs, get_kind
 from tests.support.fake_context import (

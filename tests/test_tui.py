@@ -345,13 +345,8 @@ async def test_takeover_previews_each_choice_and_exports_the_handover(at_gate: P
         await pilot.press("x")
         await pilot.pause()
         shown = str(app.screen.query_one("#takeover-export", Static).render())
-    from keepstep.app.tui.screens.narrative import NOT_AVAILABLE, handover_function
-
-    if handover_function("export_handover") is None:
-        assert NOT_AVAILABLE in shown
-    else:
-        bundle = at_gate / "handover" / f"{RUN_ID}-main"
-        assert str(bundle) in shown and bundle.is_dir()
+    bundle = at_gate / "handover" / f"{RUN_ID}-main"
+    assert str(bundle) in shown and bundle.is_dir()
 
 
 async def test_takeover_marks_a_unit_for_an_expert_as_a_decision(at_gate: Path) -> None:
@@ -426,9 +421,7 @@ async def test_events_screen_filters_by_kind_prefix(at_gate: Path) -> None:
 
 
 async def test_narrative_screen_renders_the_handover_story(at_gate: Path) -> None:
-    """h shows the narrative generated from stored state (or says it is not available)."""
-    from keepstep.app.tui.screens.narrative import handover_function
-
+    """h shows the narrative generated from stored state."""
     app = make_test_app(at_gate)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -436,8 +429,7 @@ async def test_narrative_screen_renders_the_handover_story(at_gate: Path) -> Non
         await pilot.pause()
         assert isinstance(app.screen, NarrativeScreen)
         source = app.screen.query_one(Markdown).source
-        expected = "not available" if handover_function("narrative") is None else RUN_ID
-        assert expected in source
+        assert RUN_ID in source
 
 
 async def test_quitting_mid_run_stops_the_engine_before_the_store_closes(tmp_path: Path) -> None:

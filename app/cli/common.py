@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import getpass
-import importlib.util
 import os
 import signal
 import threading
@@ -47,18 +46,19 @@ def describe_error(exc: BaseException) -> tuple[int, str] | None:
     """(exit code, message) for an error a user can cause; None for a bug."""
     if isinstance(exc, UsageProblem):
         return EXIT_USAGE, str(exc)
-    from keepstep.engine.errors import (
+    from keepstep.engine import (
         ApprovalError,
         BudgetDecisionError,
         ConfigError,
         KeepstepError,
         LeaseLost,
+        NotFound,
         PlanValidationError,
         ProjectError,
         RunCancelled,
         SourceError,
+        StorageError,
     )
-    from keepstep.storage.errors import NotFound, StorageError
 
     usage = (PlanValidationError, ProjectError, ConfigError, SourceError, ApprovalError,
              BudgetDecisionError)
@@ -221,13 +221,6 @@ def check_gates(plan: Any, answers: dict[str, str]) -> None:
                            "gates: " + (", ".join(sorted(gates)) or "none"))
 
 
-def engine_feature(module: str, what: str) -> None:
-    """Stop with a clear message when an optional engine module is not in this build."""
-    if importlib.util.find_spec(module) is None:
-        print_error(f"{what} is not available in this build yet")
-        raise typer.Exit(EXIT_RUNTIME)
-
-
 # --- dashboards ------------------------------------------------------------------------------
 def models_of(project: Project, run: Run | None = None) -> list[str]:
     cfg = project.files.config
@@ -302,7 +295,7 @@ def drive(action: Callable[[threading.Event, Callable[[dict[str, Any]], None]], 
             signal.signal(signal.SIGINT, previous)
     error = box.get("error")
     if error is not None:
-        from keepstep.engine.errors import RunCancelled
+        from keepstep.engine import RunCancelled
 
         if isinstance(error, RunCancelled):
             return None, True

@@ -38,7 +38,7 @@ def drill(root: DirArg, run: RunOpt, seed: SeedOpt = None, keep: KeepOpt = False
     """Kill a copy of the run at two seeded commit-protocol boundaries, recover it with a
     third executor, and check: every unit current, only in-flight units redone, no duplicate
     commits, orphans never referenced, the checkpoint chain intact."""
-    from keepstep.engine.drills.drill import drill as run_drill
+    from keepstep.engine import drill as run_drill
 
     with open_project_dir(root) as project:
         existing_run(project, run)

@@ -34,7 +34,7 @@ OutOpt = Annotated[Path, typer.Option(
 def handover(root: DirArg, run: RunOpt, out_path: OutOpt, branch: BranchOpt = "main",
              as_json: JsonOpt = False) -> None:
     """Export the handover bundle (folder or .zip) and verify it."""
-    from keepstep.engine.report.handover import export_handover, verify_bundle
+    from keepstep.engine import export_handover, verify_bundle
 
     with open_project_dir(root) as project:
         the_run = existing_run(project, run, branch)
@@ -56,7 +56,7 @@ def verify_bundle_cmd(path: Annotated[Path, typer.Argument(
         metavar="PATH", help="A handover bundle: its folder or its .zip.")],
         as_json: JsonOpt = False) -> None:
     """Check every file of a handover bundle against its manifest.json hashes."""
-    from keepstep.engine.report.handover import verify_bundle
+    from keepstep.engine import verify_bundle
 
     if not path.exists():
         raise UsageProblem(f"{path} does not exist", "pass a bundle folder or .zip file")
@@ -85,7 +85,7 @@ def story(pack: DirArg, workdir: Annotated[Path | None, typer.Option(
 )] = None) -> None:
     """Run the ME-042 story on a copy of the pack: a killed executor, a budget block and an
     audience change, printing each decision; exit 1 if an end-state check fails."""
-    from keepstep.engine.drills.story import run_story
+    from keepstep.engine import run_story
 
     pack = check_dir(pack)
     target = _story_workdir(pack, workdir)
@@ -105,7 +105,7 @@ def narrative_cmd(root: DirArg, run: RunOpt, branch: BranchOpt = "main",
                       help="Compare the figures of a narrative file with the state instead "
                       "(a mismatch raises an alert and exits 1).")] = None) -> None:
     """The handover narrative, generated from the run's stored state (no model)."""
-    from keepstep.engine.report.narrative import check_narrative, narrative
+    from keepstep.engine import check_narrative, narrative
 
     if check is not None and not check.is_file():
         raise UsageProblem(f"{check} is not a file", "pass a narrative.md to check")

@@ -20,7 +20,6 @@ from keepstep.app.cli.common import (
     RunOpt,
     add_command,
     check_unit,
-    engine_feature,
     existing_run,
     open_project_dir,
 )
@@ -28,10 +27,9 @@ from keepstep.app.cli.common import (
 
 def verify(root: DirArg, run: RunOpt, branch: BranchOpt = "main") -> None:
     """Verify the whole checkpoint chain of a run (links and state hashes)."""
-    from keepstep.engine.report.views import verify_run_chain
 
     with open_project_dir(root) as project:
-        report = verify_run_chain(existing_run(project, run, branch))
+        report = existing_run(project, run, branch).verify()
         typer.echo(out.chain_text(report))
         if not report.ok:
             raise typer.Exit(EXIT_RUNTIME)
@@ -41,13 +39,11 @@ def explain(root: DirArg, run: RunOpt,
             unit: Annotated[str, typer.Argument(help="The unit, e.g. U27.")],
             branch: BranchOpt = "main", as_json: JsonOpt = False) -> None:
     """Why a unit is in its state: attempts, invalidation path, gate or budget figures."""
-    engine_feature("keepstep.engine.core.explain", "`keepstep explain`")
-    from keepstep.engine.report.views import explain_run_unit
 
     with open_project_dir(root) as project:
         the_run = existing_run(project, run, branch)
         check_unit(the_run, unit)
-        result = explain_run_unit(the_run, unit)
+        result = the_run.explain(unit)
         typer.echo(out.to_json(result.model_dump(mode="json")) if as_json
                    else out.render_any(result))
 
@@ -55,12 +51,10 @@ def explain(root: DirArg, run: RunOpt,
 def preview(root: DirArg, run: RunOpt, branch: BranchOpt = "main",
             as_json: JsonOpt = False) -> None:
     """Dry run: what the project files' edits would reuse and invalidate, before resuming."""
-    engine_feature("keepstep.engine.core.explain", "`keepstep preview`")
-    from keepstep.engine.report.views import preview_run
 
     with open_project_dir(root) as project:
         the_run = existing_run(project, run, branch)
-        result = preview_run(the_run)
+        result = the_run.preview()
         typer.echo(out.to_json(result.model_dump(mode="json")) if as_json
                    else out.preview_text(result))
 

@@ -177,9 +177,7 @@ def dashboard_text(status: Any, *, project: str = "", phases: Mapping[str, str] 
         if view.state in ("blocked", "failed") and view.reason:
             needs.append(f"  {sym[view.state]} {uid} {view.state}: {view.reason}")
     for req in status.pending_approvals:
-        gate = req.get("gate") or req.get("gate_id") or "?"
-        question = req.get("question", "")
-        needs.append(f"  ? gate {gate}: {question}".rstrip(": "))
+        needs.append(f"  ? gate {req.gate}: {req.question}".rstrip(": "))
     needs.append(f"  ! external unknown: {len(status.external_unknown)}")
     lines += ["", "Needs you", *needs]
 

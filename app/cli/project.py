@@ -66,8 +66,7 @@ def init(root: DirArg, force: Annotated[bool, typer.Option(
 
 def validate(root: DirArg) -> None:
     """Check the project files: plan (units, dependencies, gates), contract, sources."""
-    from keepstep.engine import load_project_files
-    from keepstep.engine.files.project import snapshot_sources
+    from keepstep.engine import load_project_files, snapshot_sources
 
     root = check_dir(root)
     files = load_project_files(root)
@@ -82,7 +81,7 @@ def validate(root: DirArg) -> None:
 def _output_warnings(plan: Any) -> list[str]:
     """Declared outputs a unit's kind will not write (a likely typo, not an error)."""
     try:
-        from keepstep.engine.kinds import expected_outputs
+        from keepstep.engine import expected_outputs
     except ImportError:  # kinds not installed: nothing to compare against
         return []
     warnings = []
@@ -110,9 +109,7 @@ def _root_of(ctx: typer.Context) -> Path:
 def _run_snapshots(root: Path) -> tuple[dict[str, dict[str, Any]], str]:
     """(run id -> input snapshot, a warning). The list itself needs neither the database
     nor a valid plan, so a problem with either only costs the snapshot column."""
-    from keepstep.engine import KeepstepError
-    from keepstep.engine.report.views import input_snapshots
-    from keepstep.storage.errors import StorageError
+    from keepstep.engine import KeepstepError, StorageError, input_snapshots
 
     try:
         with open_project_dir(root, validate=False) as project:
@@ -123,8 +120,7 @@ def _run_snapshots(root: Path) -> tuple[dict[str, dict[str, Any]], str]:
 
 
 def _sources_list(root: Path, run_id: str | None) -> None:
-    from keepstep.engine.files.project import load_sources
-    from keepstep.storage.hashing import file_sha256
+    from keepstep.engine import file_sha256, load_sources
 
     root = check_dir(root)
     sf = load_sources(root)
@@ -175,7 +171,7 @@ def sources_list(ctx: typer.Context, run: Annotated[str | None, typer.Option(
 
 
 def _set_approved(root: Path, source_id: str, approved: bool) -> None:
-    from keepstep.engine.files.project import load_sources, save_sources
+    from keepstep.engine import load_sources, save_sources
 
     sf = load_sources(root)
     entry = next((s for s in sf.sources if s.id == source_id), None)
@@ -236,7 +232,7 @@ def sources_add(
     approve: Annotated[bool, typer.Option("--approve", help="Approve it at once.")] = False,
 ) -> None:
     """Add a source to sources.toml (not approved unless --approve)."""
-    from keepstep.engine.files.sources import add_source
+    from keepstep.engine import add_source
 
     root = _root_of(ctx)
     entry = add_source(root, path, source_id=source_id, group=group, title=title, kind=kind,

@@ -65,11 +65,11 @@ def events(root: DirArg, run: RunOpt,
 def effects(root: DirArg, run: RunOpt, branch: BranchOpt = "main",
             as_json: JsonOpt = False) -> None:
     """The side-effect ledger: key, unit, action, adapter, status, remote id."""
-    from keepstep.engine.report.views import EFFECT_FIELDS, effect_rows
+    from keepstep.engine import EFFECT_FIELDS
 
     with open_project_dir(root) as project:
         the_run = existing_run(project, run, branch)
-        rows = effect_rows(the_run)
+        rows = [r.model_dump(mode="json") for r in the_run.effects()]
         if as_json:
             typer.echo(out.to_json(rows))
             return
@@ -107,7 +107,7 @@ def budget_raise(
         the_run = existing_run(project, run, branch)
         budget = the_run.raise_budget(reason=reason, who=who_or_login(who), **limits)
         for k, v in limits.items():
-            used = budget.used.get(k, 0) if hasattr(budget, "used") else 0
+            used = budget.used.get(k, 0)
             typer.echo(f"{k}: limit now {v:g} (used {used:g})")
         typer.echo(f"recorded as a budget decision by {who_or_login(who)}: {reason}")
         typer.echo(f"continue with `keepstep resume {root} --run {run}`")
@@ -128,11 +128,10 @@ def _gate(run: Run, gate: str) -> Gate:
 def approvals(root: DirArg, run: RunOpt, branch: BranchOpt = "main",
               as_json: JsonOpt = False) -> None:
     """Pending approval requests, with what each option reuses and redoes."""
-    from keepstep.engine.run.gates import pending_approvals
 
     with open_project_dir(root) as project:
         the_run = existing_run(project, run, branch)
-        pending = pending_approvals(the_run)
+        pending = [p.model_dump(mode="json") for p in the_run.pending_approvals()]
         typer.echo(out.to_json(pending) if as_json else
                    out.approvals_text(pending, run, str(root)))
 
@@ -143,11 +142,10 @@ def approve(root: DirArg, run: RunOpt, gate: GateArg,
                                                       "the request came with one.")] = None,
             branch: BranchOpt = "main", who: WhoOpt = None) -> None:
     """Answer an approval gate (bound to the current plan version and contract)."""
-    from keepstep.engine.run.gates import record_choice
 
     with open_project_dir(root) as project:
         the_run = existing_run(project, run, branch)
-        record_choice(the_run, _gate(the_run, gate), choice, who=who_or_login(who), token=token)
+        the_run.approve(_gate(the_run, gate).id, choice, who=who_or_login(who), token=token)
         typer.echo(f"recorded: gate {gate} = {choice!r} (by {who_or_login(who)})")
         typer.echo(f"continue with `keepstep resume {root} --run {run}`")
 
@@ -157,14 +155,13 @@ def revoke(root: DirArg, run: RunOpt, gate: GateArg,
                                                "decision).")],
            branch: BranchOpt = "main", who: WhoOpt = None) -> None:
     """Revoke a gate's decision (a recorded decision); the gate asks again on resume."""
-    from keepstep.engine.run.gates import revoke_choice
 
     if not reason.strip():
         raise UsageProblem("a revocation needs a reason", "pass --reason '...'")
     with open_project_dir(root) as project:
         the_run = existing_run(project, run, branch)
         found = _gate(the_run, gate)
-        record = revoke_choice(the_run, found, who=who_or_login(who), reason=reason)
+        record = the_run.revoke(found.id, who=who_or_login(who), reason=reason)
         typer.echo(f"revoked: gate {gate} = {record.choice!r} (by {who_or_login(who)}: "
                    f"{reason})")
         unit = found.unit
@@ -180,7 +177,7 @@ def revoke(root: DirArg, run: RunOpt, gate: GateArg,
 # --- keys ------------------------------------------------------------------------------------
 def keys_set(provider: Annotated[str, typer.Argument(help="e.g. openai, anthropic.")]) -> None:
     """Store a provider's API key in the OS keyring (read with a hidden prompt)."""
-    from keepstep.engine.gateway.keys import env_var_name, require_keyring, set_api_key
+    from keepstep.engine import env_var_name, require_keyring, set_api_key
 
     if sys.stdin is not None and sys.stdin.isatty():
         # Refuse before asking: typing a key that then cannot be stored is a trap.

@@ -36,13 +36,12 @@ from keepstep.app.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from keepstep.engine import Run
-    from keepstep.engine.run.takeover_preview import TakeoverPreview
+    from keepstep.engine import Run, TakeoverPreview
 
 
 def takeover_text(preview: TakeoverPreview) -> str:
     """A takeover preview as text: summary, then each list that is not empty."""
-    from keepstep.engine.core.explain import compact_ids
+    from keepstep.engine import compact_ids
 
     def ids(units: list[str]) -> str:
         return compact_ids(units) or "none"
@@ -165,8 +164,7 @@ def takeover(
 
 def _narrow(root: Path, run_id: str, branch: str, yes: bool, *, drop: list[str],
             keep: list[str], note: str, who: str, hint: str) -> None:
-    from keepstep.engine.run.takeover import narrow_scope
-    from keepstep.engine.run.takeover_preview import keep_for_drop, preview_narrow
+    from keepstep.engine import keep_for_drop, narrow_scope, preview_narrow
 
     if bool(drop) == bool(keep):
         raise UsageProblem("name the units to drop or to keep (one of the two)",
@@ -188,8 +186,7 @@ def _narrow(root: Path, run_id: str, branch: str, yes: bool, *, drop: list[str],
 
 def _rerun(root: Path, run_id: str, branch: str, yes: bool, *, unit: str, note: str, who: str,
            hint: str) -> None:
-    from keepstep.engine.run.takeover import rerun_unit
-    from keepstep.engine.run.takeover_preview import preview_rerun
+    from keepstep.engine import preview_rerun, rerun_unit
 
     def preview(run: Run) -> TakeoverPreview:
         check_unit(run, unit)
@@ -204,7 +201,7 @@ def _rerun(root: Path, run_id: str, branch: str, yes: bool, *, unit: str, note: 
 
 
 def _branch(root: Path, run_id: str, branch: str, yes: bool, *, at: int, name: str) -> None:
-    from keepstep.engine.run.takeover_preview import preview_branch
+    from keepstep.engine import preview_branch
 
     def preview(run: Run) -> TakeoverPreview:
         head = run.head().version
@@ -224,8 +221,7 @@ def _branch(root: Path, run_id: str, branch: str, yes: bool, *, at: int, name: s
 
 
 def _cancel(root: Path, run_id: str, branch: str, yes: bool, *, note: str, who: str) -> None:
-    from keepstep.engine.run.takeover import record_takeover
-    from keepstep.engine.run.takeover_preview import preview_cancel
+    from keepstep.engine import preview_cancel, record_takeover
 
     def record(run: Run) -> str:
         record_takeover(run, "cancel", who=who, note=note)
@@ -236,8 +232,7 @@ def _cancel(root: Path, run_id: str, branch: str, yes: bool, *, note: str, who: 
 
 def _expert(root: Path, run_id: str, branch: str, yes: bool, *, unit: str, note: str,
             who: str) -> None:
-    from keepstep.engine.run.takeover import mark_for_expert
-    from keepstep.engine.run.takeover_preview import preview_expert
+    from keepstep.engine import mark_for_expert, preview_expert
 
     def preview(run: Run) -> TakeoverPreview:
         check_unit(run, unit)

@@ -6,10 +6,11 @@ into these and posts them; the dashboard's handlers update the screen.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from textual.message import Message
+
+from keepstep.engine import PendingApproval, RunStatus
 
 
 @dataclass
@@ -32,7 +33,7 @@ class UnitCommitted(Message):
     attempt: str
     outcome: str
     detail: str = ""
-    status: Any = None
+    status: RunStatus | None = None
 
 
 @dataclass
@@ -49,16 +50,16 @@ class RunProgressed(Message):
 
 @dataclass
 class ApprovalRequested(Message):
-    """The run stopped at a gate; ``request`` is a pending approval (engine dict)."""
+    """The run stopped at a gate; ``request`` is the pending approval."""
 
-    request: dict[str, Any] = field(default_factory=dict)
+    request: PendingApproval
 
 
 @dataclass
 class RunFinished(Message):
     """The engine returned: done, blocked or cancelled at a safe point."""
 
-    status: Any
+    status: RunStatus
     cancelled: bool = False
     label: str = "run"
 

@@ -52,9 +52,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
+from keepstep.engine.core.hashing import canonical_json, sha256_hex
+from keepstep.engine.core.inputs import Contract, InputSnapshot
 from keepstep.engine.core.plan import EdgeType, Plan, Unit
-from keepstep.engine.files.project import Contract, InputSnapshot
-from keepstep.storage.hashing import canonical_json, sha256_hex
 
 
 class ChangeKind(StrEnum):

@@ -21,8 +21,7 @@ from keepstep.engine.core.invalidation import (
     invalidate,
 )
 from keepstep.engine.core.plan import Plan
-from keepstep.engine.core.state import Explanation, RunFacts, UnitRecord, UnitState
-from keepstep.storage.models import ModelCall
+from keepstep.engine.core.state import CallRow, Explanation, RunFacts, UnitRecord, UnitState
 
 # -- preview ---------------------------------------------------------------------------------
 
@@ -68,7 +67,7 @@ class Preview(BaseModel):
         return dict(value.items())
 
     def _repr_html_(self) -> str:  # Jupyter
-        from keepstep.engine.report.display import preview_html
+        from keepstep.engine.core.html import preview_html
 
         return preview_html(self)
 
@@ -141,19 +140,19 @@ class _UnitCosts(Sequence[UnitCost]):
         return repr(self.rows())
 
 
-Calls = Iterable[ModelCall] | Mapping[str, list[ModelCall]]
+Calls = Iterable[CallRow] | Mapping[str, list[CallRow]]
 
 
-def group_calls(calls: Iterable[ModelCall]) -> dict[str, list[ModelCall]]:
+def group_calls(calls: Iterable[CallRow]) -> dict[str, list[CallRow]]:
     """The call ledger grouped by unit; pass it to ``preview`` to look up only the units it
     needs (a caller that previews repeatedly groups once)."""
-    out: dict[str, list[ModelCall]] = {}
+    out: dict[str, list[CallRow]] = {}
     for c in calls:
         out.setdefault(c.unit, []).append(c)
     return out
 
 
-def _ledger_figures(calls: Iterable[ModelCall], attempt: str | None) -> Figures:
+def _ledger_figures(calls: Iterable[CallRow], attempt: str | None) -> Figures:
     n = tokens = latency_ms = 0
     cost = 0.0
     for c in calls:
@@ -165,7 +164,7 @@ def _ledger_figures(calls: Iterable[ModelCall], attempt: str | None) -> Figures:
     return n, tokens, cost, latency_ms / 1000.0
 
 
-def _settled(uid: str, calls: Iterable[ModelCall], attempt: str | None, basis: str) -> UnitCost:
+def _settled(uid: str, calls: Iterable[CallRow], attempt: str | None, basis: str) -> UnitCost:
     n, tokens, cost, seconds = _ledger_figures(calls, attempt)
     return UnitCost(unit=uid, calls=n, tokens=tokens, cost=cost, seconds=seconds, basis=basis)
 
@@ -335,7 +334,7 @@ class UnitExplanation(BaseModel):
         return "\n".join([*lines, tail])
 
     def _repr_html_(self) -> str:  # Jupyter
-        from keepstep.engine.report.display import explanation_html
+        from keepstep.engine.core.html import explanation_html
 
         return explanation_html(self)
 
@@ -382,7 +381,7 @@ def _waiting(plan: Plan, facts: RunFacts, unit_id: str,
 
 
 def explain_unit(plan: Plan, facts: RunFacts, unit_id: str, *,
-                 calls: Iterable[ModelCall] | None = None,
+                 calls: Iterable[CallRow] | None = None,
                  approvals: Iterable[Any] | None = None) -> UnitExplanation:
     """Why ``unit_id`` is in its state. ``calls`` (the run's ledger rows) adds figures;
     ``approvals`` (rows with gate/unit, choice and ``applies``) adds the gate's decisions."""

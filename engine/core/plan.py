@@ -17,8 +17,8 @@ import networkx as nx
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from keepstep.engine.core.hashing import canonical_json, sha256_hex
 from keepstep.engine.errors import PlanValidationError, ProjectError
-from keepstep.storage.hashing import canonical_json, sha256_hex
 
 MAX_ROUNDS_CAP = 10
 DEFAULT_TIMEOUT_MINUTES = 45.0

@@ -16,12 +16,11 @@ runtime facts (leases and unit_status rows), overlaid here, never committed.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from keepstep.engine.core.plan import Plan
-from keepstep.storage.models import Budget, Lease, UnitStatus
 
 UNIT_PREFIX = "unit:"
 
@@ -80,6 +79,55 @@ class UnitRecord(BaseModel):
     cutoff_note: str = ""
 
 
+class LeaseFact(BaseModel):
+    """A live claim on a unit (storage's lease row, as the core reads it)."""
+
+    model_config = ConfigDict(from_attributes=True)
+    unit: str
+    attempt_id: str
+    owner: str
+    fencing_token: int
+    expires_at: float
+    renewed_at: float
+    progress: str | None = None
+    progress_at: float
+
+
+class StatusFact(BaseModel):
+    """A runtime unit status (blocked, failed, cancelled) with its reason and details."""
+
+    model_config = ConfigDict(from_attributes=True)
+    unit: str
+    status: str
+    reason: str
+    details: dict[str, Any] = Field(default_factory=dict)
+    updated_at: str = ""
+
+
+class BudgetFact(BaseModel):
+    """Budget limits and what has been used, counter by counter."""
+
+    model_config = ConfigDict(from_attributes=True)
+    limits: dict[str, float] = Field(default_factory=dict)
+    used: dict[str, float] = Field(default_factory=dict)
+
+    def left(self) -> dict[str, float]:
+        """counter -> limit minus used, for every counter that has a limit."""
+        return {k: lim - self.used.get(k, 0.0) for k, lim in self.limits.items()}
+
+
+class CallRow(Protocol):
+    """What the core reads of a call-ledger row (storage's ModelCall satisfies it)."""
+
+    unit: str
+    attempt_id: str
+    status: str
+    tokens_in: int
+    tokens_out: int
+    cost: float
+    latency_ms: int
+
+
 class RunFacts(BaseModel):
     """Everything decide() and the views need, loaded in one go."""
 
@@ -89,9 +137,9 @@ class RunFacts(BaseModel):
     plan_info: dict[str, Any]
     inputs_info: dict[str, Any]
     records: dict[str, UnitRecord]
-    statuses: dict[str, UnitStatus]
-    leases: dict[str, Lease]
-    budget: Budget
+    statuses: dict[str, StatusFact]
+    leases: dict[str, LeaseFact]
+    budget: BudgetFact
     now: float
     gates_open: dict[str, bool] = Field(default_factory=dict)  # unit -> approval applies
     attempts_count: dict[str, int] = Field(default_factory=dict)

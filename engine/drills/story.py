@@ -74,7 +74,8 @@ def _worker(project_dir: Path, *args: str,
     if crash_at:
         env["KEEPSTEP_CRASH_AT"] = crash_at
     return subprocess.run(
-        [sys.executable, "-m", "keepstep.engine.drills.worker", str(project_dir), "--run", RUN_ID, *args],
+        [sys.executable, "-m", "keepstep.engine.drills.worker", str(project_dir), "--run", RUN_ID,
+         *args],
         env=env, capture_output=True, text=True, timeout=600,
     )
 

@@ -14,9 +14,10 @@ from typing import Annotated, Any, Literal
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from keepstep.engine.core.inputs import Contract, InputSnapshot, SourceEntry
 from keepstep.engine.core.plan import Plan, check_plan, load_plan
 from keepstep.engine.errors import ConfigError, PlanValidationError, ProjectError, SourceError
-from keepstep.storage.hashing import canonical_json, file_sha256, sha256_hex
+from keepstep.storage.hashing import file_sha256
 
 CONFIG_FILE = "keepstep.toml"
 CONTRACT_FILE = "contract.md"
@@ -104,35 +105,6 @@ class ProjectConfig(BaseModel):
     versions: dict[str, str] = Field(default_factory=dict)  # prompt/tool/policy version pins
     # External systems a `deliver` unit may act on, by name (see engine.effects).
     adapters: dict[str, AdapterConfig] = Field(default_factory=dict)
-
-
-class Contract(BaseModel):
-    """The task contract: front matter fields (audience, goal, scope…) plus the body."""
-
-    fields: dict[str, Any]
-    body: str
-
-    @property
-    def audience(self) -> str:
-        return str(self.fields.get("audience", ""))
-
-    def hash(self) -> str:
-        return sha256_hex(canonical_json({"fields": self.fields, "body": self.body}))
-
-    def field_hashes(self) -> dict[str, str]:
-        out = {k: sha256_hex(canonical_json(v)) for k, v in self.fields.items()}
-        out["body"] = sha256_hex(self.body)
-        return out
-
-
-class SourceEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    id: str
-    path: str
-    group: str = ""
-    title: str = ""
-    kind: str = ""
-    approved: bool = False
 
 
 class SourcesFile(BaseModel):
@@ -249,16 +221,6 @@ def save_sources(root: Path, sf: SourcesFile) -> None:
     tmp = root / (SOURCES_FILE + ".tmp")
     tmp.write_bytes(tomli_w.dumps(data).encode("utf-8"))
     tmp.replace(root / SOURCES_FILE)
-
-
-class InputSnapshot(BaseModel):
-    """The approved source set: ids and sha256 — never the text."""
-
-    sources: dict[str, str]  # id -> sha256
-    groups: dict[str, str]  # id -> group
-
-    def hash(self) -> str:
-        return sha256_hex(canonical_json({"sources": self.sources, "groups": self.groups}))
 
 
 def snapshot_sources(root: Path, sf: SourcesFile) -> InputSnapshot:

@@ -11,8 +11,9 @@ import os
 import re
 from pathlib import Path
 
+from keepstep.engine.core.inputs import SourceEntry
 from keepstep.engine.errors import SourceError
-from keepstep.engine.files.project import SOURCES_FILE, SourceEntry, load_sources, save_sources
+from keepstep.engine.files.project import SOURCES_FILE, load_sources, save_sources
 
 SOURCES_DIR = "sources"
 # Ids and groups are written into plan inputs as "source:ID" / "group:G": no spaces or colons.

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, Field
 
+from keepstep.engine.core.inputs import Contract, InputSnapshot, SourceEntry
 from keepstep.engine.core.plan import Plan, Unit
-from keepstep.engine.files.project import Contract, InputSnapshot, SourceEntry
 
 if TYPE_CHECKING:
     from keepstep.engine.run.effects import EffectOutcome

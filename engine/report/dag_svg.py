@@ -12,21 +12,13 @@ from collections.abc import Iterable, Mapping
 from html import escape
 from typing import TYPE_CHECKING
 
+from keepstep.engine.core.html import STATE_COLORS
 from keepstep.engine.core.plan import Plan
 
 if TYPE_CHECKING:
-    from keepstep.engine.api import Run
+    from keepstep.engine.run.handle import RunHandle
 
 # state -> (fill, stroke)
-STATE_COLORS: dict[str, tuple[str, str]] = {
-    "succeeded": ("#c8e6c9", "#2e7d32"),
-    "invalidated": ("#fff3c4", "#b28704"),
-    "blocked": ("#ffcdd2", "#c62828"),
-    "failed": ("#ef9a9a", "#8e0000"),
-    "running": ("#bbdefb", "#1565c0"),
-    "pending": ("#eeeeee", "#757575"),
-    "cancelled": ("#e0e0e0", "#424242"),
-}
 # edge type -> (colour, dash pattern)
 EDGE_STYLES: dict[str, tuple[str, str]] = {
     "content": ("#9e9e9e", ""),
@@ -175,7 +167,7 @@ def _legend(y: float, width: float) -> list[str]:
     return out
 
 
-def run_dag_svg(run: Run) -> str:
+def run_dag_svg(run: RunHandle) -> str:
     """The DAG of the plan the run is at, coloured by each unit's state now."""
     status = run.status()
     orphans = [o.attempt_id for o in run.store.orphaned_attempts(run.run_id)]

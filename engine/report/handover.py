@@ -39,7 +39,7 @@ from keepstep.engine.report.narrative import check_narrative, narrative
 from keepstep.engine.report.narrative_history import gather
 
 if TYPE_CHECKING:
-    from keepstep.engine.api import Run
+    from keepstep.engine.run.handle import RunHandle
 
 BUNDLE_FORMAT = "keepstep-handover/1"
 MANIFEST = "manifest.json"
@@ -85,10 +85,10 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _deliverables(run: Run) -> list[dict[str, Any]]:
+def _deliverables(run: RunHandle) -> list[dict[str, Any]]:
     from keepstep.engine.report.views import current_deliverables
 
-    rows = current_deliverables(run)
+    rows = [d.model_dump() for d in current_deliverables(run)]
     names = [r["name"] for r in rows]
     for r in rows:
         clash = names.count(r["name"]) > 1
@@ -97,7 +97,7 @@ def _deliverables(run: Run) -> list[dict[str, Any]]:
     return rows
 
 
-def _collect(run: Run) -> dict[str, Any]:
+def _collect(run: RunHandle) -> dict[str, Any]:
     """Every fact the bundle shows, read once."""
     from keepstep.engine.run.gates import pending_approvals
 
@@ -147,7 +147,7 @@ def _collect(run: Run) -> dict[str, Any]:
         "orphans": [o.model_dump(mode="json") | {"directory": _relative(o.directory,
                                                                         store.artifacts.root)}
                     for o in store.orphaned_attempts(run.run_id)],
-        "approvals": {"pending": pending_approvals(run),
+        "approvals": {"pending": [p.model_dump(mode="json") for p in pending_approvals(run)],
                       "history": [a.model_dump(mode="json") for a in approvals
                                   if a.status != "requested"]},
         "errors": [{"seq": e.seq, "ts": e.ts, "kind": e.kind, "unit": e.unit,
@@ -167,7 +167,7 @@ def _relative(path: str, root: Path) -> str:
     return p.relative_to(root).as_posix() if p.is_relative_to(root) else p.name
 
 
-def _contract(run: Run) -> tuple[str, bool]:
+def _contract(run: RunHandle) -> tuple[str, bool]:
     from keepstep.engine.files.project import CONTRACT_FILE, load_contract
 
     path = run.project.root / CONTRACT_FILE
@@ -179,7 +179,7 @@ def _contract(run: Run) -> tuple[str, bool]:
     return text, same
 
 
-def _plan_text(run: Run) -> str:
+def _plan_text(run: RunHandle) -> str:
     snap = run.store.artifacts.root / run.plan_info.get("snapshot_path", "")
     if snap.is_file():
         return snap.read_text(encoding="utf-8")
@@ -212,7 +212,7 @@ def _is_bundle_manifest(data: bytes) -> bool:
         return False
 
 
-def export_handover(run: Run, out: str | Path) -> Path:
+def export_handover(run: RunHandle, out: str | Path) -> Path:
     """Write the handover bundle of ``run`` to ``out`` (a folder, or a zip if it ends in
     ``.zip``) and return its path. An earlier bundle at ``out`` is replaced; anything else
     there is refused. The narrative is checked against the state before it is written."""
@@ -232,7 +232,7 @@ def export_handover(run: Run, out: str | Path) -> Path:
     return _write_bundle(run, out)
 
 
-def _write_bundle(run: Run, out: Path) -> Path:
+def _write_bundle(run: RunHandle, out: Path) -> Path:
     from keepstep.engine.report.dag_svg import run_dag_svg
 
     facts = _collect(run)

@@ -27,7 +27,7 @@ from keepstep.engine.report.narrative_claims import (
 from keepstep.engine.report.narrative_history import Facts, gather, history, recoveries
 
 if TYPE_CHECKING:
-    from keepstep.engine.api import Run
+    from keepstep.engine.run.handle import RunHandle
 
 NARRATIVE_VERSION = "narrative-1"
 _KIND_WORDS = {"unit-success": ("unit success", "unit successes"),
@@ -135,7 +135,7 @@ def _unverified(f: Facts) -> list[Line]:
         f"{o} (not yet quarantined: the next resume audits it)" for o in orphans) or "none"
     unknown = ", ".join(f"{e.get('unit', '?')} {e.get('action', '')} ({e.get('status', '')})"
                         for e in st.external_unknown) or "none"
-    approvals = ", ".join(f"gate {a.get('gate')!r} for {a.get('unit', '?')}"
+    approvals = ", ".join(f"gate {a.gate!r} for {a.unit or '?'}"
                           for a in st.pending_approvals) or "none"
     alerts = [e.kind.removeprefix("alert.") for e in f.events if e.kind.startswith("alert.")]
     return ["", "## What is unverified", "",
@@ -151,7 +151,7 @@ def _unverified(f: Facts) -> list[Line]:
                               else "none")})]
 
 
-def narrative_lines(run: Run) -> list[Line]:
+def narrative_lines(run: RunHandle) -> list[Line]:
     """The narrative as lines: plain strings and figure-bearing ``Claim``s."""
     f = gather(run)
     title = run.plan.plan.title or run.project.files.config.name
@@ -171,12 +171,12 @@ def narrative_lines(run: Run) -> list[Line]:
     return lines
 
 
-def narrative(run: Run) -> str:
+def narrative(run: RunHandle) -> str:
     """The handover narrative (Markdown) for ``run``, from its stored state only."""
     return render(narrative_lines(run))
 
 
-def check_narrative(run: Run, text: str) -> list[Mismatch]:
+def check_narrative(run: RunHandle, text: str) -> list[Mismatch]:
     """Compare every figure in ``text`` with the run's state. Any mismatch is recorded as an
     ``alert.narrative_mismatch`` event; the state wins (``narrative(run)`` gives its text)."""
     mismatches = compare(narrative_lines(run), text)

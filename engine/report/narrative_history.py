@@ -23,7 +23,7 @@ from keepstep.engine.report.narrative_claims import (
 )
 
 if TYPE_CHECKING:
-    from keepstep.engine.api import Run
+    from keepstep.engine.run.handle import RunHandle
     from keepstep.storage.models import Checkpoint, Event
 
 _HISTORY_KINDS = ("decision.", "approval.decided", "approval.revoked", "approval.superseded",
@@ -60,7 +60,7 @@ class Facts:
         return out
 
 
-def gather(run: Run) -> Facts:
+def gather(run: RunHandle) -> Facts:
     """Load the facts; the baseline is the head if it verifies, else the newest checkpoint
     before the first one that does not."""
     store = run.store

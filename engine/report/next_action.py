@@ -35,9 +35,10 @@ def next_action(status: Any, decision: Decision) -> str:
                 f"then resume ({resume}) ({', '.join(budget_units)} blocked: "
                 f"{status.units[budget_units[0]].reason})")
     if status.pending_approvals:
-        gate = status.pending_approvals[0]
-        return (f"answer the approval for gate {gate['gate']!r} "
-                f"({_cmd(status, 'approve', gate['gate'] + ' --choice ...')}), then resume")
+        first = status.pending_approvals[0]
+        gate = first["gate"] if isinstance(first, dict) else first.gate
+        return (f"answer the approval for gate {gate!r} "
+                f"({_cmd(status, 'approve', gate + ' --choice ...')}), then resume")
     if status.external_unknown:
         return (f"settle the unknown external outcomes (list them with "
                 f"{_cmd(status, 'effects')}), then resume ({resume})")

@@ -9,10 +9,11 @@ from pydantic import BaseModel, Field
 
 from keepstep.engine.core.decide import Decision, DecisionKind, decide, ready_units
 from keepstep.engine.core.state import counts
+from keepstep.engine.run.gates import PendingApproval, pending_approvals
 from keepstep.storage import NotFound
 
 if TYPE_CHECKING:
-    from keepstep.engine.api import Run
+    from keepstep.engine.run.handle import RunHandle
 
 VIEW_VERSION = "status-view-1"
 
@@ -36,7 +37,7 @@ class RunStatus(BaseModel):
     counts: dict[str, int]
     budget: dict[str, dict[str, float]]
     leases: list[dict[str, Any]]
-    pending_approvals: list[dict[str, Any]]
+    pending_approvals: list[PendingApproval]
     external_unknown: list[dict[str, Any]]
     alerts: list[dict[str, Any]]
     next_action: str
@@ -57,7 +58,7 @@ class RunStatus(BaseModel):
 # never committed, the last commit from the head.
 
 
-def _alerts(run: Run, facts: Any, last_commit_ts: float | None,
+def _alerts(run: RunHandle, facts: Any, last_commit_ts: float | None,
             decision_kind: str) -> list[dict]:
     policy = run.project.files.config.policy
     out: list[dict[str, Any]] = []
@@ -79,7 +80,7 @@ def _alerts(run: Run, facts: Any, last_commit_ts: float | None,
     return out
 
 
-def recovery_stop(run: Run) -> str | None:
+def recovery_stop(run: RunHandle) -> str | None:
     """Why the newest recovery stopped (failed, blocked, breaker open), unless a later one
     finished or a person reset it: a run whose recovery stopped must not read "resume"."""
     evs = run.store.events(run.run_id, branch_id=run.branch_id, kinds=[
@@ -90,9 +91,8 @@ def recovery_stop(run: Run) -> str | None:
     return str(evs[0].payload.get("reason") or "recovery stopped")
 
 
-def run_status(run: Run) -> RunStatus:
+def run_status(run: RunHandle) -> RunStatus:
     from keepstep.engine.report.next_action import next_action
-    from keepstep.engine.run.gates import pending_approvals
 
     store = run.store
     facts = run.facts()

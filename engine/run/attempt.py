@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from keepstep.engine.core.inputs import InputSnapshot, SourceEntry
 from keepstep.engine.core.plan import Plan, Unit
 from keepstep.engine.core.state import OutputRef, UnitRecord, UnitState
 from keepstep.engine.errors import (
@@ -26,7 +27,7 @@ from keepstep.engine.errors import (
     QuotaExhausted,
     RunCancelled,
 )
-from keepstep.engine.files.project import InputSnapshot, ProjectFiles, SourceEntry
+from keepstep.engine.files.project import ProjectFiles
 from keepstep.engine.kinds.context import KindOutcome
 from keepstep.storage import (
     ArtifactEntry,
@@ -329,7 +330,8 @@ def verify_staged(store: Store, entries: list[ArtifactEntry]) -> list[str]:
     return problems
 
 
-def build_record(ctx: AttemptContext, outcome: KindOutcome, inputs_fp: dict[str, str]) -> UnitRecord:
+def build_record(ctx: AttemptContext, outcome: KindOutcome,
+                 inputs_fp: dict[str, str]) -> UnitRecord:
     outputs = {e.name: OutputRef(sha256=e.sha256, path=e.path)
                for e in ctx.staged if not e.name.startswith("calls/")}
     consumed = {

@@ -8,13 +8,13 @@ from keepstep.engine.errors import BudgetDecisionError
 from keepstep.storage import EventIn
 
 if TYPE_CHECKING:
-    from keepstep.engine.api import Run
+    from keepstep.engine.run.handle import RunHandle
 
 KNOWN = ("calls", "tool_calls", "tokens", "cost", "wall_time_s", "retries", "recoveries",
          "storage_bytes")
 
 
-def raise_budget(run: Run, *, reason: str, who: str, limits: dict[str, float | None]) -> Any:
+def raise_budget(run: RunHandle, *, reason: str, who: str, limits: dict[str, float | None]) -> Any:
     """Raise limits with a decision event; release units that the budget blocked.
 
     Raises BudgetDecisionError (nothing recorded) for an unknown counter, no limit, an empty

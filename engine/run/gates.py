@@ -1,24 +1,49 @@
 """Gates in the run loop: which gated units may run, asking again when a decision
-no longer applies, and answering from the command line (``--approve gate=choice``)."""
+no longer applies, and answering from the command line (``--approve gate=choice``).
+
+``open_gates`` only reads; ``request_gates`` (called by the run loop, explicitly) writes
+the approval requests and records ``--approve`` answers.
+"""
 
 from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, Field
+
 from keepstep.engine.core.state import RunFacts, UnitState
 from keepstep.engine.errors import ApprovalError
+from keepstep.engine.run import approvals
+from keepstep.engine.run.approvals import ApprovalOption
 
 if TYPE_CHECKING:
-    from keepstep.engine.api import Run
     from keepstep.engine.core.plan import Gate
+    from keepstep.engine.run.handle import RunHandle
+    from keepstep.storage import ApprovalRecord
+
+
+class PendingApproval(BaseModel):
+    """An open approval request as a person sees it: the question, what the decision would
+    bind, and each option's reuse/redo/cost recomputed from the facts now (the figures
+    recorded when the gate first asked stay in ``options_at_request``)."""
+
+    gate: str
+    unit: str = ""
+    held_units: list[str] = Field(default_factory=list)
+    question: str = ""
+    request_id: str = ""
+    created_at: str = ""
+    bound_object: dict[str, Any] = Field(default_factory=dict)
+    options: list[ApprovalOption] = Field(default_factory=list)
+    options_at_request: list[ApprovalOption] = Field(default_factory=list)
 
 
 def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def bound_object(run: Run, gate: Gate, facts: RunFacts | None = None) -> dict[str, Any]:
+def bound_object(run: RunHandle, gate: Gate, facts: RunFacts | None = None) -> dict[str, Any]:
     """What an approval of this gate binds to, as the run stands now."""
     if gate.binds.startswith("artifact:"):
         uid = gate.binds.split(":", 1)[1]
@@ -30,7 +55,7 @@ def bound_object(run: Run, gate: Gate, facts: RunFacts | None = None) -> dict[st
     return {"plan_n": int(info.get("n", 1)), "contract_hash": info.get("contract_hash", "")}
 
 
-def option_estimates(run: Run, gate: Gate, facts: RunFacts) -> list[dict[str, Any]]:
+def option_estimates(run: RunHandle, gate: Gate, facts: RunFacts) -> list[ApprovalOption]:
     """Per option: what it reuses, what it redoes, and the estimated cost (from the ledger)."""
     from keepstep.engine.core.invalidation import downstream_of
 
@@ -55,36 +80,46 @@ def option_estimates(run: Run, gate: Gate, facts: RunFacts) -> list[dict[str, An
     out = []
     for label in gate.options or ["approve"]:
         keeps = label == audience or not gate.options
-        out.append({
-            "label": label,
-            "reuse": current,
-            "redo": redo if keeps else [],
-            "estimate": {"calls": est_calls if keeps else 0, "cost": 0.0},
-            "note": "runs the gated unit and what follows" if keeps else
-                    f"needs contract.md's audience changed to {label!r} first (a plan change)",
-        })
+        out.append(ApprovalOption(
+            label=label, reuse=current, redo=redo if keeps else [],
+            estimate={"calls": est_calls if keeps else 0, "cost": 0.0},
+            note="runs the gated unit and what follows" if keeps else
+            f"needs contract.md's audience changed to {label!r} first (a plan change)",
+        ))
     return out
 
 
-def gates_open(run: Run, facts: RunFacts, *, approve: dict[str, str] | None = None,
-               ask: bool = False) -> dict[str, bool]:
-    """unit id -> whether its gate currently has an applying approval.
+def _waiting_units(run: RunHandle, gate: Gate, facts: RunFacts,
+                   out: dict[str, bool]) -> list[str]:
+    units = run.plan.unit_map()
+    held = [u for u in gate.held_units() if u in units]
+    waiting = [u for u in held
+               if facts.effective_state(u) in (UnitState.pending, UnitState.invalidated)]
+    for u in held:
+        out[u] = u not in waiting
+    return waiting
 
-    With ``ask`` (the run loop), a gate whose unit is otherwise ready gets an
-    approval request (a new one when the old decision no longer applies), and a
-    ``--approve`` answer is recorded as a decision.
-    """
-    from keepstep.engine.run import approvals
 
+def open_gates(run: RunHandle, facts: RunFacts) -> dict[str, bool]:
+    """unit id -> whether its gate currently has an applying approval. Reads only."""
     out: dict[str, bool] = {}
-    plan = run.plan
-    units = plan.unit_map()
-    for gate in plan.gates:
-        held = [u for u in gate.held_units() if u in units]
-        waiting = [u for u in held
-                   if facts.effective_state(u) in (UnitState.pending, UnitState.invalidated)]
-        for u in held:
-            out[u] = u not in waiting
+    for gate in run.plan.gates:
+        waiting = _waiting_units(run, gate, facts, out)
+        if waiting and approvals.gate_status(run.store, run.run_id, run.branch_id, gate,
+                                             bound_object(run, gate, facts), facts.now).open:
+            out.update({u: True for u in waiting})
+    return out
+
+
+def request_gates(run: RunHandle, facts: RunFacts, *,
+                  approve: dict[str, str] | None = None) -> dict[str, bool]:
+    """Like ``open_gates``, and ask: a gate whose units are otherwise ready gets an approval
+    request (a new one when the old decision no longer applies), and an ``approve`` answer
+    (``--approve gate=choice``) is recorded as a decision. The run loop calls this."""
+    out: dict[str, bool] = {}
+    units = run.plan.unit_map()
+    for gate in run.plan.gates:
+        waiting = _waiting_units(run, gate, facts, out)
         if not waiting:
             continue
         obj = bound_object(run, gate, facts)
@@ -92,9 +127,7 @@ def gates_open(run: Run, facts: RunFacts, *, approve: dict[str, str] | None = No
         if status.open:
             out.update({u: True for u in waiting})
             continue
-        deps_ready = any(all(facts.is_current(d.unit) for d in units[u].depends_on)
-                         for u in waiting)
-        if not (ask and deps_ready):
+        if not any(all(facts.is_current(d.unit) for d in units[u].depends_on) for u in waiting):
             continue
         if status.request is None:
             approvals.request_gate(run.store, run.run_id, run.branch_id, gate, bound_object=obj,
@@ -106,10 +139,12 @@ def gates_open(run: Run, facts: RunFacts, *, approve: dict[str, str] | None = No
     return out
 
 
-def record_choice(run: Run, gate: Gate, answer: str, *, who: str, token: str | None = None,
-                  facts: RunFacts | None = None) -> Any:
-    from keepstep.engine.run import approvals
+def record_choice(run: RunHandle, gate: Gate, answer: str, *, who: str, token: str | None = None,
+                  facts: RunFacts | None = None) -> ApprovalRecord:
+    """Record a person's answer to ``gate`` (an ``approval.decided`` decision event).
 
+    Raises ApprovalError, recording nothing, for an option the gate does not offer, an
+    answer that contradicts contract.md, or a refused resume token."""
     labels = {slug(o): o for o in gate.options}
     choice = labels.get(slug(answer), answer if not gate.options else None)
     if choice is None:
@@ -127,34 +162,32 @@ def record_choice(run: Run, gate: Gate, answer: str, *, who: str, token: str | N
                             expires_days=gate.expires_days, token=token)
 
 
-def revoke_choice(run: Run, gate: Gate, *, who: str, reason: str) -> Any:
+def revoke_choice(run: RunHandle, gate: Gate, *, who: str, reason: str) -> ApprovalRecord:
     """Revoke the gate's current decision (an ``approval.revoked`` decision event).
 
     The gate then asks again the next time the run reaches it (a new request on resume)
     — unless its unit has already run: a revocation does not redo work. Raises
     ApprovalError when the gate has no decision to revoke or the reason is empty.
     """
-    from keepstep.engine.run import approvals
-
     if not reason.strip():
         raise ApprovalError("a revocation needs a reason", hint="pass --reason '...'")
     return approvals.revoke(run.store, run.run_id, gate.id, who, reason)
 
 
-def pending_approvals(run: Run, facts: RunFacts | None = None) -> list[dict[str, Any]]:
-    """Open approval requests, with each option's reuse/redo/cost recomputed from the facts
-    now (what was recorded when the gate first asked stays under ``options_at_request``)."""
-    from keepstep.engine.run import approvals
-
+def pending_approvals(run: RunHandle, facts: RunFacts | None = None) -> list[PendingApproval]:
+    """Open approval requests, oldest first, with each option recomputed from the facts now."""
     out = []
     gates = {g.id: g for g in run.plan.gates}
     for req in approvals.pending_requests(run.store, run.run_id, run.branch_id):
-        data = req.model_dump(mode="json") if hasattr(req, "model_dump") else dict(req)
-        data.setdefault("gate", data.get("gate_id"))
-        gate = gates.get(data["gate"])
+        gate = gates.get(req.gate_id)
+        recorded = [ApprovalOption.model_validate(o) for o in req.options]
+        options = recorded
         if gate is not None:
             facts = facts if facts is not None else run.facts()
-            data["options_at_request"] = data.get("options", [])
-            data["options"] = option_estimates(run, gate, facts)
-        out.append(data)
+            options = option_estimates(run, gate, facts)
+        out.append(PendingApproval(
+            gate=req.gate_id, unit=req.unit,
+            held_units=gate.held_units() if gate is not None else [req.unit],
+            question=req.question, request_id=req.request_id, created_at=req.created_at,
+            bound_object=req.bound_object, options=options, options_at_request=recorded))
     return out

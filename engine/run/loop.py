@@ -32,6 +32,7 @@ from keepstep.engine.run.attempt import (
     input_fingerprints,
     verify_staged,
 )
+from keepstep.engine.run.gates import request_gates
 from keepstep.storage import (
     CheckpointConflict,
     CommitOutcomeUnknown,
@@ -43,7 +44,7 @@ from keepstep.storage import (
 )
 
 if TYPE_CHECKING:
-    from keepstep.engine.api import Run
+    from keepstep.engine.run.handle import RunHandle
 
 RETRYABLE_OUTCOMES = ("failed", "timed_out")
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
@@ -52,7 +53,7 @@ DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 class RunLoop:
     def __init__(
         self,
-        run: Run,
+        run: RunHandle,
         *,
         cancel: threading.Event | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
@@ -85,7 +86,10 @@ class RunLoop:
         while True:
             if self.cancel is not None and self.cancel.is_set():
                 raise RunCancelled("cancelled before the next unit")
-            facts = self.run.facts(approve=self.approve, ask=True)
+            facts = self.run.facts()
+            # Reaching a gate writes its approval request (and an --approve answer): an
+            # explicit step of the loop, never a side effect of reading the facts.
+            facts.gates_open = request_gates(self.run, facts, approve=self.approve)
             plan = self.run.plan
             d = decide(plan, facts)
             self.emit("decision", decision=d.kind.value, unit=d.unit, reasons=d.reasons,

@@ -20,11 +20,12 @@ from pydantic import BaseModel, Field
 
 from keepstep.engine.core.state import UnitState, unit_key
 from keepstep.engine.errors import KeepstepError, PlanValidationError
+from keepstep.engine.run.baseline import inputs_state, plan_state, template_hashes
 from keepstep.storage import BudgetLimitReached, CheckpointConflict, EventIn
 from keepstep.storage.hashing import file_sha256
 
 if TYPE_CHECKING:
-    from keepstep.engine.api import Run
+    from keepstep.engine.run.handle import RunHandle
 
 
 class RecoveryReport(BaseModel):
@@ -82,7 +83,7 @@ def _ts(iso: str) -> float:
 
 
 class Recovery:
-    def __init__(self, run: Run, on_event: Callable[[dict[str, Any]], None] | None = None):
+    def __init__(self, run: RunHandle, on_event: Callable[[dict[str, Any]], None] | None = None):
         self.run = run
         self.store = run.store
         self.on_event = on_event
@@ -247,7 +248,6 @@ class Recovery:
             self.report.did_work = True
 
     def _apply_changes(self) -> None:
-        from keepstep.engine.api import inputs_state, plan_state
         from keepstep.engine.core.invalidation import invalidate
 
         run, store = self.run, self.store
@@ -337,9 +337,8 @@ class Detected(BaseModel):
     source_groups: dict[str, str]
 
 
-def detect(run: Run) -> Detected:
+def detect(run: RunHandle) -> Detected:
     """Re-read the project files, re-hash the sources, and list the typed changes."""
-    from keepstep.engine.api import template_hashes
     from keepstep.engine.core.changes import detect_changes
     from keepstep.engine.files.project import snapshot_sources
 
@@ -364,7 +363,7 @@ def _iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def reconcile_effects(run: Run) -> list[str]:
+def reconcile_effects(run: RunHandle) -> list[str]:
     """Ask the adapters about intents without receipts (see engine.effects)."""
     try:
         from keepstep.engine.run.effects import reconcile
@@ -378,7 +377,8 @@ def reconcile_effects(run: Run) -> list[str]:
     return [f"{getattr(r, 'key', r)}: {getattr(r, 'outcome', '')}" for r in results]
 
 
-def recover(run: Run, on_event: Callable[[dict[str, Any]], None] | None = None) -> RecoveryReport:
+def recover(run: RunHandle,
+            on_event: Callable[[dict[str, Any]], None] | None = None) -> RecoveryReport:
     return Recovery(run, on_event).execute()
 
 

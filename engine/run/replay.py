@@ -11,10 +11,10 @@ import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from keepstep.engine.api import Run
+    from keepstep.engine.run.handle import RunHandle
 
 
-def recorded_responses(run: Run) -> dict[str, str]:
+def recorded_responses(run: RunHandle) -> dict[str, str]:
     out: dict[str, str] = {}
     for entry in run.store.manifest(run.run_id):
         if not entry.name.startswith("calls/"):
@@ -27,7 +27,7 @@ def recorded_responses(run: Run) -> dict[str, str]:
     return out
 
 
-def replay_run(source: Run, new_run_id: str, **kwargs: Any) -> Run:
+def replay_run(source: RunHandle, new_run_id: str, **kwargs: Any) -> RunHandle:
     from keepstep.engine.run.loop import RunLoop
     from keepstep.engine.run.recovery import recover
 
@@ -43,7 +43,7 @@ def replay_run(source: Run, new_run_id: str, **kwargs: Any) -> Run:
     return new
 
 
-def _recorded_choices(run: Run) -> dict[str, str]:
+def _recorded_choices(run: RunHandle) -> dict[str, str]:
     choices: dict[str, str] = {}
     for ev in run.store.events(run.run_id, kinds=["approval.decided"]):
         gate = ev.payload.get("gate") or ev.payload.get("gate_id")

@@ -19,15 +19,15 @@ from keepstep.engine.core.plan import EdgeType
 from keepstep.engine.errors import KeepstepError
 
 if TYPE_CHECKING:
-    from keepstep.engine.api import Run
     from keepstep.engine.core.plan import Plan
+    from keepstep.engine.run.handle import RunHandle
 
 TAKEOVER_ACTIONS = ("resume", "narrow_scope", "rerun", "branch", "cancel", "mark_for_expert")
 EXPERT_REASON = "marked for an expert"
 OUT_OF_SCOPE_REASON = "out of scope (narrowed at a takeover)"
 
 
-def record_takeover(run: Run, action: str, *, who: str = "user", unit: str | None = None,
+def record_takeover(run: RunHandle, action: str, *, who: str = "user", unit: str | None = None,
                     **details: Any) -> int:
     """Append one ``decision.takeover`` event naming the action and who chose it.
 
@@ -60,7 +60,7 @@ def scope_of(plan: Plan, units: Iterable[str]) -> set[str]:
     return keep
 
 
-def out_of_scope(run: Run, units: Iterable[str]) -> list[str]:
+def out_of_scope(run: RunHandle, units: Iterable[str]) -> list[str]:
     """Units (plan order) that narrowing to ``units`` would hold back: outside the scope and
     not current. Current units outside the scope are kept as they are."""
     plan = run.plan
@@ -70,7 +70,8 @@ def out_of_scope(run: Run, units: Iterable[str]) -> list[str]:
             not (u.id in records and records[u.id].state.value == "succeeded")]
 
 
-def narrow_scope(run: Run, units: Iterable[str], *, who: str = "user", note: str = "") -> list[str]:
+def narrow_scope(run: RunHandle, units: Iterable[str], *, who: str = "user",
+                 note: str = "") -> list[str]:
     """Keep only ``units`` (and what they depend on) in the run: record the decision, then
     block every other unit that is not current with reason OUT_OF_SCOPE_REASON.
 
@@ -85,7 +86,7 @@ def narrow_scope(run: Run, units: Iterable[str], *, who: str = "user", note: str
     return dropped
 
 
-def mark_for_expert(run: Run, unit: str, note: str = "", *, who: str = "user") -> None:
+def mark_for_expert(run: RunHandle, unit: str, note: str = "", *, who: str = "user") -> None:
     """Record that ``unit`` needs an expert and hold it (blocked, EXPERT_REASON) until a
     recorded retry releases it; its dependents wait behind it."""
     check_units(run.plan, [unit])
@@ -96,7 +97,7 @@ def mark_for_expert(run: Run, unit: str, note: str = "", *, who: str = "user") -
 
 # -- narrowed scope as the engine sees it -------------------------------------------------------
 
-def narrowed_scope(run: Run) -> tuple[set[str], set[str]]:
+def narrowed_scope(run: RunHandle) -> tuple[set[str], set[str]]:
     """(kept, dropped) from the branch's ``narrow_scope`` decisions, applied oldest first.
 
     ``dropped``: units a narrowing held back, less any a later retry or rerun released;
@@ -118,12 +119,12 @@ def narrowed_scope(run: Run) -> tuple[set[str], set[str]]:
     return kept, dropped
 
 
-def dropped_units(run: Run) -> set[str]:
+def dropped_units(run: RunHandle) -> set[str]:
     """Units a takeover dropped from the run's required scope (see ``narrowed_scope``)."""
     return narrowed_scope(run)[1]
 
 
-def scoped_plan(run: Run, plan: Plan) -> Plan:
+def scoped_plan(run: RunHandle, plan: Plan) -> Plan:
     """``plan`` with the run's narrowed scope applied: a dropped unit is not required final,
     a kept unit is. The same plan when the scope was never narrowed, so change detection —
     which compares the plan as recorded — never sees a narrowing as a plan edit."""
@@ -148,7 +149,7 @@ def rerun_change(unit: str, who: str, note: str = "") -> Change:
                   detail=detail, plan_level=False)
 
 
-def rerun_invalidation(run: Run, unit: str, *, who: str = "user",
+def rerun_invalidation(run: RunHandle, unit: str, *, who: str = "user",
                        note: str = "") -> InvalidationResult:
     """What a rerun of ``unit`` invalidates (nothing is written). Explanations are labelled
     ``rerun``: origin unit → edges → unit."""
@@ -162,7 +163,7 @@ def rerun_invalidation(run: Run, unit: str, *, who: str = "user",
     return result.model_copy(update={"affected": relabel, "pending_affected": pending})
 
 
-def rerun_unit(run: Run, unit: str, *, who: str = "user", note: str = "") -> list[str]:
+def rerun_unit(run: RunHandle, unit: str, *, who: str = "user", note: str = "") -> list[str]:
     """Run ``unit`` again at the next resume; returns the units invalidated.
 
     A current unit is invalidated with what uses its content, in one checkpoint commit (kind

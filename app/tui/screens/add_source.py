@@ -17,8 +17,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Static
 
 from keepstep.app.tui.format import error_text
-from keepstep.engine.files.project import SourceEntry
-from keepstep.engine.files.sources import add_source
+from keepstep.engine import SourceEntry, add_source
 
 FIELDS = (  # (input id, label, placeholder)
     ("add-path", "file", "path, relative to the project folder, or absolute"),

@@ -1,7 +1,7 @@
 """ApprovalModal: a gate's question, each option with what it reuses, redoes and costs, and
 what an approval binds. Dismisses with the chosen option's label, or None for "not now".
 
-The caller records the choice (engine.approvals_flow.record_choice) and resumes the run.
+The caller records the choice (``Run.approve``) and resumes the run.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from textual.widgets import Button, RadioButton, RadioSet, Static
 from keepstep.app.tui.format import bound_text, option_line
 
 if TYPE_CHECKING:
-    from keepstep.engine import Gate
+    from keepstep.engine import Gate, PendingApproval
 
 
 class ApprovalModal(ModalScreen[str | None]):
@@ -27,20 +27,19 @@ class ApprovalModal(ModalScreen[str | None]):
         Binding("escape,n", "not_now", "not now"),
     ]
 
-    def __init__(self, request: dict[str, Any], *, gate: Gate | None = None,
+    def __init__(self, request: PendingApproval, *, gate: Gate | None = None,
                  preferred: str | None = None) -> None:
         super().__init__()
         self.request = request
         self.gate = gate
-        self.options: list[dict[str, Any]] = list(request.get("options") or [])
-        labels = [o.get("label", "") for o in self.options]
+        self.options: list[dict[str, Any]] = [o.model_dump() for o in request.options]
+        labels = [o.label for o in request.options]
         self.initial = labels.index(preferred) if preferred in labels else 0
 
     def compose(self) -> ComposeResult:
-        gate_id = self.request.get("gate") or self.request.get("gate_id") or "?"
         with Vertical(id="approval-box", classes="dialog") as box:
-            box.border_title = f"Gate: {gate_id} · unit {self.request.get('unit', '?')}"
-            yield Static(self.request.get("question", ""), id="approval-question", markup=False)
+            box.border_title = f"Gate: {self.request.gate} · unit {self.request.unit or '?'}"
+            yield Static(self.request.question, id="approval-question", markup=False)
             with VerticalScroll(id="approval-options"):
                 with RadioSet(id="choices"):
                     for n, option in enumerate(self.options):
@@ -48,7 +47,7 @@ class ApprovalModal(ModalScreen[str | None]):
                                           id=f"option-{n}")
                 yield Static(id="option-detail", markup=False)
             expires = self.gate.expires_days if self.gate is not None else None
-            yield Static(f"Binds: {bound_text(self.request.get('bound_object') or {}, expires)}",
+            yield Static(f"Binds: {bound_text(self.request.bound_object, expires)}",
                          id="approval-binds", markup=False)
             with Horizontal(classes="buttons"):
                 yield Button("Approve", id="approve", variant="success")

@@ -38,12 +38,11 @@ from keepstep.app.tui.screens.sources import SourcesScreen
 from keepstep.app.tui.screens.takeover import TakeoverScreen
 from keepstep.app.tui.widgets.budget_bars import BudgetBars
 from keepstep.app.tui.widgets.unit_grid import UnitGrid
-from keepstep.engine.errors import KeepstepError, LeaseLost, RunCancelled
-from keepstep.engine.run.gates import record_choice
+from keepstep.engine import KeepstepError, LeaseLost, RunCancelled
 
 if TYPE_CHECKING:
     from keepstep.app.tui.app import KeepstepApp
-    from keepstep.engine import Run, RunStatus
+    from keepstep.engine import PendingApproval, Run, RunStatus
 
 # action(run, cancel, on_event) -> RunStatus: Run.run, Run.retry… with the worker's Event.
 EngineAction = Callable[["Run", threading.Event, Callable[[dict[str, Any]], None]], Any]
@@ -174,7 +173,7 @@ class DashboardScreen(Screen[None]):
         self._show_now()
 
     def _needs_lines(self, status: RunStatus) -> list[str]:
-        lines = [f"? gate {req.get('gate') or req.get('gate_id')}: {req.get('question', '')} "
+        lines = [f"? gate {req.gate}: {req.question} "
                  "(a)" for req in status.pending_approvals]
         for uid, view in status.units.items():
             if view.state in ("blocked", "failed") and view.reason:
@@ -305,18 +304,18 @@ class DashboardScreen(Screen[None]):
         self.open_approval(message.request)
 
     # -- approvals ---------------------------------------------------------------------------
-    def open_approval(self, request: dict[str, Any]) -> None:
+    def open_approval(self, request: PendingApproval) -> None:
         run = self.app.active_run
         if run is None or isinstance(self.app.screen, ApprovalModal):
             return
-        gate = next((g for g in run.plan.gates if g.id == request.get("gate")), None)
+        gate = next((g for g in run.plan.gates if g.id == request.gate), None)
         audience = self.app.project.files.contract.audience
 
         def answered(choice: str | None) -> None:
             if choice is None or gate is None:
-                self.notify(f"not now: the run waits at gate {request.get('gate')} (a to answer)")
+                self.notify(f"not now: the run waits at gate {request.gate} (a to answer)")
                 return
-            recorded = self.app.guarded("The approval was not recorded", record_choice, run, gate,
+            recorded = self.app.guarded("The approval was not recorded", run.approve, gate.id,
                                         choice, who=self.app.who)
             if recorded is not None:
                 self.notify(f"recorded: gate {gate.id} = {choice!r}; resuming")

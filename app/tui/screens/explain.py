@@ -11,8 +11,6 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from keepstep.engine.report.views import explain_run_unit
-
 if TYPE_CHECKING:
     from keepstep.app.tui.app import KeepstepApp
 
@@ -36,9 +34,7 @@ class ExplainScreen(Screen[None]):
         run = self.app.active_run
         text = "no run yet" if run is None else None
         if run is not None:
-            # explain_run_unit is Run.explain with the run's approvals loaded as well.
-            found = self.app.guarded(f"Could not explain {self.unit}", explain_run_unit, run,
-                                     self.unit)
+            found = self.app.guarded(f"Could not explain {self.unit}", run.explain, self.unit)
             text = found.render() if found is not None else f"no explanation for {self.unit}"
         self.query_one("#explanation", Static).update(text)
 

@@ -1,14 +1,10 @@
 """Narrative: the handover story generated from the run's structured state
-(engine.handover.narrative), rendered as Markdown; `x` exports the handover bundle.
-
-The handover module is written alongside the TUI; until it exists, both say so.
-"""
+(``Run.narrative``), rendered as Markdown; `x` exports the handover bundle."""
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -20,18 +16,6 @@ if TYPE_CHECKING:
     from keepstep.app.tui.app import KeepstepApp
     from keepstep.engine import Run
 
-NOT_AVAILABLE = "handover not available yet"
-
-
-def handover_function(name: str) -> Any | None:
-    """engine.handover.<name> when that module exists and has it, else None."""
-    try:
-        module = importlib.import_module("keepstep.engine.report.handover")
-    except ImportError:
-        return None
-    return getattr(module, name, None)
-
-
 def bundle_path(run: Run) -> Path:
     """Where the TUI exports a run's handover bundle: <project>/handover/<run>-<branch>."""
     return run.project.root / "handover" / f"{run.run_id}-{run.branch_id}"
@@ -39,12 +23,11 @@ def bundle_path(run: Run) -> Path:
 
 def export_bundle(app: KeepstepApp) -> Path | None:
     """Export the shown run's handover bundle; notifies and returns the path (None if not)."""
-    export = handover_function("export_handover")
-    if export is None or app.active_run is None:
-        app.notify(NOT_AVAILABLE if export is None else "no run yet", severity="warning")
+    run = app.active_run
+    if run is None:
+        app.notify("no run yet", severity="warning")
         return None
-    path = app.guarded("The handover bundle was not exported", export, app.active_run,
-                       bundle_path(app.active_run))
+    path = app.guarded("The handover bundle was not exported", run.handover, bundle_path(run))
     if path is not None:
         app.notify(f"handover bundle: {path}")
     return path
@@ -67,12 +50,11 @@ class NarrativeScreen(Screen[None]):
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
-        make = handover_function("narrative")
         run = self.app.active_run
-        if make is None or run is None:
-            text = f"_{NOT_AVAILABLE}_" if make is None else "_no run yet_"
+        if run is None:
+            text = "_no run yet_"
         else:
-            text = self.app.guarded("Could not write the narrative", make, run) or ""
+            text = self.app.guarded("Could not write the narrative", run.narrative) or ""
         self.query_one(Markdown).update(text)
         self.query_one(VerticalScroll).focus()
 
@@ -82,5 +64,4 @@ class NarrativeScreen(Screen[None]):
             f"exported: {path}" if path is not None else "")
 
 
-__all__ = ["NOT_AVAILABLE", "NarrativeScreen", "bundle_path", "export_bundle",
-           "handover_function"]
+__all__ = ["NarrativeScreen", "bundle_path", "export_bundle"]

@@ -22,8 +22,7 @@ from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Stat
 
 from keepstep.app.tui.format import preview_lines
 from keepstep.app.tui.screens.preview import PreviewModal
-from keepstep.engine import EdgeType, Gate, Plan, Unit, UnitKind, validate_plan
-from keepstep.engine.files.project import PLAN_FILE
+from keepstep.engine import PLAN_FILE, EdgeType, Gate, Plan, Unit, UnitKind, validate_plan
 
 if TYPE_CHECKING:
     from keepstep.app.tui.app import KeepstepApp

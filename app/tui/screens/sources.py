@@ -19,13 +19,11 @@ from textual.widgets import DataTable, Footer, Static
 
 from keepstep.app.tui.format import ids
 from keepstep.app.tui.screens.add_source import AddSourceModal
-from keepstep.engine.errors import KeepstepError
-from keepstep.engine.files.project import load_sources, save_sources
-from keepstep.storage.hashing import file_sha256
+from keepstep.engine import KeepstepError, file_sha256, load_sources, save_sources
 
 if TYPE_CHECKING:
     from keepstep.app.tui.app import KeepstepApp
-    from keepstep.engine.files.project import SourceEntry
+    from keepstep.engine import SourceEntry
 
 COLUMNS = ("", "id", "group", "approved", "sha256", "snapshot", "title")
 

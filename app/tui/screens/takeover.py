@@ -20,17 +20,20 @@ from textual.widgets import Button, Footer, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from keepstep.app.tui.format import ids, preview_lines, takeover_lines, tokens
-from keepstep.app.tui.screens.narrative import NOT_AVAILABLE, export_bundle
-from keepstep.engine.core.explain import estimate_costs
-from keepstep.engine.errors import KeepstepError
-from keepstep.engine.run.takeover import mark_for_expert, narrow_scope, record_takeover, rerun_unit
-from keepstep.engine.run.takeover_preview import (
+from keepstep.app.tui.screens.narrative import export_bundle
+from keepstep.engine import (
+    KeepstepError,
     TakeoverPreview,
+    estimate_costs,
+    mark_for_expert,
+    narrow_scope,
     preview_branch,
     preview_cancel,
     preview_expert,
     preview_narrow,
     preview_rerun,
+    record_takeover,
+    rerun_unit,
 )
 
 if TYPE_CHECKING:
@@ -232,7 +235,7 @@ class TakeoverScreen(Screen[tuple[str, str] | None]):
     def action_export(self) -> None:
         path = export_bundle(self.app)
         self.query_one("#takeover-export", Static).update(
-            f"handover bundle exported: {path}" if path is not None else NOT_AVAILABLE)
+            f"handover bundle exported: {path}" if path is not None else "not exported")
 
     def action_back(self) -> None:
         self.dismiss(None)

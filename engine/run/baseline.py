@@ -1,0 +1,85 @@
+"""The recorded baseline of a run: the plan and input state a checkpoint holds, and the
+first checkpoint of a new run.
+
+``plan_state`` / ``inputs_state`` are the ``plan`` and ``inputs`` keys of the materialised
+state (see ``engine.core.state``); recovery writes new ones when a change is committed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from keepstep.engine.core.inputs import InputSnapshot
+from keepstep.engine.core.timefmt import iso_utc
+from keepstep.engine.files.project import ProjectFiles, snapshot_sources
+from keepstep.storage import ArtifactImmutable, EventIn
+from keepstep.storage.hashing import file_sha256
+
+if TYPE_CHECKING:
+    from keepstep.engine.run.handle import Workspace
+
+PRODUCER_VERSION = "keepstep-0.1.0"
+PROMPT_VERSION = "prompts-1"
+
+
+def template_hashes(root: Path) -> dict[str, str]:
+    """template name -> sha256 of ``templates/<name>.md``."""
+    tdir = root / "templates"
+    if not tdir.is_dir():
+        return {}
+    return {p.stem: file_sha256(str(p)) for p in sorted(tdir.glob("*.md"))}
+
+
+def plan_state(n: int, files: ProjectFiles, snapshot_path: str,
+               templates: dict[str, str]) -> dict[str, Any]:
+    """The ``plan`` state key for plan version ``n`` (its plan file kept at ``snapshot_path``)."""
+    return {
+        "n": n, "label": f"plan-v{n}", "fingerprint": files.plan.fingerprint(),
+        "contract_hash": files.contract.hash(), "contract_fields": files.contract.field_hashes(),
+        "audience": files.contract.audience, "snapshot_path": snapshot_path,
+        "templates": templates,
+    }
+
+
+def inputs_state(n: int, snapshot: InputSnapshot) -> dict[str, Any]:
+    """The ``inputs`` state key for input snapshot ``n``: source ids, sha256 and groups."""
+    return {"n": n, "label": f"in-v{n}", "hash": snapshot.hash(), "sources": snapshot.sources,
+            "groups": snapshot.groups}
+
+
+def create_run(workspace: Workspace, run_id: str, *, branch_id: str = "main") -> None:
+    """Commit the first checkpoint of a new run at plan-v1 / in-v1 from the files as they are.
+
+    Raises storage's error when the run exists (``open_or_start`` handles the race of two
+    front ends starting the same run)."""
+    files = workspace.files
+    snapshot = snapshot_sources(workspace.root, files.sources)
+    plan_blob = (workspace.root / "plan.toml").read_bytes()
+    artifacts = workspace.store.artifacts
+    if not (artifacts.attempt_dir(run_id, "_plan/v1") / "plan.toml").exists():
+        try:
+            artifacts.stage(
+                run_id, "_plan/v1", "plan.toml", plan_blob, media_type="application/toml",
+                producer_version=PRODUCER_VERSION, created_at=iso_utc(workspace.clock()))
+        except (ArtifactImmutable, FileNotFoundError):
+            pass  # another front end is starting this run and staged the same file
+    initial = {
+        "plan": plan_state(1, files, f"{run_id}/_plan/v1/plan.toml",
+                           template_hashes(workspace.root)),
+        "inputs": inputs_state(1, snapshot),
+        "versions": workspace.versions(),
+        "budget": {},
+    }
+    workspace.store.create_run(
+        run_id, initial, branch_id=branch_id,
+        meta={"project": files.config.name, "created_by": workspace.executor_id},
+        limits=files.config.budget.as_limits(),
+        events=[EventIn(kind="decision.start", payload={
+            "plan": "plan-v1", "inputs": "in-v1", "audience": files.contract.audience})],
+    )
+    artifacts.prepare_units(run_id, [u.id for u in files.plan.units])
+
+
+__all__ = ["PRODUCER_VERSION", "PROMPT_VERSION", "create_run", "inputs_state", "plan_state",
+           "template_hashes"]

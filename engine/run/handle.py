@@ -1,0 +1,282 @@
+"""The read side of a project and of one run: what every run/ and report/ module is given.
+
+``Workspace`` is a project folder with its state database and the injected clock, executor
+id and model-gateway factory. ``RunHandle`` is one run (and branch) of it: the recorded plan
+and inputs, the loaded facts, the ledgers. Neither changes a state: the actions live in
+``engine.api`` (``Project`` / ``Run`` extend these two) and in the run/ modules they call.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from keepstep.engine.core.inputs import InputSnapshot
+from keepstep.engine.core.plan import Plan, Unit, parse_plan
+from keepstep.engine.core.state import RunFacts, UnitRecord, records_from_state
+from keepstep.engine.files.project import STATE_DIR, ProjectFiles, load_project_files
+from keepstep.engine.gateway.call_ledger import StoreCallLedger
+from keepstep.engine.run.baseline import PRODUCER_VERSION, PROMPT_VERSION
+from keepstep.storage import Event, Head, ModelCall, SQLiteStore
+
+if TYPE_CHECKING:
+    from keepstep.engine.gateway.client import ModelGateway
+    from keepstep.engine.run.effects import EffectAdapter
+
+# Decision events: what the narrative, change notes and replay read back.
+DECISION_KINDS = (
+    "decision.plan_change", "decision.input_change", "decision.budget_raise",
+    "decision.takeover", "approval.decided", "approval.revoked", "decision.repair",
+    "recovery.done", "decision.recovery_reset",
+)
+GatewayFactory = Callable[[StoreCallLedger], Any]
+
+
+def default_executor_id() -> str:
+    """``host:pid:random`` — unique per process, readable in a lease row."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class Workspace:
+    """A project folder and its state database (the read side; ``engine.api.Project``
+    adds the actions)."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        executor_id: str | None = None,
+        gateway_factory: GatewayFactory | None = None,
+        synchronous: str = "FULL",
+        policy: Mapping[str, Any] | None = None,
+        validate: bool = True,
+    ) -> None:
+        self.root = Path(root).resolve()
+        self.clock = clock
+        self.executor_id = executor_id or default_executor_id()
+        self.gateway_factory = gateway_factory
+        # Per-process policy settings (e.g. the worker's --lease-seconds) that must survive
+        # reload(): recovery re-reads the files, which would otherwise drop them.
+        self.policy_overrides = dict(policy or {})
+        # Per loaded ProjectFiles (reload() makes a new one, so both refresh): the plan's
+        # fingerprint (~0.3 s on 10,000 units, read many times per decision) and parsed
+        # recorded plan snapshots.
+        self._files_fingerprint: tuple[ProjectFiles, Plan, str] | None = None
+        self._recorded_plans: dict[tuple[str, str | None, int], Plan] = {}
+        self._adapters: tuple[ProjectFiles, dict[str, EffectAdapter]] | None = None
+        self._assigned_adapters: dict[str, EffectAdapter] | None = None
+        # validate=False opens a project whose plan does not validate yet (listing or
+        # approving sources); reload() — which every run, resume and preview goes through —
+        # validates.
+        self.files: ProjectFiles = self._load_files(validate=validate)
+        self.store = SQLiteStore(self.root / STATE_DIR, clock=clock, synchronous=synchronous)
+
+    def _load_files(self, *, validate: bool = True) -> ProjectFiles:
+        files = load_project_files(self.root, validate=validate)
+        for key, value in self.policy_overrides.items():
+            setattr(files.config.policy, key, value)
+        return files
+
+    def reload(self) -> ProjectFiles:
+        """Re-read the project files (after an edit); validation errors raise."""
+        self.files = self._load_files()
+        return self.files
+
+    def files_plan_fingerprint(self) -> str:
+        """``self.files.plan.fingerprint()``, computed once per load of the files."""
+        files = self.files
+        cached = self._files_fingerprint
+        if cached is None or cached[0] is not files or cached[1] is not files.plan:
+            cached = self._files_fingerprint = (files, files.plan, files.plan.fingerprint())
+        return cached[2]
+
+    def close(self) -> None:
+        self.store.close()
+
+    @property
+    def effect_adapters(self) -> dict[str, EffectAdapter]:
+        """The side-effect adapters of keepstep.toml's ``[adapters.NAME]`` tables, by name.
+
+        Built once per load of the files (a reload rebuilds them); recovery reconciles
+        through these, and ``deliver`` units act through them. Assigning a mapping (a test
+        harness, an embedding app) replaces them, reloads included.
+        """
+        from keepstep.engine.run.effects import adapters_from_config
+
+        if self._assigned_adapters is not None:
+            return self._assigned_adapters
+        files = self.files
+        if self._adapters is None or self._adapters[0] is not files:
+            self._adapters = (files, adapters_from_config(
+                files.config.adapters, project_root=self.root,
+                artifact_root=self.store.artifacts.root))
+        return self._adapters[1]
+
+    @effect_adapters.setter
+    def effect_adapters(self, adapters: Mapping[str, EffectAdapter]) -> None:
+        self._assigned_adapters = dict(adapters)
+
+    def runs(self) -> list[str]:
+        """Run ids in this project's database, oldest first."""
+        return self.store.runs()
+
+    def versions(self) -> dict[str, str]:
+        """The code, model, prompt, tool and policy versions a checkpoint records."""
+        cfg = self.files.config
+        return {"code": PRODUCER_VERSION, "model": cfg.default_model, "prompt": PROMPT_VERSION,
+                "tool": "kinds-1", "policy": cfg.versions.get("policy", "policy-1"),
+                **{k: v for k, v in cfg.versions.items() if k != "policy"}}
+
+    def run_handle(self, run_id: str, branch_id: str = "main") -> RunHandle:
+        """A handle on a run known to exist (``engine.api.Project`` returns its ``Run``)."""
+        return RunHandle(self, run_id, branch_id)
+
+    def start_run(self, run_id: str, *, branch_id: str = "main") -> RunHandle:
+        """Create a run at plan-v1 / in-v1 from the project files as they are now."""
+        from keepstep.engine.run.baseline import create_run
+
+        create_run(self, run_id, branch_id=branch_id)
+        return self.run_handle(run_id, branch_id)
+
+
+class RunHandle:
+    """One run (and branch) of a workspace, read side: facts, plan, inputs, ledgers."""
+
+    def __init__(self, project: Workspace, run_id: str, branch_id: str = "main") -> None:
+        self.project = project
+        self.store = project.store
+        self.run_id = run_id
+        self.branch_id = branch_id
+        self._gateway: ModelGateway | None = None
+        self._gateway_lock = threading.Lock()
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self.project.clock
+
+    @property
+    def executor_id(self) -> str:
+        return self.project.executor_id
+
+    @property
+    def plan_info(self) -> dict[str, Any]:
+        """The ``plan`` state key: version, fingerprint, contract hashes, templates."""
+        return self.store.read_key(self.run_id, "plan", self.branch_id) or {}
+
+    @property
+    def plan_n(self) -> int:
+        return int(self.plan_info.get("n", 1))
+
+    @property
+    def plan(self) -> Plan:
+        """The plan the run works to: the recorded plan with a takeover's narrowed scope
+        applied (dropped units are not required final; see ``run.takeover.scoped_plan``)."""
+        from keepstep.engine.run.takeover import scoped_plan
+
+        return scoped_plan(self, self.recorded_plan)
+
+    @property
+    def recorded_plan(self) -> Plan:
+        """The plan the run is at (the stored snapshot), not the file being edited.
+        Shared with other readers: copy it before editing."""
+        info = self.plan_info
+        files = self.project.files
+        recorded = info.get("fingerprint")
+        path = self.store.artifacts.root / info.get("snapshot_path", "")
+        if recorded == self.project.files_plan_fingerprint() or not path.is_file():
+            return files.plan
+        cache = self.project._recorded_plans
+        key = (str(path), recorded, id(files))
+        plan = cache.get(key)
+        if plan is None:
+            plan = parse_plan(path.read_text(encoding="utf-8"), origin=str(path))
+            if len(cache) >= 8:
+                cache.clear()
+            cache[key] = plan
+        return plan
+
+    @property
+    def snapshot(self) -> InputSnapshot:
+        """The input snapshot the run is at (source ids and sha256, never text)."""
+        info = self.store.read_key(self.run_id, "inputs", self.branch_id) or {}
+        return InputSnapshot(sources=info.get("sources", {}), groups=info.get("groups", {}))
+
+    @property
+    def templates(self) -> dict[str, str]:
+        return dict(self.plan_info.get("templates", {}))
+
+    @property
+    def versions(self) -> dict[str, str]:
+        return self.store.read_key(self.run_id, "versions", self.branch_id) or {}
+
+    def facts_records(self) -> dict[str, UnitRecord]:
+        """unit id -> its committed record (succeeded or invalidated) at the head."""
+        return records_from_state(self.store.read_state(self.run_id, self.branch_id, "unit:"))
+
+    def facts(self) -> RunFacts:
+        """Everything ``decide`` needs, read in one go. A plain read: it writes nothing
+        (gate requests are written by the run loop, ``run.gates.request_gates``)."""
+        from keepstep.engine.run.gates import open_gates
+
+        head = self.store.get_head(self.run_id, self.branch_id)
+        leases = {lease.unit: lease for lease in self.store.leases(self.run_id, self.branch_id)}
+        facts = RunFacts(
+            run_id=self.run_id, branch_id=self.branch_id, head_version=head.version,
+            plan_info=self.plan_info,
+            inputs_info=self.store.read_key(self.run_id, "inputs", self.branch_id) or {},
+            records=self.facts_records(),
+            statuses=self.store.unit_statuses(self.run_id, self.branch_id),
+            leases=leases, budget=self.store.get_budget(self.run_id, self.branch_id),
+            now=self.clock(),
+        )
+        facts.gates_open = open_gates(self, facts)
+        return facts
+
+    def last_commit_seq(self) -> int:
+        """Sequence number of the newest checkpoint.committed event (0 if none)."""
+        cps = self.store.events(self.run_id, branch_id=self.branch_id,
+                                kinds=["checkpoint.committed"], newest_first=True, limit=1)
+        return cps[0].seq if cps else 0
+
+    def decision_events(self) -> list[Event]:
+        """The run's decision events (plan changes, approvals, budget raises…), oldest first."""
+        return self.store.events(self.run_id, kinds=list(DECISION_KINDS))
+
+    def model_for(self, unit: Unit) -> str:
+        """The model a unit calls: its kind's model from keepstep.toml, else the default."""
+        cfg = self.project.files.config
+        return cfg.models.get(unit.kind.value, cfg.default_model)
+
+    def gateway(self) -> ModelGateway:
+        """The run's model gateway (built once; the injected factory's when given)."""
+        with self._gateway_lock:
+            if self._gateway is None:
+                ledger = StoreCallLedger(self.store, self.run_id, self.branch_id)
+                if self.project.gateway_factory is not None:
+                    self._gateway = self.project.gateway_factory(ledger)
+                else:
+                    from keepstep.engine.gateway.client import ModelGateway
+
+                    self._gateway = ModelGateway(ledger=ledger)
+            return self._gateway
+
+    def head(self) -> Head:
+        return self.store.get_head(self.run_id, self.branch_id)
+
+    def calls(self) -> list[ModelCall]:
+        """The run's call ledger, oldest first (every branch)."""
+        return self.store.calls(self.run_id)
+
+    def events(self, **filters: Any) -> list[Event]:
+        """The run's events (``Store.events`` filters: kinds, branch_id, limit, …)."""
+        return self.store.events(self.run_id, **filters)
+
+
+__all__ = ["DECISION_KINDS", "RunHandle", "Workspace", "default_executor_id"]
