@@ -138,3 +138,18 @@ class ApprovalError(KeepstepError):
 
 class SideEffectError(KeepstepError):
     """An external action could not be confirmed or performed."""
+
+
+class EffectRejected(SideEffectError):
+    """The adapter knows for certain that the action was NOT done (e.g. HTTP 400).
+
+    Anything else an adapter raises from ``perform`` means "outcome unknown".
+    """
+
+
+class UnitTimedOut(KeepstepError):
+    """The unit passed its time limit; stopped at a safe point."""
+
+
+class ReplayMiss(KeepstepError):
+    """Replay found no recorded response for a request."""

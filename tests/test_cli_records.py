@@ -89,7 +89,8 @@ def test_effects_lists_an_empty_ledger_cleanly(done_project: Path) -> None:
 def test_effects_lists_the_ledger_rows(done_project: Path) -> None:
     """A recorded external action shows its key, unit, action, adapter, status and remote id."""
     from keepstep.engine import open_project
-    from keepstep.engine.run.effects import FileDropAdapter, perform_effect
+    from keepstep.engine.run.adapters import FileDropAdapter
+    from keepstep.engine.run.effects import perform_effect
 
     outbox = done_project.parent / "outbox"
     outbox.mkdir()

@@ -20,7 +20,7 @@ from keepstep.engine.core.plan import Plan, check_plan, load_plan
 from keepstep.engine.errors import ConfigError
 from keepstep.engine.files.project import load_config
 from keepstep.engine.kinds import expected_outputs, get_kind
-from keepstep.engine.run.effects import FileDropAdapter, WebhookAdapter
+from keepstep.engine.run.adapters import FileDropAdapter, WebhookAdapter
 from tests.support.engine_harness import (
     RUN,
     in_flight_unit,

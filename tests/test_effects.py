@@ -15,10 +15,8 @@ from pathlib import Path
 import pytest
 
 from keepstep.engine.errors import LeaseLost, SideEffectError
+from keepstep.engine.run.adapters import FileDropAdapter, LookupResult, WebhookAdapter
 from keepstep.engine.run.effects import (
-    FileDropAdapter,
-    LookupResult,
-    WebhookAdapter,
     compensate,
     compensation_key,
     compensation_preview,

@@ -203,3 +203,29 @@ def test_recovery_never_quarantines_an_attempt_claimed_during_its_scan(tmp_path:
             claim.fencing_token, unit="U03", attempt_id=claim.attempt_id)
         assert version == claim.claimed_at_version + 1
         assert pa.store.get_attempt(RUN, claim.attempt_id).status == "committed"
+
+
+def test_a_head_that_keeps_moving_stops_recovery_instead_of_recursing(done: Path,
+                                                                        monkeypatch) -> None:
+    """When every change commit meets a moved head, recovery gives up after a bounded number
+    of restarts with a message saying what to do — no RecursionError, nothing committed."""
+    from keepstep.storage import CheckpointConflict
+
+    src = done / "sources" / "A1-market-overview.md"
+    src.write_text(src.read_text() + "\nAn added line.\n")
+    with open_project(done) as p:
+        run = p.get_run(RUN)
+        head = run.head().version
+        tries = []
+
+        def always_moved(*args: Any, **kwargs: Any) -> int:
+            tries.append(1)
+            raise CheckpointConflict("the head moved")
+
+        monkeypatch.setattr(p.store, "commit_checkpoint", always_moved)
+        report = recover(run)
+        assert report.blocked and "head kept moving" in report.reason
+        assert 1 < len(tries) <= 10
+        assert run.head().version == head
+        restarts = run.events(kinds=["recovery.restarted"])
+        assert len(restarts) == len(tries)

@@ -117,3 +117,125 @@ def test_the_relative_import_resolver_sees_through_dots(tmp_path: Path) -> None:
     f.write_text("from ..engine import plan\nfrom . import db\nimport textual.app\n")
     assert {"keepstep.engine", "keepstep.engine.plan", "keepstep.storage.db",
             "textual.app"} <= _imports(f, "keepstep.storage.x")
+
+
+# -- the layout rules (issue 9): what may import what ------------------------------------------
+# Engine packages bottom-up; a module may import its own package and the ones before it.
+# keepstep.engine itself ("public": the lazy re-exports of every public name) sits on top.
+ENGINE_LAYERS = ("errors", "core", "files", "gateway", "kinds", "run", "report", "api", "drills",
+                 "public")
+
+
+def _engine_layer(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 2:
+        return "public"
+    return parts[2] if parts[2] in ENGINE_LAYERS else "api"
+
+
+def test_the_faces_import_only_the_public_engine_api() -> None:
+    """app/ imports keepstep.engine itself (its public names), no engine submodule, no storage."""
+    bad = []
+    for module, path in _modules("app").items():
+        for name in sorted(_imports(path, module)):
+            if name.startswith("keepstep.storage"):
+                bad.append(f"{path.relative_to(REPO)} imports {name}")
+            elif name.startswith("keepstep.engine.") and name.rpartition(".")[0] != \
+                    "keepstep.engine":
+                bad.append(f"{path.relative_to(REPO)} imports {name}")
+            elif name.startswith("keepstep.engine.") and \
+                    name.rpartition(".")[2] not in _public_names():
+                bad.append(f"{path.relative_to(REPO)} imports {name} (not a public name)")
+    assert bad == []
+
+
+def _public_names() -> set[str]:
+    import keepstep.engine as engine
+
+    return set(engine.__all__)
+
+
+def test_only_the_gateway_imports_litellm() -> None:
+    """No file of app/, storage/ or engine/ outside engine/gateway/ imports litellm."""
+    bad = []
+    for folder in ("app", "engine", "storage"):
+        for module, path in _modules(folder).items():
+            if module.startswith("keepstep.engine.gateway"):
+                continue
+            bad += [f"{path.relative_to(REPO)} imports {n}" for n in _imports(path, module)
+                    if n == "litellm" or n.startswith("litellm.")]
+    assert bad == []
+
+
+def test_the_core_is_pure() -> None:
+    """engine/core/ imports nothing from storage, files, gateway, kinds, run, report or drills."""
+    banned = ("keepstep.storage", "keepstep.app", *(f"keepstep.engine.{p}" for p in (
+        "files", "gateway", "kinds", "run", "report", "drills", "api")))
+    bad = [line for line in _forbidden("engine", banned)
+           if line.startswith(str(Path("engine") / "core"))]
+    assert bad == []
+
+
+def test_engine_packages_import_only_downwards() -> None:
+    """Each engine package imports only itself and the packages below it (TYPE_CHECKING too)."""
+    rank = {name: n for n, name in enumerate(ENGINE_LAYERS)}
+    bad = []
+    for module, path in _modules("engine").items():
+        own = rank[_engine_layer(module)]
+        for name in sorted(_imports(path, module)):
+            if not name.startswith("keepstep.engine.") or name.count(".") < 2:
+                continue
+            target = _engine_layer(name)
+            if rank[target] > own:
+                bad.append(f"{module} ({_engine_layer(module)}) imports {name} ({target})")
+    assert bad == []
+
+
+def test_the_public_api_map_matches_its_type_checking_imports() -> None:
+    """keepstep.engine's lazy map and its TYPE_CHECKING imports name the same things."""
+    import keepstep.engine as engine
+
+    tree = ast.parse((REPO / "engine" / "__init__.py").read_text(encoding="utf-8"))
+    typed: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom)
+                typed.update({a.name: imp.module or "" for a in imp.names})
+    assert typed == engine._EXPORTS
+    for name in engine.__all__:
+        assert getattr(engine, name) is not None
+
+
+def test_importing_the_decision_function_loads_no_storage_backend() -> None:
+    """In a fresh interpreter, the pure core (decide, invalidation, explain) loads neither
+    sqlite_utils nor any keepstep.storage module, nor the gateway, run or report packages."""
+    result = _run_probe(
+        """
+        import json, sys
+        import keepstep.engine.core.decide, keepstep.engine.core.invalidation
+        import keepstep.engine.core.explain, keepstep.engine.core.changes
+        print(json.dumps(sorted(m for m in sys.modules if m.startswith((
+            "sqlite_utils", "keepstep.storage", "keepstep.engine.run", "keepstep.engine.gateway",
+            "keepstep.engine.report", "keepstep.engine.files", "litellm", "textual")))))
+        """
+    )
+    assert result == []
+
+
+def test_no_engine_or_storage_module_loads_litellm_when_imported() -> None:
+    """In a fresh interpreter every engine and storage module imports without loading litellm:
+    the gateway imports it lazily, on the first model call."""
+    modules = ["keepstep.engine", *_modules("engine"), *_modules("storage")]
+    result = _run_probe(
+        f"""
+        import importlib, json, sys
+        culprit = None
+        for name in {modules!r}:
+            importlib.import_module(name)
+            if culprit is None and "litellm" in sys.modules:
+                culprit = name
+        print(json.dumps(culprit))
+        """
+    )
+    assert result is None, f"importing {result} loaded litellm"

@@ -1,71 +1,10 @@
 """Typed invalidation: which units a change reaches, by which edges, and why.
 
-Pure and storage-free: ``invalidate`` takes the plan, the detected changes and the committed unit
-records, and returns what becomes invalidated, what runs for the first time under the new plan,
-and what is reused — each reached unit with an explanation naming the origin and every edge.
-
-What an edge type means
------------------------
-``D depends on P by an edge of type t`` says which aspect of P's output D uses: ``content`` (D
-cites or computes from P's claims), ``presentation`` (D only re-formats or embeds P's output),
-``audience`` (D takes P's audience framing), ``template`` (D builds on P's layout), ``structure``
-(D uses P's shape, e.g. an evidence schema), ``policy`` (D follows P's policy outcome). A change
-carries the label of the aspect it alters at its origin (see ``engine.changes``).
-
-The walk (DESIGN §7: "walk only matching edges from the origin, then content edges downstream")
--------------------------------------------------------------------------------------------------
-For a change of type ``t``:
-
-1. Entry — the first hop, labelled ``t``:
-   - an input origin (``source:X``, ``group:G``, ``contract:F``, ``template:N``, ``policy:N``)
-     reaches every unit whose ``inputs`` name it; ``source:X`` also reaches the readers of
-     ``group:<X's group>`` (from ``Change.groups`` or the ``source_groups`` argument);
-     ``version:N`` reaches the readers of ``policy:N`` (a unit declares the versions it depends
-     on; recovery fingerprints them the same way). Those units are *redone*.
-   - a unit origin of kind ``unit_definition``, ``dependency_added/removed`` or
-     ``artifact_lost``: the unit itself is redone (no hop).
-   - a unit origin of kind ``unit_output`` (the unit's committed output changed in aspect ``t``;
-     the unit is not redone): the hop goes to the dependents over edges of type ``t`` only —
-     plus ``presentation`` edges when ``t`` is ``content``, since a document that embeds changed
-     claims must re-render.
-2. Downstream — from every redone unit, follow its outgoing edges of type ``content``,
-   ``presentation`` or ``t``, transitively. A redone unit's output may differ in substance, so
-   whatever uses its substance (content) or reproduces it (presentation) is redone; edges of the
-   change's own type carry the same change further (an audience change reaches whatever takes its
-   framing from a re-audienced unit). Edges of any other type are not followed: a source's content
-   change does not reach a unit that uses another's ``structure`` only.
-
-How this resolves "presentation" against "content": the edge type carries the meaning. A document
-that only re-formats a synthesis depends on it by ``presentation``; one that cites its claims by
-``content``. A format-only change to the synthesis (``unit_output``/presentation) re-renders the
-re-formatting documents only; a claim-set change (``unit_output``/content) reaches the citing ones
-and the re-formatting ones, and both then reach the cross-file audit by content. Documents that
-consume a re-rendered document by content (the audit F01, the change notes U36) are redone too:
-the audit checked the old bytes. No evidence or synthesis unit is upstream of a document, so a
-template typo in the appendix never reaches them.
-
-Results: a reached unit whose record is ``succeeded`` is ``affected`` (it becomes invalidated);
-a reached unit without one (never run, or already invalidated) is ``pending_affected`` ("will
-run under the new plan"); ``reused`` is every other succeeded unit. Each reached unit carries one
-``Explanation`` per change that reaches it: the full path origin → [edge] unit → … → unit along
-the fewest hops (ties broken by plan order), and a note with the change's detail plus every other
-edge the change came in by ("also via U28 [content], U29 [content]"). So every edge that carried
-the change into the unit is named, at a size proportional to the edges walked; enumerating every
-path of a DAG would be exponential. Output order is plan order; the same inputs give the same
-result.
-
-``high_risk_rules`` (keepstep.toml) may widen, never narrow: the default walk is computed first
-and left as it is; a matching rule adds units (``also``) or re-walks over every edge type
-(``widen_to = "downstream_all_edges"``); units reached only that way say "widened by rule …".
-
-Cost: the adjacency is built once per plan (``PlanIndex``; pass one to reuse it), and a walk
-visits only what it reaches and those units' outgoing edges. A walk keeps plain dicts of strings
-(each unit's parent and the edge type into it), which the garbage collector does not track. A
-unit's ``Explanation`` is built when ``affected`` / ``pending_affected`` is read at that unit
-(its other routes in are then read back from the index), and kept. Building ~5 GC-tracked
-pydantic objects per reached unit up front made a root change on a 10,000-unit plan spend more
-time in GC pauses than in the walk. Listing ``reused`` is one pass over the plan. The dry run
-with cost estimates (``preview``) is in ``engine.explain``.
+Pure and storage-free: ``invalidate(plan, changes, records)`` returns what becomes invalidated
+(``affected``), what runs for the first time under the new plan (``pending_affected``) and what
+is reused, each reached unit with an ``Explanation`` naming the origin and every edge taken.
+Same inputs, same result, in plan order. ``high_risk_rules`` widen, never narrow. The rules of
+the walk, and why it is shaped for cost, are in docs/invalidation.md.
 """
 
 from __future__ import annotations

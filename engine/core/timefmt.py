@@ -22,4 +22,10 @@ def parse_iso(text: str) -> float:
     return value.timestamp()
 
 
-__all__ = ["iso_utc", "parse_iso"]
+def readable_utc(ts: float, *, seconds: bool = True) -> str:
+    """``2026-12-01 09:48:42 UTC`` (or without the seconds), for text a person reads."""
+    fmt = "%Y-%m-%d %H:%M:%S UTC" if seconds else "%Y-%m-%d %H:%M UTC"
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime(fmt)
+
+
+__all__ = ["iso_utc", "parse_iso", "readable_utc"]

@@ -53,7 +53,7 @@ COMMIT_PROTOCOL_POINTS = (
 MAX_OCCURRENCE = 3  # a point is hit at its 1st, 2nd or 3rd occurrence in the worker
 WORKER_TIMEOUT_S = 1800.0
 KILLED = -9  # a process's exit code after SIGKILL
-IN_FLIGHT = ("claimed", "staged")
+IN_FLIGHT = ("claimed",)
 NOT_COMMITTED = ("fenced", "orphaned")
 DB_FILES = ("state.db", "state.db-wal", "state.db-shm")
 

@@ -18,8 +18,17 @@ from keepstep.engine.core.inputs import Contract, InputSnapshot, SourceEntry
 from keepstep.engine.core.plan import Plan, Unit
 
 if TYPE_CHECKING:
-    from keepstep.engine.run.effects import EffectOutcome
     from keepstep.storage.models import Event
+
+
+class EffectResult(Protocol):
+    """What ``UnitContext.effect`` returns (``engine.run.effects.EffectOutcome`` is one)."""
+
+    key: str
+    status: str
+    remote_id: str | None
+    performed: bool  # this call made the external action happen
+    replayed: bool  # a receipt already existed: nothing was done
 
 
 class ValidatorResult(BaseModel):
@@ -94,7 +103,7 @@ class UnitContext(Protocol):
         """Check for cancellation, a lost lease and the unit's time limit (raises)."""
         ...
 
-    def effect(self, adapter: str, action: str, request: dict[str, Any]) -> EffectOutcome:
+    def effect(self, adapter: str, action: str, request: dict[str, Any]) -> EffectResult:
         """One external action through the side-effect ledger (DESIGN §8), at most once per
         (run, unit, action, plan version): a retry or a resume gets the recorded receipt back.
 

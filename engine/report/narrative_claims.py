@@ -8,7 +8,6 @@ cannot be slipped in unchecked. The narrative (engine.narrative) is built from c
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 import string
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from keepstep.engine.core.explain import compact_ids
+from keepstep.engine.core.timefmt import parse_iso, readable_utc
 from keepstep.engine.gateway.redaction import redact
 
 
@@ -69,11 +69,11 @@ def counter_value(counter: str, value: float) -> str:
 
 
 def when(iso: str) -> str:
+    """A stored ISO timestamp as ``2026-12-01 09:48:42 UTC`` (unparseable text as it is)."""
     try:
-        stamp = dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(dt.UTC)
+        return readable_utc(parse_iso(iso))
     except ValueError:
         return iso
-    return stamp.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def plural(n: int, one: str, many: str | None = None) -> str:

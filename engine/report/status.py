@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
 from keepstep.engine.core.decide import Decision, DecisionKind, decide, ready_units
 from keepstep.engine.core.state import counts
+from keepstep.engine.core.timefmt import parse_iso
 from keepstep.engine.run.gates import PendingApproval, pending_approvals
 from keepstep.storage import NotFound
 
@@ -125,13 +125,9 @@ def run_status(run: RunHandle) -> RunStatus:
     except NotFound:  # a damaged chain: the newest row there is (recovery reports the rest)
         newest = store.list_checkpoints(run.run_id, run.branch_id, limit=1)
         last = newest[0] if newest else None
-    last_ts = dt.datetime.fromisoformat(last.created_at).timestamp() if last else None
+    last_ts = parse_iso(last.created_at) if last else None
     budget = facts.budget
-    effects = []
-    try:
-        effects = [e for e in store.effects(run.run_id) if e.status in ("intent", "unknown")]
-    except AttributeError:  # a backend without the effects ledger
-        effects = []
+    effects = [e for e in store.effects(run.run_id) if e.status in ("intent", "unknown")]
     status = RunStatus(
         run_id=run.run_id, branch=run.branch_id,
         plan_version=facts.plan_info.get("label", "plan-v1"),
@@ -144,8 +140,7 @@ def run_status(run: RunHandle) -> RunStatus:
                  "token": lease.fencing_token, "expires_at": lease.expires_at,
                  "expired": lease.expires_at <= facts.now} for lease in facts.leases.values()],
         pending_approvals=pending_approvals(run, facts),
-        external_unknown=[e.model_dump(mode="json") if hasattr(e, "model_dump") else dict(e)
-                          for e in effects],
+        external_unknown=[e.model_dump(mode="json") for e in effects],
         alerts=_alerts(run, facts, last_ts, decision.kind.value),
         next_action="", decision=decision.kind.value, reasons=decision.reasons,
         last_commit_at=last.created_at if last else None,

@@ -17,7 +17,6 @@ question it was issued for, once, before it expires.
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import secrets
 import uuid
@@ -26,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from keepstep.engine.core.plan import Gate
+from keepstep.engine.core.timefmt import readable_utc
 from keepstep.engine.errors import ApprovalError
 from keepstep.storage import Store
 from keepstep.storage.hashing import canonical_json
@@ -70,7 +70,7 @@ def hash_token(token: str) -> str:
 
 
 def _when(ts: float) -> str:
-    return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return readable_utc(ts, seconds=False)
 
 
 def _describe(obj: dict[str, Any]) -> str:

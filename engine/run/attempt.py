@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import mimetypes
 import threading
-import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from keepstep.engine.core.inputs import InputSnapshot, SourceEntry
 from keepstep.engine.core.plan import Plan, Unit
 from keepstep.engine.core.state import OutputRef, UnitRecord, UnitState
+from keepstep.engine.core.timefmt import iso_utc
 from keepstep.engine.errors import (
     AuthError,
     BudgetExhausted,
@@ -25,7 +25,9 @@ from keepstep.engine.errors import (
     LeaseLost,
     ModelError,
     QuotaExhausted,
+    ReplayMiss,
     RunCancelled,
+    UnitTimedOut,
 )
 from keepstep.engine.files.project import ProjectFiles
 from keepstep.engine.kinds.context import KindOutcome
@@ -39,17 +41,10 @@ from keepstep.storage import (
 from keepstep.storage.hashing import canonical_json, file_sha256, sha256_hex
 
 if TYPE_CHECKING:
-    from keepstep.engine.run.effects import EffectAdapter, EffectOutcome
+    from keepstep.engine.run.adapters import EffectAdapter
+    from keepstep.engine.run.effects import EffectOutcome
 
 PRODUCER_VERSION = "keepstep-0.1.0"
-
-
-class UnitTimedOut(KeepstepError):
-    """The unit passed its time limit; stopped at a safe point."""
-
-
-class ReplayMiss(KeepstepError):
-    """Replay found no recorded response for a request."""
 
 
 class AttemptResult:
@@ -275,7 +270,7 @@ class AttemptContext:
         entry = self.store.artifacts.stage(
             self.run_id, self.attempt_id, name, blob, media_type=media_type,
             producer_version=PRODUCER_VERSION,
-            created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock())),
+            created_at=iso_utc(self.clock()),
             source_ids=source_ids or [],
         )
         self.staged.append(entry)

@@ -27,7 +27,7 @@ from keepstep.storage import Event, Head, ModelCall, SQLiteStore
 
 if TYPE_CHECKING:
     from keepstep.engine.gateway.client import ModelGateway
-    from keepstep.engine.run.effects import EffectAdapter
+    from keepstep.engine.run.adapters import EffectAdapter
 
 # Decision events: what the narrative, change notes and replay read back.
 DECISION_KINDS = (
@@ -108,7 +108,7 @@ class Workspace:
         through these, and ``deliver`` units act through them. Assigning a mapping (a test
         harness, an embedding app) replaces them, reloads included.
         """
-        from keepstep.engine.run.effects import adapters_from_config
+        from keepstep.engine.run.adapters import adapters_from_config
 
         if self._assigned_adapters is not None:
             return self._assigned_adapters

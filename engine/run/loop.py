@@ -13,20 +13,21 @@ from keepstep.engine.core.state import UnitRecord, UnitState, unit_key
 from keepstep.engine.errors import (
     AuthError,
     BudgetExhausted,
+    EffectRejected,
     KeepstepError,
     LeaseLost,
     ModelError,
     QuotaExhausted,
+    ReplayMiss,
     RunCancelled,
     SideEffectError,
+    UnitTimedOut,
 )
 from keepstep.engine.kinds import get_kind
 from keepstep.engine.run.attempt import (
     AttemptContext,
     AttemptResult,
     Heartbeat,
-    ReplayMiss,
-    UnitTimedOut,
     blocked_reason,
     build_record,
     input_fingerprints,
@@ -253,7 +254,7 @@ class RunLoop:
         (recovery asks the adapter on resume and unblocks it; else a person decides) —
         never a retry. Without an open effect the unit fails: within the retry bounds when
         the adapter rejected the action (certainly not done), at once when it was misused."""
-        from keepstep.engine.run.effects import UNRESOLVED, EffectRejected
+        from keepstep.engine.run.effects import UNRESOLVED
 
         run, store = self.run, self.store
         aid = claim.attempt_id

@@ -8,7 +8,6 @@ step is idempotent and the change commit is a compare-and-swap on the head.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import socket
 import time
@@ -18,9 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
+from keepstep.engine.core.invalidation import invalidate
 from keepstep.engine.core.state import UnitState, unit_key
-from keepstep.engine.errors import KeepstepError, PlanValidationError
+from keepstep.engine.core.timefmt import iso_utc, parse_iso
+from keepstep.engine.errors import KeepstepError, PlanValidationError, RecoveryError
 from keepstep.engine.run.baseline import inputs_state, plan_state, template_hashes
+from keepstep.engine.run.effects import reconcile
 from keepstep.storage import BudgetLimitReached, CheckpointConflict, EventIn
 from keepstep.storage.hashing import file_sha256
 
@@ -69,17 +71,16 @@ def _owner_dead(owner: str) -> bool:
 
 
 # An attempt that ended with no outcome recorded (its executor died or was fenced).
-_ENDED_UNSEEN = ("claimed", "staged", "fenced")
-_IN_FLIGHT = ("claimed", "staged")
+_ENDED_UNSEEN = ("claimed", "fenced")
+_IN_FLIGHT = ("claimed",)
+# How often recovery starts its change commit again when another front end moved the head
+# meanwhile; past that it stops (a person looks) instead of looping.
+MAX_CHANGE_RESTARTS = 5
 
 
 def _sealed(directory: str) -> bool:
     files = [f for f in Path(directory).rglob("*") if f.is_file()]
     return bool(files) and not any(f.stat().st_mode & 0o222 for f in files)
-
-
-def _ts(iso: str) -> float:
-    return dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
 class Recovery:
@@ -123,7 +124,7 @@ class Recovery:
                     f"{policy.max_recoveries}): the circuit breaker is open — a person must "
                     "look (`keepstep verify`), then `keepstep recovery reset`")
         if failures:
-            wait = policy.recovery_cooldown_s - (self.run.clock() - _ts(failures[0].ts))
+            wait = policy.recovery_cooldown_s - (self.run.clock() - parse_iso(failures[0].ts))
             if wait > 0:
                 return f"recovery is cooling down after a failure; try again in {wait:.0f} s"
         return None
@@ -248,8 +249,20 @@ class Recovery:
             self.report.did_work = True
 
     def _apply_changes(self) -> None:
-        from keepstep.engine.core.invalidation import invalidate
+        for _ in range(MAX_CHANGE_RESTARTS):
+            try:
+                self._apply_changes_once()
+                return
+            except CheckpointConflict:
+                # Another front end committed meanwhile: start again from the newest head.
+                self._event("restarted", reason="the head moved during recovery")
+        raise RecoveryError(
+            f"the head kept moving while recovery committed the detected changes "
+            f"({MAX_CHANGE_RESTARTS} tries)",
+            hint="another keepstep process is committing to this run; let it finish, "
+            "then `keepstep resume`")
 
+    def _apply_changes_once(self) -> None:
         run, store = self.run, self.store
         found = detect(run)
         files, snapshot, templates = found.files, found.snapshot, found.templates
@@ -299,7 +312,8 @@ class Recovery:
             if not target.exists():
                 store.artifacts.stage(run.run_id, attempt, "plan.toml", blob,
                                       media_type="application/toml",
-                                      producer_version="keepstep", created_at=_iso())
+                                      producer_version="keepstep",
+                                      created_at=iso_utc(run.clock()))
             delta["plan"] = plan_state(n, files, f"{run.run_id}/_plan/v{n}/plan.toml", templates)
             delta["versions"] = run.project.versions()
             event_payload["plan"] = f"plan-v{n}"
@@ -308,16 +322,10 @@ class Recovery:
         elif not input_level:
             kind = "repair"  # only lost or changed artifacts: same plan, same inputs
         delta["budget"] = store.get_budget(run.run_id, run.branch_id).used
-        try:
-            version = store.commit_checkpoint(
-                run.run_id, run.branch_id, head.version, delta, kind=kind,
-                events=[EventIn(kind=f"decision.{kind.replace('-', '_')}",
-                                payload=event_payload)],
-            )
-        except CheckpointConflict:
-            # Another front end committed meanwhile: start again from the newest head.
-            self._event("restarted", reason="the head moved during recovery")
-            return self._apply_changes()
+        version = store.commit_checkpoint(
+            run.run_id, run.branch_id, head.version, delta, kind=kind,
+            events=[EventIn(kind=f"decision.{kind.replace('-', '_')}", payload=event_payload)],
+        )
         self.report.commits.append(version)
 
     def _artifact_changes(self) -> list[Any]:
@@ -359,22 +367,10 @@ def detect(run: RunHandle) -> Detected:
                     source_groups=groups)
 
 
-def _iso() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
 def reconcile_effects(run: RunHandle) -> list[str]:
-    """Ask the adapters about intents without receipts (see engine.effects)."""
-    try:
-        from keepstep.engine.run.effects import reconcile
-    except ImportError:
-        return []
-    adapters = getattr(run.project, "effect_adapters", {}) or {}
-    try:
-        results = reconcile(run.store, adapters, run.run_id)
-    except AttributeError:  # a backend without the effects ledger
-        return []
-    return [f"{getattr(r, 'key', r)}: {getattr(r, 'outcome', '')}" for r in results]
+    """Ask the adapters about intents without receipts (see ``engine.run.effects``)."""
+    results = reconcile(run.store, run.project.effect_adapters, run.run_id)
+    return [f"{r.key}: {r.outcome}" for r in results]
 
 
 def recover(run: RunHandle,

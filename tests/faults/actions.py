@@ -278,7 +278,8 @@ class Actions:
         self.webhook.start()
 
     def do_decide_effect(self, decision: str) -> None:
-        from keepstep.engine.run.effects import WebhookAdapter, decide_unknown
+        from keepstep.engine.run.adapters import WebhookAdapter
+        from keepstep.engine.run.effects import decide_unknown
 
         with self.project() as p:
             (row,) = p.store.effects(RUN, ("intent", "unknown"))

@@ -273,7 +273,7 @@ CASES: list[Case] = [
          observe=(DB,), expect="done", reexec=frozenset({"U02"}),
          checks=("approval:superseded",)),
 
-    # -- side effects (U36 delivers the pack to tests/support/webhook_server.py) -----------------------
+    # -- side effects (U36 delivers the pack to tests/support/webhook_server.py) ----------
     Case(id="F41", group="side effects", what="killed after the intent, before sending: "
          "recovery asks the webhook (404, safe), sends once with the same key",
          pre=FRESH, webhook=True, injection="KEEPSTEP_CRASH_AT=effect.after_intent",

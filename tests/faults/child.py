@@ -1,7 +1,8 @@
 """What a fault-suite worker process runs: the real worker, plus a few test-only hooks.
 
 ``main(argv)`` strips the hook options below and hands the rest to
-``keepstep.engine.drills.worker.main`` — the same code as ``python -m keepstep.engine.drills.worker``.
+``keepstep.engine.drills.worker.main`` — the same code as
+``python -m keepstep.engine.drills.worker``.
 Crash points still come from ``KEEPSTEP_CRASH_AT`` in the environment.
 
 Hooks (each one reproduces a fault no named crash point reaches):
@@ -120,7 +121,8 @@ def install_disk_full(unit: str) -> None:
 def install_webhook(url: str) -> None:
     from keepstep.engine import api as project_module
     from keepstep.engine.kinds.context import REGISTRY
-    from keepstep.engine.run.effects import WebhookAdapter, perform_effect
+    from keepstep.engine.run.adapters import WebhookAdapter
+    from keepstep.engine.run.effects import perform_effect
 
     opener = project_module.open_project
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from keepstep.engine.run.effects import WebhookAdapter, perform_effect
+from keepstep.engine.run.adapters import WebhookAdapter
+from keepstep.engine.run.effects import perform_effect
 from keepstep.storage import SQLiteStore
 
 
