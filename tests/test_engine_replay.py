@@ -77,3 +77,55 @@ def test_replay_of_the_me042_pack_reproduces_its_artifacts(tmp_path: Path) -> No
     assert set(replayed) == set(source) and len(source) == 36
     differ = sorted(u for u in source if source[u] != replayed[u])
     assert differ == ["U36"]
+
+
+def _tamper_first_response(root: Path, unit: str) -> Path:
+    """Flip one byte of the unit's first recorded model response (a committed, sealed file)."""
+    import os
+    import stat
+
+    calls = root / ".keepstep" / "artifacts" / RUN / unit / "a1" / "calls"
+    path = sorted(calls.glob("*.json"))[0]
+    data = bytearray(path.read_bytes())
+    at = data.index(b"notice")  # inside the recorded content, so the JSON stays readable
+    data[at] = ord("N")
+    os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_replay_refuses_a_tampered_recorded_response_and_names_the_file(tmp_path: Path) -> None:
+    """One byte changed in a committed calls/*.json: replay stops before running anything,
+    naming the file, instead of replaying the altered answer (issue 13, item 1)."""
+    import pytest
+
+    from keepstep.engine.errors import KeepstepError
+
+    root = make_small_project(tmp_path / "small")
+    with open_project(root) as p:
+        assert p.start_run(RUN).run().decision == "done"
+    path = _tamper_first_response(root, "U03")
+    with pytest.raises(KeepstepError, match="replay refused") as err:
+        _replay(root)
+    assert str(path) in str(err.value) and "manifest hash" in str(err.value)
+    with open_project(root) as p:
+        assert f"{RUN}-replay" not in p.runs()
+
+
+def test_resume_redoes_a_unit_whose_recorded_response_was_tampered(tmp_path: Path) -> None:
+    """A resume re-hashes the current attempts' recorded responses: the altered one
+    invalidates its unit (explained) and the unit runs again; nothing else is redone."""
+    from tests.support.engine_harness import calls_by_attempt, redone_units
+
+    root = make_small_project(tmp_path / "small")
+    with open_project(root) as p:
+        assert p.start_run(RUN).run().decision == "done"
+    path = _tamper_first_response(root, "U03")
+    with open_project(root) as p:
+        run = p.get_run(RUN)
+        report = run.recover()
+        assert any("U03" in problem and path.name in problem
+                   for problem in report.artifact_problems)
+        assert "U03" in report.invalidated
+        assert run.resume().decision == "done"
+    assert redone_units(calls_by_attempt(root)) == {"U03"}

@@ -208,6 +208,16 @@ class Recovery:
                     lost.append((uid, f"{ref.path} is missing"))
                 elif file_sha256(str(p)) != ref.sha256:
                     lost.append((uid, f"{ref.path} changed (sha256 differs from the manifest)"))
+            # The attempt's recorded model responses are read back by retries and replays:
+            # an altered one is as untrustworthy as an altered output (a removed one — gc
+            # strips old responses — only means it cannot be replayed).
+            for entry in self.store.manifest(run.run_id, attempt_id=rec.attempt):
+                if not entry.name.startswith("calls/"):
+                    continue
+                p = root / entry.path
+                if p.is_file() and file_sha256(str(p)) != entry.sha256:
+                    lost.append((uid, f"{entry.path} changed (a recorded model response no "
+                                      "longer matches its manifest hash)"))
         self._lost = lost
         self.report.artifact_problems = [f"{u}: {w}" for u, w in lost]
         self._event("audited", head=cp.version, artifact_problems=self.report.artifact_problems)

@@ -10,11 +10,18 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from keepstep.engine.errors import KeepstepError
+from keepstep.storage.hashing import sha256_hex
+
 if TYPE_CHECKING:
     from keepstep.engine.run.handle import RunHandle
 
 
 def recorded_responses(run: RunHandle) -> dict[str, str]:
+    """request hash -> the recorded response, from the committed ``calls/*.json`` artifacts.
+
+    Raises KeepstepError naming the file when a recorded response no longer matches its
+    manifest hash: a replay never uses altered bytes."""
     out: dict[str, str] = {}
     for entry in run.store.manifest(run.run_id):
         if not entry.name.startswith("calls/"):
@@ -22,7 +29,15 @@ def recorded_responses(run: RunHandle) -> dict[str, str]:
         path = run.store.artifacts.path_of(entry)
         if not path.is_file():  # removed by retention (gc): that response cannot be replayed
             continue
-        data = json.loads(path.read_bytes())
+        blob = path.read_bytes()
+        if sha256_hex(blob) != entry.sha256:
+            raise KeepstepError(
+                f"replay refused: {path} does not match its manifest hash "
+                f"(recorded sha256 {entry.sha256[:12]}…, file {sha256_hex(blob)[:12]}…)",
+                hint="the recorded response was changed after it was committed; restore the "
+                "file from a backup (`keepstep restore`), or `keepstep resume` the run, which "
+                "redoes the unit whose response changed")
+        data = json.loads(blob)
         out.setdefault(data["request_hash"], data["content"])
     return out
 
