@@ -142,6 +142,23 @@ def test_adapter_config_errors_are_config_errors(project: Path) -> None:
             load_config(project)
 
 
+def test_validate_refuses_a_webhook_url_carrying_credentials(project: Path) -> None:
+    """`keepstep validate` refuses a webhook URL with a user and password, says where
+    credentials belong, and never prints the password (issue 13, item 2)."""
+    import subprocess
+    import sys
+
+    base = tomllib.loads((project / "keepstep.toml").read_text())
+    table = {"type": "webhook", "url": "https://ana:s3cret-pass@hooks.example.com/in"}
+    (project / "keepstep.toml").write_text(tomli_w.dumps({**base, "adapters": {"crm": table}}))
+    proc = subprocess.run([sys.executable, "-m", "keepstep.app.cli.main", "validate",
+                           str(project)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "crm" in proc.stderr and "credentials" in proc.stderr
+    assert "keyring or the environment" in proc.stderr
+    assert "s3cret" not in proc.stdout + proc.stderr
+
+
 def test_the_deliver_kind_is_registered_without_a_model() -> None:
     """deliver writes delivery.json, validates 'delivered' and calls no model."""
     spec, _ = get_kind("deliver")

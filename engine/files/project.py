@@ -86,6 +86,12 @@ class WebhookConfig(BaseModel):
         parts = urllib.parse.urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"{value!r} is not an http(s) URL")
+        if parts.username is not None or parts.password is not None:
+            # Never echo the URL back: it holds the secret.
+            raise ValueError(
+                f"the URL carries a user name or password ({parts.scheme}://…@{parts.hostname}"
+                "/…); keepstep.toml must hold no credentials — remove them from the URL "
+                "(credentials come from the keyring or the environment)")
         return value
 
 
