@@ -151,7 +151,7 @@ def test_validate_refuses_a_webhook_url_carrying_credentials(project: Path) -> N
     base = tomllib.loads((project / "keepstep.toml").read_text())
     table = {"type": "webhook", "url": "https://ana:s3cret-pass@hooks.example.com/in"}
     (project / "keepstep.toml").write_text(tomli_w.dumps({**base, "adapters": {"crm": table}}))
-    proc = subprocess.run([sys.executable, "-m", "keepstep.app.cli.main", "validate",
+    proc = subprocess.run([sys.executable, "-m", "keepstep.app.cli", "validate",
                            str(project)], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "crm" in proc.stderr and "credentials" in proc.stderr
