@@ -35,7 +35,7 @@ from keepstep.engine.files.project import FileDropConfig, WebhookConfig
 from keepstep.storage import EventIn, StaleFencingToken, Store, crash_point
 from keepstep.storage.artifacts import fsync_dir
 from keepstep.storage.hashing import canonical_json, file_sha256, sha256_hex
-from keepstep.storage.sqlite_ledgers import EffectRecord
+from keepstep.storage.models import EffectRecord
 
 UNRESOLVED = ("intent", "unknown")
 RECEIPTED = ("committed", "compensation-intent", "compensated")
