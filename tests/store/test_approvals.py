@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from keepstep.storage import (
-    ApprovalRefused,
-    StorageError,
-    Store,
-)
+from keepstep.storage import ApprovalRefused, StorageError, Store
 from tests.store.contract import RUN, FakeClock
 
 

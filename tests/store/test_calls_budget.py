@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from keepstep.storage import (
-    BudgetLimitReached,
-    EventIn,
-    Store,
-)
+from keepstep.storage import BudgetLimitReached, EventIn, Store
 from tests.store.contract import RUN
 
 

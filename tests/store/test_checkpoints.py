@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from keepstep.storage import (
-    CheckpointConflict,
-    NotFound,
-    StorageError,
-    Store,
-)
+from keepstep.storage import CheckpointConflict, NotFound, StorageError, Store
 from tests.store.contract import RUN
 
 

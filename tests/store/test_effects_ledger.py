@@ -4,13 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from keepstep.storage import (
-    EventIn,
-    NotFound,
-    StaleFencingToken,
-    StorageError,
-    Store,
-)
+from keepstep.storage import EventIn, NotFound, StaleFencingToken, StorageError, Store
 from tests.store.contract import RUN, FakeClock
 
 

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from keepstep.storage import (
-    EventIn,
-    Store,
-)
+from keepstep.storage import EventIn, Store
 from tests.store.contract import RUN, FakeClock
 
 

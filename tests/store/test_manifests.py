@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from keepstep.storage import (
-    Store,
-)
+from keepstep.storage import Store
 from tests.store.contract import RUN, FakeClock
 from tests.store.contract import stage as _stage
 

@@ -1,13 +1,12 @@
-"""Store contract: the capability Protocols: each backend implements them all."""
+"""Store contract: each backend implements every capability Protocol; the suite calls
+every Protocol method."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from keepstep.storage import (
-    Store,
-)
+from keepstep.storage import Store
 from keepstep.storage.store import CAPABILITIES
 
 
