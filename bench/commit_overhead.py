@@ -9,8 +9,12 @@ As the engine does at run start, the run's unit folders are created once
 separately, and per unit. Each timed keepstep unit still creates its attempt folder.
 
     python bench/commit_overhead.py [--n 200] [--size 20480] [--dir PATH]
+    python bench/commit_overhead.py --syncs [--n 200]   # disk syncs per unit (needs strace)
 
 Not a test: it prints figures and a ratio against the goal (keepstep ≤ 1.5 × baseline).
+``--syncs`` counts fsync + fdatasync system calls (strace -c) of N units of two shapes:
+a unit with no model call, and one with a model call (reserve, response file, settle),
+both committed as the engine does (usage and the current pointer in the commit).
 """
 
 from __future__ import annotations
@@ -18,8 +22,11 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
+import shutil
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -98,6 +105,59 @@ def keepstep_unit(store: SQLiteStore, payload: bytes, phases: dict[str, list[flo
     return step, prepare
 
 
+def engine_shaped_units(root: Path, n: int, calls: int) -> None:
+    """n units as the engine commits them, each making ``calls`` model calls."""
+    store = SQLiteStore(root)
+    store.create_run(RUN, {"plan": "bench"})
+    store.artifacts.prepare_units(RUN, [f"U{i:05d}" for i in range(n)])
+    for i in range(n):
+        unit = f"U{i:05d}"
+        claim = store.claim(RUN, "main", unit, expected_version=i, owner="bench",
+                            lease_seconds=60)
+        entries = []
+        for c in range(calls):
+            call_id = store.reserve_call(RUN, branch_id="main", unit=unit,
+                                         attempt_id=claim.attempt_id, round=1, model="m",
+                                         request_hash=f"h{c}", budget_delta={"calls": 1})
+            entries.append(store.artifacts.stage(
+                RUN, claim.attempt_id, f"calls/r1-{c:03d}.json", b"{}",
+                media_type="application/json", producer_version="bench", created_at="t"))
+            store.settle_call(call_id, tokens_in=1, tokens_out=1, cost=0.0, latency_ms=1,
+                              outcome="ok")
+        entries.append(store.artifacts.stage(RUN, claim.attempt_id, "out.json", b"{}" * 64,
+                                             media_type="application/json",
+                                             producer_version="bench", created_at="t"))
+        store.commit_checkpoint(RUN, "main", i, {f"unit:{unit}": {"a": claim.attempt_id}},
+                                entries, claim.fencing_token, unit=unit,
+                                attempt_id=claim.attempt_id, current={unit: claim.attempt_id},
+                                usage={"wall_time_s": 0.1})
+    store.close()
+
+
+def _syncs(n: int, calls: int, parent: str | None) -> int:
+    """fsync + fdatasync calls made by a child process running ``n`` units."""
+    with tempfile.TemporaryDirectory(prefix="keepstep-syncs-", dir=parent) as tmp:
+        out = Path(tmp) / "strace.txt"
+        subprocess.run(["strace", "-f", "-c", "-e", "trace=fsync,fdatasync", "-o", str(out),
+                        sys.executable, __file__, "--units", str(n), "--calls", str(calls),
+                        "--dir", tmp], check=True, capture_output=True)
+        total = re.search(r"^100\.00\s+\S+\s+\S+\s+(\d+)\s+(?:\d+\s+)?total$",
+                          out.read_text(), re.M)
+        return int(total[1]) if total else 0
+
+
+def count_syncs(n: int, parent: str | None) -> int:
+    if shutil.which("strace") is None:
+        print("--syncs needs strace on the PATH")
+        return 1
+    print(f"disk syncs (fsync + fdatasync) per unit, n={n}, "
+          f"{platform.system()} {platform.machine()}, SQLite {sqlite3.sqlite_version}")
+    for calls in (0, 1, 3):
+        per_unit = (_syncs(n, calls, parent) - _syncs(0, calls, parent)) / n
+        print(f"  unit with {calls} model call(s): {per_unit:.2f}")
+    return 0
+
+
 def timed(step: Callable[[int], None], i: int) -> float:
     t0 = time.perf_counter()
     step(i)
@@ -114,7 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=20 * 1024, help="artifact bytes (20 KB)")
     parser.add_argument("--dir", default=None, help="parent of the temp dir (default: system)")
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--syncs", action="store_true", help="count disk syncs per unit")
+    parser.add_argument("--units", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--calls", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.units is not None:  # the child of --syncs
+        engine_shaped_units(Path(args.dir) / ".keepstep", args.units, args.calls)
+        return 0
+    if args.syncs:
+        return count_syncs(args.n, args.dir)
     payload = os.urandom(args.size // 2).hex().encode()[: args.size]
 
     with tempfile.TemporaryDirectory(prefix="keepstep-bench-", dir=args.dir) as tmp:

@@ -64,7 +64,8 @@ def _facts(project: Path) -> dict:
         by_unit: dict[str, set[str]] = {}
         for call in run.calls():
             by_unit.setdefault(call.unit, set()).add(call.attempt_id)
-        return {"exists": True, "decision": status.decision, "current": status.counts["current"],
+        return {"exists": True, "decision": status.decision, "reasons": status.reasons,
+                "current": status.counts["current"],
                 "units": len(status.units), "chain_ok": chain.ok,
                 "used": dict(status.budget["used"]), "successes": successes,
                 "in_flight": in_flight,
@@ -112,10 +113,10 @@ def campaign(kills_wanted: int, seed: int, min_delay: float, max_delay: float) -
                 in_flight |= facts["in_flight"]
                 if proc.returncode == 0 and facts["decision"] == "done":
                     break
-                if proc.returncode not in (0, -signal.SIGKILL) and facts["decision"] != "done":
-                    # A run that stops by itself (not killed) must be done or blocked on a
-                    # person; the campaign only counts what it sees.
-                    violations[f"run exited {proc.returncode} without being done"] += 1
+                if proc.returncode != -signal.SIGKILL:
+                    # It stopped by itself without being done: nothing to kill any more.
+                    violations[f"run stopped {facts['decision']} (exit {proc.returncode}): "
+                               f"{'; '.join(facts['reasons'])[:200]}"] += 1
                     break
             if facts.get("exists"):
                 if facts["current"] != facts["units"]:

@@ -8,20 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-class KeepstepError(Exception):
-    """Base of every engine error a user can cause or see."""
-
-    hint: str = ""
-
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
-        super().__init__(message)
-        if hint is not None:
-            self.hint = hint
-
-    def __str__(self) -> str:
-        base = super().__str__()
-        return f"{base}\n  → {self.hint}" if self.hint else base
+from keepstep.storage.errors import KeepstepError
 
 
 class ProjectError(KeepstepError):

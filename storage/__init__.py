@@ -1,61 +1,125 @@
-"""keepstep.storage — SQLite state and the artifact store. Knows no engine rules."""
+"""keepstep.storage — SQLite state and the artifact store. Knows no engine rules.
 
-from keepstep.storage.artifacts import ArtifactStore, safe_name
-from keepstep.storage.backup import (
-    BackupReport,
-    Baseline,
-    RestoreRefused,
-    RestoreReport,
-    backup,
-    restore,
-)
-from keepstep.storage.errors import (
-    ArtifactImmutable,
-    ChainBroken,
-    CheckpointConflict,
-    CommitOutcomeUnknown,
-    CorruptDatabase,
-    NotFound,
-    SchemaMigrationFailed,
-    SchemaTooNew,
-    StaleFencingToken,
-    StorageBusy,
-    StorageError,
-    UnsafeArtifactName,
-)
-from keepstep.storage.faults import crash_point
-from keepstep.storage.hashing import canonical_json, sha256_hex
-from keepstep.storage.models import (
-    ArtifactEntry,
-    ArtifactProblem,
-    Attempt,
-    Budget,
-    ChainProblem,
-    ChainReport,
-    Checkpoint,
-    Claim,
-    Event,
-    EventIn,
-    Head,
-    Lease,
-    ModelCall,
-    OrphanAttempt,
-    UnitStatus,
-)
-from keepstep.storage.retention import GcItem, GcReport, gc
-from keepstep.storage.schema import SCHEMA_VERSION
-from keepstep.storage.sqlite_ledgers import ApprovalRecord, ApprovalRefused, EffectRecord
-from keepstep.storage.sqlite_store import BudgetLimitReached, LeaseHeld, SQLiteStore
-from keepstep.storage.store import Store
+Names are loaded on first use (PEP 562), so ``import keepstep.storage.errors`` or
+``keepstep.storage.hashing`` does not load sqlite-utils or the SQLite backend.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS: dict[str, str] = {
+    "keepstep.storage.artifacts": "ArtifactStore safe_name",
+    "keepstep.storage.backups": "BackupReport backup",
+    "keepstep.storage.errors": "ApprovalRefused ArtifactImmutable BudgetLimitReached ChainBroken "
+                               "CheckpointConflict CommitOutcomeUnknown CorruptDatabase "
+                               "DatabaseLost DiskFull KeepstepError LeaseHeld NotFound "
+                               "SchemaMigrationFailed SchemaNeedsMigration SchemaTooNew "
+                               "StaleFencingToken StorageBusy StorageError "
+                               "StoragePermissionDenied UnsafeArtifactName",
+    "keepstep.storage.faults": "crash_point",
+    "keepstep.storage.hashing": "canonical_json sha256_hex",
+    "keepstep.storage.models": "ApprovalRecord ArtifactEntry ArtifactProblem Attempt Budget "
+                               "ChainProblem ChainReport Checkpoint Claim CurrentChange "
+                               "EffectRecord Event EventIn Head Lease ModelCall OrphanAttempt "
+                               "UnitStatus",
+    "keepstep.storage.restores": "Baseline RestoreRefused RestoreReport restore",
+    "keepstep.storage.retention": "GcItem GcReport gc",
+    "keepstep.storage.sqlite.schema": "SCHEMA_VERSION",
+    "keepstep.storage.sqlite": "SQLiteStore",
+    "keepstep.storage.store": "ApprovalStore CallStore CheckpointStore ClaimStore EffectStore "
+                              "EventStore ManifestStore Store",
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names.split()}
 
 __all__ = [
-    "SCHEMA_VERSION", "ApprovalRecord", "ApprovalRefused", "ArtifactEntry", "ArtifactImmutable",
+    "ApprovalRecord", "ApprovalRefused", "ApprovalStore", "ArtifactEntry", "ArtifactImmutable",
     "ArtifactProblem", "ArtifactStore", "Attempt", "BackupReport", "Baseline", "Budget",
-    "BudgetLimitReached", "ChainBroken", "ChainProblem", "ChainReport", "Checkpoint",
-    "CheckpointConflict", "Claim", "CommitOutcomeUnknown", "CorruptDatabase", "EffectRecord",
-    "Event", "EventIn", "GcItem", "GcReport", "Head",
-    "Lease", "LeaseHeld", "ModelCall", "NotFound", "OrphanAttempt", "RestoreRefused",
-    "RestoreReport", "SQLiteStore", "SchemaMigrationFailed", "SchemaTooNew", "StaleFencingToken",
-    "Store", "StorageBusy", "StorageError", "UnitStatus", "UnsafeArtifactName", "backup",
-    "canonical_json", "crash_point", "gc", "restore", "safe_name", "sha256_hex",
+    "BudgetLimitReached", "CallStore", "ChainBroken", "ChainProblem", "ChainReport",
+    "Checkpoint", "CheckpointConflict", "CheckpointStore", "Claim", "ClaimStore",
+    "CommitOutcomeUnknown", "CorruptDatabase", "CurrentChange", "DatabaseLost", "DiskFull",
+    "EffectRecord", "EffectStore", "Event", "EventIn", "EventStore", "GcItem", "GcReport",
+    "Head", "KeepstepError", "Lease", "LeaseHeld", "ManifestStore", "ModelCall", "NotFound",
+    "OrphanAttempt", "RestoreRefused", "RestoreReport", "SCHEMA_VERSION", "SQLiteStore",
+    "SchemaMigrationFailed", "SchemaNeedsMigration", "SchemaTooNew", "StaleFencingToken",
+    "StorageBusy", "StorageError", "StoragePermissionDenied", "Store", "UnitStatus",
+    "UnsafeArtifactName", "backup", "canonical_json", "crash_point", "gc", "restore",
+    "safe_name", "sha256_hex",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'keepstep.storage' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:
+    from keepstep.storage.artifacts import ArtifactStore, safe_name
+    from keepstep.storage.backups import BackupReport, backup
+    from keepstep.storage.errors import (
+        ApprovalRefused,
+        ArtifactImmutable,
+        BudgetLimitReached,
+        ChainBroken,
+        CheckpointConflict,
+        CommitOutcomeUnknown,
+        CorruptDatabase,
+        DatabaseLost,
+        DiskFull,
+        KeepstepError,
+        LeaseHeld,
+        NotFound,
+        SchemaMigrationFailed,
+        SchemaNeedsMigration,
+        SchemaTooNew,
+        StaleFencingToken,
+        StorageBusy,
+        StorageError,
+        StoragePermissionDenied,
+        UnsafeArtifactName,
+    )
+    from keepstep.storage.faults import crash_point
+    from keepstep.storage.hashing import canonical_json, sha256_hex
+    from keepstep.storage.models import (
+        ApprovalRecord,
+        ArtifactEntry,
+        ArtifactProblem,
+        Attempt,
+        Budget,
+        ChainProblem,
+        ChainReport,
+        Checkpoint,
+        Claim,
+        CurrentChange,
+        EffectRecord,
+        Event,
+        EventIn,
+        Head,
+        Lease,
+        ModelCall,
+        OrphanAttempt,
+        UnitStatus,
+    )
+    from keepstep.storage.restores import Baseline, RestoreRefused, RestoreReport, restore
+    from keepstep.storage.retention import GcItem, GcReport, gc
+    from keepstep.storage.sqlite import SQLiteStore
+    from keepstep.storage.sqlite.schema import SCHEMA_VERSION
+    from keepstep.storage.store import (
+        ApprovalStore,
+        CallStore,
+        CheckpointStore,
+        ClaimStore,
+        EffectStore,
+        EventStore,
+        ManifestStore,
+        Store,
+    )

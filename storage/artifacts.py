@@ -2,27 +2,33 @@
 
 Layout: ``<root>/<run>/<unit>/<attempt>/<name>``, where an attempt id
 ``U07/a2`` maps to ``<unit>=U07``, ``<attempt>=a2``. A staged file is written
-to a temporary name, flushed and fsynced, renamed into place, and its
-directory fsynced, so after a crash a file is either whole or absent (a
-leftover ``.tmp`` marks an interrupted write). Every folder created on the way
-is made durable (its parent fsynced) before ``stage`` returns. Files are never
-overwritten.
+to a temporary name, fsynced, renamed into place, and its folder fsynced, so
+after a crash a file is either whole or absent (a leftover ``.tmp`` marks an
+interrupted write). Files are never overwritten. Folders are created 0700 and
+files 0600; sealing makes a file 0400.
 
 ``prepare_units`` creates a run's unit folders up front with one fsync, so that
-staging a unit's first attempt costs one folder creation, not two.
+staging a unit's first attempt creates one folder, not two.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from keepstep.storage.errors import ArtifactImmutable, UnsafeArtifactName
 from keepstep.storage.hashing import file_sha256, sha256_hex
 from keepstep.storage.models import ArtifactEntry, ArtifactProblem
+from keepstep.storage.permissions import (
+    DIR_MODE,
+    SEALED_MODE,
+    fsync_dir,
+    make_private_dir,
+    open_private,
+)
 
 _SAFE_PART = re.compile(r"^[A-Za-z0-9._@+=-]+$")
 _ID_PART = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -43,14 +49,6 @@ def safe_name(name: str) -> PurePosixPath:
 def _check_id(value: str, what: str) -> None:
     if not _ID_PART.match(value) or value in (".", ".."):
         raise UnsafeArtifactName(f"unsafe {what} {value!r} for an artifact path")
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ArtifactStore:
@@ -78,22 +76,18 @@ class ArtifactStore:
     # -- writing -------------------------------------------------------------
     @staticmethod
     def _mkdirs(directory: str) -> list[str]:
-        """Create ``directory`` and any missing parents; return the folders whose entries
-        changed (each created folder's parent), deepest first, for the caller to fsync."""
+        """Create ``directory`` and any missing parents (0700); return the folders whose
+        entries changed (each created folder's parent), deepest first."""
         try:  # the common case: only the last level is missing
-            os.mkdir(directory)
+            os.mkdir(directory, DIR_MODE)
+            os.chmod(directory, DIR_MODE)
             return [os.path.dirname(directory)]
         except FileExistsError:
             return []
         except FileNotFoundError:
             pass
-        missing = []
-        d = directory
-        while not os.path.exists(d):
-            missing.append(d)
-            d = os.path.dirname(d)
-        os.makedirs(directory, exist_ok=True)
-        return [os.path.dirname(created) for created in missing]
+        created = make_private_dir(directory)
+        return [os.path.dirname(c) for c in reversed(created)]
 
     def _sync_dirs(self, dirs: Iterable[str | Path]) -> None:
         if self.durable:
@@ -117,9 +111,10 @@ class ArtifactStore:
         created = []
         for unit in units:
             try:
-                (run_dir / unit).mkdir()
+                os.mkdir(run_dir / unit, DIR_MODE)
             except FileExistsError:
                 continue
+            os.chmod(run_dir / unit, DIR_MODE)
             created.append(unit)
         if created:
             self._sync_dirs([run_dir])
@@ -136,10 +131,14 @@ class ArtifactStore:
         producer_version: str,
         created_at: str,
         source_ids: Iterable[str] = (),
-        validators: dict | None = None,
+        validators: dict[str, Any] | None = None,
         schema_version: int = 1,
     ) -> ArtifactEntry:
-        """Write one file durably into the attempt directory and describe it."""
+        """Write one file durably into the attempt directory and describe it.
+
+        When this returns (with ``durable``), the file's bytes and its name in its folder
+        are on disk: a manifest row committed afterwards never names a lost file.
+        """
         rel = safe_name(name)
         relpath = "/".join((*self._attempt_parts(run_id, attempt_id), *rel.parts))
         target = os.path.join(self.root, relpath)
@@ -149,21 +148,26 @@ class ArtifactStore:
         if not new_entries and os.path.lexists(target):
             raise ArtifactImmutable(f"{target} already exists")
         tmp = target + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)
         try:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
             if self.durable:
+                # Needed: the bytes are on disk before the name points at them, so a crash
+                # leaves a whole file or a .tmp, never a torn file under the final name.
                 os.fsync(fd)
         finally:
             os.close(fd)
         os.rename(tmp, target)
-        # The file's folder first, then every folder that gained a subfolder, deepest first.
-        # All of them are synced before returning, so the guarantee is the same as syncing
-        # each mkdir on the spot; the order lets a journaling file system commit all the
-        # pending metadata with the first fsync and find the later ones clean.
-        self._sync_dirs([directory, *(d for d in new_entries if d != directory)])
+        # Needed: the rename (the file's name in its folder) is durable before the commit
+        # whose manifest names it. Not synced any more: the parents of folders created on
+        # the way (a new attempt folder in its unit folder, a calls/ folder). A journaling
+        # file system (ext4, xfs, btrfs, apfs) commits a folder's creation with the first
+        # fsync inside it; should one not, the commit names a file recovery cannot find,
+        # and its hash audit of current artifacts redoes the unit — a redo, never a wrong
+        # result. That saves one fsync per unit and one per first model call.
+        self._sync_dirs([directory])
         return ArtifactEntry(
             unit=attempt_id.partition("/")[0],
             attempt_id=attempt_id,
@@ -184,13 +188,13 @@ class ArtifactStore:
         for entry in entries:
             p = self.path_of(entry)
             if p.exists():
-                p.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+                p.chmod(SEALED_MODE)
 
     def seal_dir(self, directory: str | Path) -> None:
         """Quarantine an attempt directory in place: every file read-only."""
         for f in Path(directory).rglob("*"):
             if f.is_file():
-                f.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+                f.chmod(SEALED_MODE)
 
     def read(self, entry: ArtifactEntry) -> bytes:
         return self.path_of(entry).read_bytes()
@@ -216,20 +220,49 @@ class ArtifactStore:
         return problems
 
     @staticmethod
-    def _files_in(directory: Path) -> list[str]:
-        return sorted(str(f.relative_to(directory)) for f in directory.rglob("*") if f.is_file())
+    def files_in(directory: Path) -> list[str]:
+        """Every file under ``directory``, as sorted "/"-separated relative paths."""
+        return sorted(f.relative_to(directory).as_posix() for f in directory.rglob("*")
+                      if f.is_file())
 
-    def attempt_dirs(self, run_id: str) -> Iterator[tuple[str, str, Path, list[str]]]:
-        """(unit, attempt_id, directory, files) for every attempt directory of a run."""
+    def attempt_folders(self, run_id: str, *,
+                        limit: int | None = None) -> Iterator[tuple[str, str, Path]]:
+        """(unit, attempt_id, directory) for the attempt folders of a run, in (unit, folder)
+        order, at most ``limit`` of them; files are not listed (cheap per folder)."""
         run_root = self.root / run_id
         if not run_root.is_dir():
             return
+        seen = 0
         # Names starting with "_" hold run-level files (plan snapshots), not attempts.
         for unit_dir in sorted(p for p in run_root.iterdir()
                                if p.is_dir() and not p.name.startswith("_")):
             for att_dir in sorted(p for p in unit_dir.iterdir() if p.is_dir()):
-                yield (unit_dir.name, f"{unit_dir.name}/{att_dir.name}", att_dir,
-                       self._files_in(att_dir))
+                if limit is not None and seen >= limit:
+                    return
+                seen += 1
+                yield unit_dir.name, f"{unit_dir.name}/{att_dir.name}", att_dir
+
+    def folder_names(self, run_id: str) -> dict[str, list[str]]:
+        """unit folder -> the names in it, for every unit folder of a run (one listdir per
+        unit folder; nothing below it is read)."""
+        run_root = self.root / run_id
+        out: dict[str, list[str]] = {}
+        try:
+            units = [e for e in os.scandir(run_root)
+                     if e.is_dir() and not e.name.startswith("_")]
+        except FileNotFoundError:
+            return out
+        for entry in units:
+            try:
+                out[entry.name] = os.listdir(entry.path)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+        return out
+
+    def attempt_dirs(self, run_id: str) -> Iterator[tuple[str, str, Path, list[str]]]:
+        """(unit, attempt_id, directory, files) for every attempt directory of a run."""
+        for unit, attempt_id, directory in self.attempt_folders(run_id):
+            yield unit, attempt_id, directory, self.files_in(directory)
 
     def attempt_files(self, run_id: str, attempt_id: str) -> tuple[Path, list[str]] | None:
         """(directory, files) of one attempt, or None when it has no folder (or its id
@@ -240,4 +273,4 @@ class ArtifactStore:
             return None
         if not directory.is_dir():
             return None
-        return directory, self._files_in(directory)
+        return directory, self.files_in(directory)

@@ -156,9 +156,13 @@ class ChainProblem(BaseModel):
 
 
 class ChainReport(BaseModel):
+    """The outcome of a chain check. ``verified_version``: with ``verify_since_last``, the
+    newest version known good after this check (None when nothing verified yet)."""
+
     ok: bool
     checked: int
     problems: list[ChainProblem] = Field(default_factory=list)
+    verified_version: int | None = None
 
 
 class ArtifactProblem(BaseModel):
@@ -171,8 +175,77 @@ class ArtifactProblem(BaseModel):
 
 
 class OrphanAttempt(BaseModel):
+    """An attempt folder holding files no committed manifest row names, and no live lease.
+
+    ``has_row`` is False for a stray folder (no attempt row at all: made by hand, or
+    left from another database)."""
+
     run_id: str
     unit: str
     attempt_id: str
     directory: str
     files: list[str]
+    has_row: bool = True
+
+
+class CurrentChange(BaseModel):
+    """A change of a unit's current attempt, made by the commit of ``version``.
+
+    ``attempt_id`` None: from that version on the unit has no current attempt."""
+
+    branch_id: str
+    version: int
+    unit: str
+    attempt_id: str | None
+
+
+class ApprovalRecord(BaseModel):
+    """One approval request and, once answered, its decision (a row of ``approvals``)."""
+
+    request_id: str
+    run_id: str
+    branch_id: str
+    gate_id: str
+    unit: str
+    question: str
+    options: list[dict[str, Any]] = Field(default_factory=list)
+    status: str  # requested | decided | revoked | expired | superseded
+    created_at: str
+    bound_object: dict[str, Any] = Field(default_factory=dict)
+    choice: str | None = None
+    decided_by: str | None = None
+    decided_at: str | None = None
+    scope: str | None = None
+    expires_at: float | None = None
+    revoked_by: str | None = None
+    revoked_at: str | None = None
+    revoke_reason: str | None = None
+    token_hash: str | None = None
+    token_expires_at: float | None = None
+    token_used_at: float | None = None
+
+
+class EffectRecord(BaseModel):
+    """One external action in the side-effect ledger (a row of ``side_effects``)."""
+
+    idem_key: str
+    run_id: str
+    branch_id: str
+    unit: str
+    attempt_id: str | None = None
+    action: str
+    adapter: str
+    request_hash: str
+    fencing_token: int | None = None
+    plan_n: int
+    status: str  # intent | committed | unknown | failed | compensated | compensation-intent
+    remote_id: str | None = None
+    created_at: str
+    updated_at: str
+    compensates: str | None = None
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+APPROVAL_STATUSES = ("requested", "decided", "revoked", "expired", "superseded")
+EFFECT_STATUSES = ("intent", "committed", "unknown", "failed", "compensated",
+                   "compensation-intent")

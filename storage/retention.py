@@ -1,8 +1,8 @@
 """Garbage collection: delete attempt folders nothing needs any more, strip old event payloads.
 
 An attempt folder is deleted only when it is older than the window and none of these
-holds: it is the current attempt of a unit on some branch (or holds a current
-output), an approval that is requested or decided is bound to one of its files, the
+holds: it is the current attempt of a unit on some branch (the store's current
+pointers), an approval that is requested or decided is bound to one of its files, the
 side-effect ledger names the attempt or one of its files, or a live lease covers it.
 Committed rows stay in the database (history keeps its hashes); only files go.
 Plan snapshots (``<run>/_plan/``) are never touched.
@@ -21,9 +21,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from keepstep.storage.current import UNIT_PREFIX, current_units
 from keepstep.storage.errors import NotFound
-from keepstep.storage.sqlite_store import SQLiteStore
+from keepstep.storage.sqlite import SQLiteStore
+from keepstep.storage.sqlite.connection import iso
 
 STATE_DIR = ".keepstep"
 DAY = 86_400.0
@@ -47,11 +47,6 @@ class GcReport(BaseModel):
     kept: list[GcItem] = Field(default_factory=list)
     events_stripped: int = 0
     bytes_freed: int = 0
-
-
-def _iso(ts: float) -> str:
-    # The store's timestamp format, so that string comparison orders by time.
-    return _dt.datetime.fromtimestamp(ts, _dt.UTC).isoformat(timespec="microseconds")
 
 
 def _ts(iso: str | None) -> float | None:
@@ -92,10 +87,8 @@ def _protected(store: SQLiteStore, run_id: str, now: float) -> dict[str, str]:
 
     for b in store.branches(run_id):
         branch = b["branch_id"]
-        for cur in current_units(store.read_state(run_id, branch, UNIT_PREFIX)).values():
-            add(cur.attempt, f"current: {cur.unit}'s current attempt on branch {branch}")
-            for path in cur.outputs:
-                add(_attempt_of_path(run_id, path), f"current: holds an output of {cur.unit}")
+        for unit, attempt in store.current_attempts(run_id, branch).items():
+            add(attempt, f"current: {unit}'s current attempt on branch {branch}")
     for lease in store.leases(run_id):
         if lease.expires_at > now:
             add(lease.attempt_id, f"in flight: leased by {lease.owner}")
@@ -193,7 +186,7 @@ def gc(project_root: Path, older_than_days: float, now: float, *,
                 gone.append(item)
             report.deleted += gone
             report.events_stripped += store.strip_event_payloads(
-                run_id, before_ts=_iso(now - window))
+                run_id, before_ts=iso(now - window))
             if gone:
                 store.append_event(run_id, "maintenance.gc", payload={
                     "deleted": [g.attempt_id for g in gone],

@@ -21,7 +21,7 @@ from keepstep.engine.run.approvals import (
     revoke,
 )
 from keepstep.storage import SCHEMA_VERSION, SQLiteStore
-from keepstep.storage.schema import MIGRATION_SET, m001_initial
+from keepstep.storage.sqlite.schema import MIGRATION_SET, m001_initial
 
 T0 = 1_700_000_000.0
 DAY = 86400.0
@@ -268,7 +268,7 @@ def test_a_token_of_a_superseded_request_is_refused(ledger, clock) -> None:
 
 def test_consume_resume_token_is_single_use_and_checks_run_and_gate(ledger, clock) -> None:
     """The storage primitive refuses a foreign run/gate, then consumes once, then refuses."""
-    from keepstep.storage.sqlite_ledgers import ApprovalRefused
+    from keepstep.storage.errors import ApprovalRefused
 
     req = _ask(ledger, clock)
     h = hash_token(req.resume_token)

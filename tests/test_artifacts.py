@@ -134,21 +134,21 @@ def test_prepare_units_creates_unit_folders_with_one_fsync(
         artifacts.prepare_units(RUN, ["../U03"])
 
 
-def test_staging_syncs_every_folder_it_created_before_returning(
+def test_staging_syncs_the_file_folder_only(
     artifacts: ArtifactStore, synced: list[str]
 ) -> None:
-    """With the unit folder prepared, staging syncs the attempt folder and the unit folder;
-    without it, the run folder too — the file's folder always first."""
+    """Staging syncs the folder that holds the file (its rename), never the parents of the
+    folders it created: a new attempt or unit folder costs no fsync of its own."""
     artifacts.prepare_units(RUN, ["U07"])
     synced.clear()
     _stage(artifacts, "a.json")
     attempt = artifacts.attempt_dir(RUN, ATTEMPT)
-    assert synced == [str(attempt), str(attempt.parent)]
-    synced.clear()
-    _stage(artifacts, "b.json")  # the attempt folder exists now: only it changes
     assert synced == [str(attempt)]
+    synced.clear()
+    _stage(artifacts, "calls/r1-001.json")
+    assert synced == [str(attempt / "calls")]
     synced.clear()
     _stage(artifacts, "c.json", attempt="U08/a1")  # a unit nobody prepared
     fresh = artifacts.attempt_dir(RUN, "U08/a1")
-    assert synced == [str(fresh), str(fresh.parent), str(fresh.parent.parent)]
+    assert synced == [str(fresh)]
     assert (fresh / "c.json").read_bytes() == b"{}"

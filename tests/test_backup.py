@@ -162,3 +162,29 @@ def test_db_and_artifacts_from_different_moments_stop_at_the_last_verifiable_bas
     assert "stops at the last baseline both can verify" in report.message
     assert lost_unit in report.message
     _resume_to_done(dest)
+
+
+def test_a_backup_of_a_broken_chain_is_refused_naming_the_version(tmp_path: Path) -> None:
+    """A checkpoint row edited by SQL makes backup raise ChainBroken naming run, branch and
+    version; nothing is written at the target."""
+    import sqlite3
+
+    from keepstep.storage import ChainBroken, SQLiteStore
+
+    state = tmp_path / "p" / ".keepstep"
+    s = SQLiteStore(state)
+    s.create_run("R1", {"plan": "p"})
+    for v in range(3):
+        s.commit_checkpoint("R1", "main", v, {f"k{v}": v})
+    s.close()
+    conn = sqlite3.connect(state / "state.db")
+    conn.execute("UPDATE checkpoints SET delta = '{\"k1\":7}' WHERE version = 2")
+    conn.commit()
+    conn.close()
+    for target in (tmp_path / "backup", tmp_path / "backup.zip"):
+        with pytest.raises(ChainBroken) as info:
+            backup(tmp_path / "p", target)
+        assert "R1/main: checkpoint 2 does not verify" in str(info.value)
+        assert "keepstep verify" in str(info.value)
+        assert not target.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]

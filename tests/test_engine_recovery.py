@@ -170,18 +170,18 @@ def test_recovery_keeps_failed_attempts_counted_toward_retry_bounds(tmp_path: Pa
 
 
 def test_recovery_never_quarantines_an_attempt_claimed_during_its_scan(tmp_path: Path) -> None:
-    """An executor that claims and stages while another's recovery walks the artifact folders
-    keeps its attempt: it is in flight, not an orphan, and its commit goes through."""
+    """An executor that claims and stages while another's recovery looks for orphans keeps
+    its attempt: it is in flight, not an orphan, and its commit goes through."""
     root = make_small_project(tmp_path / "small")
     with open_project(root, executor_id="A:1:a") as pa, \
             open_project(root, executor_id="B:2:b") as pb:
         run_a = pa.start_run(RUN)
         run_a.run(max_units=2)
         staged: dict[str, Any] = {}
-        real_dirs = pb.store.artifacts.attempt_dirs
+        real_scan = pb.store.orphaned_attempts
 
-        def dirs_after_a_claims(run_id: str) -> Any:
-            # A claims U03 and stages a file after B's scan has read the leases.
+        def scan_as_a_claims(run_id: str, **kwargs: Any) -> Any:
+            # A claims U03 and stages a file just as B's recovery starts its orphan scan.
             head = pa.store.get_head(RUN).version
             claim = pa.store.claim(RUN, "main", "U03", expected_version=head,
                                    owner="A:1:a", lease_seconds=30)
@@ -190,9 +190,9 @@ def test_recovery_never_quarantines_an_attempt_claimed_during_its_scan(tmp_path:
                 media_type="application/json", producer_version="test",
                 created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ"))
             staged.update(claim=claim, entry=entry)
-            return real_dirs(run_id)
+            return real_scan(run_id, **kwargs)
 
-        pb.store.artifacts.attempt_dirs = dirs_after_a_claims  # type: ignore[method-assign]
+        pb.store.orphaned_attempts = scan_as_a_claims  # type: ignore[method-assign]
         report = recover(pb.get_run(RUN))
         assert report.orphans == [], report
         claim = staged["claim"]

@@ -144,7 +144,8 @@ def _commit_attempt(store: SQLiteStore, unit: str, data: bytes) -> str:
     record = {"state": "succeeded", "attempt": claim.attempt_id,
               "outputs": {"out.json": {"sha256": entry.sha256, "path": entry.path}}}
     store.commit_checkpoint("R", "main", head, {f"unit:{unit}": record}, [entry],
-                            claim.fencing_token, unit=unit, attempt_id=claim.attempt_id)
+                            claim.fencing_token, unit=unit, attempt_id=claim.attempt_id,
+                            current={unit: claim.attempt_id})
     return entry.sha256
 
 
@@ -200,3 +201,15 @@ def test_gc_strips_event_payloads_older_than_the_window_and_keeps_metadata(
         assert (new.kind, new.unit, new.payload) == ("note", "U1", {"x": 2})
     finally:
         store.close()
+
+
+def test_the_stores_current_pointers_match_the_engines_records_after_the_story(
+    story_dir: Path,
+) -> None:
+    """After the ME-042 story (crashes, invalidations, a plan change, cut-offs) the pointers
+    gc and backup read name exactly the attempts the engine's records hold as current."""
+    with open_project(story_dir) as project:
+        records = project.get_run(RUN).facts_records()
+        current = {u: r.attempt for u, r in records.items() if r.state.value == "succeeded"}
+        assert len(current) == 36
+        assert project.store.current_attempts(RUN) == current

@@ -209,15 +209,19 @@ def test_the_public_api_map_matches_its_type_checking_imports() -> None:
 
 def test_importing_the_decision_function_loads_no_storage_backend() -> None:
     """In a fresh interpreter, the pure core (decide, invalidation, explain) loads neither
-    sqlite_utils nor any keepstep.storage module, nor the gateway, run or report packages."""
+    sqlite_utils nor the storage backend, nor the gateway, run or report packages. The one
+    storage module it may load is the shared error base (keepstep.storage.errors, through
+    engine/errors.py; keepstep.storage itself is a lazy package)."""
     result = _run_probe(
         """
         import json, sys
         import keepstep.engine.core.decide, keepstep.engine.core.invalidation
         import keepstep.engine.core.explain, keepstep.engine.core.changes
-        print(json.dumps(sorted(m for m in sys.modules if m.startswith((
-            "sqlite_utils", "keepstep.storage", "keepstep.engine.run", "keepstep.engine.gateway",
-            "keepstep.engine.report", "keepstep.engine.files", "litellm", "textual")))))
+        shared = {"keepstep.storage", "keepstep.storage.errors"}
+        print(json.dumps(sorted(m for m in sys.modules if m not in shared and m.startswith((
+            "sqlite_utils", "sqlite3", "keepstep.storage", "keepstep.engine.run",
+            "keepstep.engine.gateway", "keepstep.engine.report", "keepstep.engine.files",
+            "litellm", "textual")))))
         """
     )
     assert result == []

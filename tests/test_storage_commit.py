@@ -384,3 +384,76 @@ def test_commit_hashes_match_the_reference_encoding_for_awkward_values(
         run_store.commit_checkpoint(RUN, "main", v, delta, unit="U1", attempt_id='a"1')
     assert run_store.verify_chain(RUN).ok and run_store.verify_head(RUN).ok
     assert run_store.get_checkpoint(RUN, 2).delta == deltas[1]
+
+
+def test_the_orphan_scan_reads_attempt_rows_and_walks_no_attempt_folder(
+    run_store: SQLiteStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without full=True the scan lists the uncommitted attempts' folders and one name list
+    per unit folder — it never walks committed attempt folders, however many there are."""
+    for version in range(5):
+        claim, entry = _claim_and_stage(run_store, f"U{version}", version=version)
+        _commit(run_store, claim, entry)
+    loser, _ = _claim_and_stage(run_store, "U9", version=5, lease_seconds=5)
+    clock.t += 10
+    listed: list[str] = []
+    real = run_store.artifacts.attempt_files
+
+    def files_of(run_id: str, attempt_id: str):
+        listed.append(attempt_id)
+        return real(run_id, attempt_id)
+
+    def no_walk(*_a, **_k):
+        raise AssertionError("the default orphan scan walked the attempt folders")
+
+    monkeypatch.setattr(run_store.artifacts, "attempt_files", files_of)
+    monkeypatch.setattr(run_store.artifacts, "attempt_folders", no_walk)
+    monkeypatch.setattr(run_store.artifacts, "attempt_dirs", no_walk)
+    assert [o.attempt_id for o in run_store.orphaned_attempts(RUN)] == [loser.attempt_id]
+    assert listed == [loser.attempt_id]
+
+
+def test_a_commit_with_usage_needs_no_separate_usage_transaction(
+    run_store: SQLiteStore,
+) -> None:
+    """usage= lands with the checkpoint: one write transaction for commit and usage."""
+    claim, entry = _claim_and_stage(run_store, "U1")
+    begins: list[str] = []
+    run_store.db.conn.set_trace_callback(
+        lambda sql: begins.append(sql) if sql.startswith("BEGIN") else None)
+    try:
+        run_store.commit_checkpoint(RUN, "main", 0, {"unit/U1": 1}, [entry], claim.fencing_token,
+                                    unit="U1", attempt_id=claim.attempt_id,
+                                    usage={"wall_time_s": 2.0})
+    finally:
+        run_store.db.conn.set_trace_callback(None)
+    assert begins == ["BEGIN IMMEDIATE"]
+    assert run_store.get_budget(RUN).used == {"wall_time_s": 2.0}
+
+
+def test_settling_a_call_and_renewing_a_lease_do_not_sync_on_their_own(
+    run_store: SQLiteStore,
+) -> None:
+    """settle_call and renew_lease commit with synchronous=NORMAL (synced by the next
+    durable commit); a reservation and the unit's commit stay fully synced."""
+    seen: list[str] = []
+    conn = run_store.db.conn
+    conn.set_trace_callback(seen.append)
+    try:
+        claim = run_store.claim(RUN, "main", "U1", expected_version=0, owner="o",
+                                lease_seconds=30)
+        call = run_store.reserve_call(RUN, branch_id="main", unit="U1",
+                                      attempt_id=claim.attempt_id, round=1, model="m",
+                                      request_hash="h", budget_delta={"model_calls": 1})
+        before_settle = len(seen)
+        run_store.settle_call(call, tokens_in=1, tokens_out=1, cost=0.0, latency_ms=1,
+                              outcome="ok")
+        run_store.renew_lease(RUN, "main", "U1", fencing_token=claim.fencing_token,
+                              lease_seconds=30)
+    finally:
+        conn.set_trace_callback(None)
+    relaxed = [s for s in seen if s.startswith("PRAGMA synchronous")]
+    assert relaxed == ["PRAGMA synchronous = NORMAL", "PRAGMA synchronous = FULL"] * 2
+    assert not any(s.startswith("PRAGMA synchronous") for s in seen[:before_settle])
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL again
+    assert run_store.calls(RUN)[0].status == "settled"

@@ -54,7 +54,8 @@ def _far_future() -> float:
     return time.time() + 3600
 
 
-def _run_child(root: Path, kill: Kill, *, max_iterations: int | None = None) -> tuple[int, list[str]]:
+def _run_child(root: Path, kill: Kill, *,
+               max_iterations: int | None = None) -> tuple[int, list[str]]:
     env = {k: v for k, v in os.environ.items() if k != "KEEPSTEP_CRASH_AT"}
     if kill.point:
         env["KEEPSTEP_CRASH_AT"] = f"{kill.point}@{kill.nth}"

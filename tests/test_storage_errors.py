@@ -12,6 +12,7 @@ import pytest
 from keepstep.storage import (
     CommitOutcomeUnknown,
     CorruptDatabase,
+    DiskFull,
     SQLiteStore,
     StorageBusy,
     StorageError,
@@ -127,3 +128,64 @@ def test_no_engine_or_app_module_imports_sqlite3() -> None:
                 if any(n == "sqlite3" or n.startswith("sqlite3.") for n in names):
                     offenders.append(str(path.relative_to(repo)))
     assert offenders == []
+
+
+def test_every_storage_error_shares_the_one_keepstep_error_base_and_hint_format() -> None:
+    """StorageError and its subclasses are KeepstepErrors (the engine's base is the same
+    class); the hint follows the message on its own line after "  → "."""
+    import inspect
+
+    import keepstep.storage.errors as errors
+    from keepstep.engine.errors import KeepstepError as EngineBase
+
+    assert EngineBase is errors.KeepstepError
+    classes = [c for _, c in inspect.getmembers(errors, inspect.isclass)
+               if issubclass(c, Exception) and c.__module__ == errors.__name__]
+    assert all(issubclass(c, errors.StorageError) for c in classes
+               if c is not errors.KeepstepError)
+    err = errors.StorageBusy("the database stayed locked")
+    assert str(err) == "the database stayed locked\n  → " + errors.StorageBusy.hint
+    assert err.message == "the database stayed locked"
+    assert str(errors.NotFound("no run R")) == "no run R"
+    assert " — " not in str(errors.CheckpointConflict("head moved"))
+
+
+def test_a_full_disk_during_a_write_is_named_with_where_to_free_space(
+    run_store: SQLiteStore, store_root: Path
+) -> None:
+    """SQLite's "database or disk is full" becomes DiskFull: the disk is full at <path>,
+    free space on <mount point>, then `keepstep resume`; nothing is written."""
+    run_store.db.conn.execute("PRAGMA max_page_count = 1")  # every new page is "disk full"
+    with pytest.raises(DiskFull) as info:
+        run_store.commit_checkpoint(RUN, "main", 0, {f"k{i}": "x" * 500 for i in range(50)})
+    message = str(info.value)
+    assert f"the disk is full at {store_root / 'state.db'}" in message
+    assert "free space on /" in message and "then run `keepstep resume`" in message
+    assert "never assume" not in message
+    assert run_store.get_head(RUN).version == 0
+
+
+def test_a_full_disk_at_commit_still_says_the_outcome_must_be_read(
+    run_store: SQLiteStore,
+) -> None:
+    """A COMMIT that fails for lack of space stays CommitOutcomeUnknown, worded as advice:
+    free space, then `keepstep resume` (which reads the branch head to learn the outcome)."""
+    db = run_store.db
+    real = db.conn
+
+    class FullAtCommit(_FailingCommit):
+        def execute(self, sql: str, *args):
+            if sql == "COMMIT":
+                raise sqlite3.OperationalError("database or disk is full")
+            return real.execute(sql, *args)
+
+    db.conn = FullAtCommit(real)  # type: ignore[assignment]
+    try:
+        with pytest.raises(CommitOutcomeUnknown) as info:
+            run_store.commit_checkpoint(RUN, "main", 0, {"x": 1})
+    finally:
+        db.conn = real
+    message = str(info.value)
+    assert "the disk is full at" in message and "free space on" in message
+    assert "keepstep resume" in message and "branch head" in message
+    assert run_store.get_head(RUN).version == 0

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sqlite_utils import Database, Migrations
 
-import keepstep.storage.db as storage_db
+import keepstep.storage.sqlite.database as storage_db
 from keepstep.storage import (
     SCHEMA_VERSION,
     CorruptDatabase,
@@ -20,7 +20,7 @@ from keepstep.storage import (
     SchemaTooNew,
     SQLiteStore,
 )
-from keepstep.storage.schema import MIGRATION_SET, migrations
+from keepstep.storage.sqlite.schema import MIGRATION_SET, migrations
 
 
 def _registered() -> list[str]:
@@ -239,3 +239,33 @@ def test_processes_opening_a_fresh_project_at_once_all_succeed(tmp_path: Path) -
         finally:
             conn.close()
         assert names == _registered()
+
+
+def test_m004_backfills_current_pointers_from_the_records_already_committed(
+    store_root: Path,
+) -> None:
+    """A schema-3 database gets its current pointers and their history from the unit
+    records committed before the migration (succeeded = current, anything else = not)."""
+    s = SQLiteStore(store_root)
+    s.create_run("R1", {"plan": "p"})
+    ok = {"state": "succeeded", "attempt": "U1/a1", "outputs": {}}
+    s.commit_checkpoint("R1", "main", 0, {"unit:U1": ok})
+    s.commit_checkpoint("R1", "main", 1, {"unit:U2": {**ok, "attempt": "U2/a1"}})
+    s.commit_checkpoint("R1", "main", 2, {"unit:U1": {**ok, "state": "invalidated"},
+                                          "unit:U3": {**ok, "attempt": "U3/a2"}})
+    s.close()
+    conn = sqlite3.connect(store_root / "state.db", isolation_level=None)
+    for table in ("current_attempts", "current_changes", "chain_verified"):
+        conn.execute(f"DROP TABLE {table}")
+    conn.execute("DELETE FROM _sqlite_migrations WHERE name LIKE 'm004%'")
+    conn.execute("PRAGMA user_version = 3")
+    conn.close()
+    s = SQLiteStore(store_root)
+    try:
+        assert s.migrated_from_backup is not None
+        assert s.current_attempts("R1") == {"U2": "U2/a1", "U3": "U3/a2"}
+        assert [(c.version, c.unit, c.attempt_id) for c in s.current_history("R1")] == [
+            (1, "U1", "U1/a1"), (2, "U2", "U2/a1"), (3, "U1", None), (3, "U3", "U3/a2")]
+        assert s.verify_chain("R1").ok
+    finally:
+        s.close()

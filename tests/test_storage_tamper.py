@@ -153,3 +153,30 @@ def test_a_deleted_committed_artifact_is_reported_missing(chain: SQLiteStore) ->
         "missing", entry.path, entry.sha256
     )
     assert problem.actual_sha256 is None
+
+
+def test_an_edited_row_since_the_last_verification_is_reported_with_its_version(
+    chain: SQLiteStore,
+) -> None:
+    """verify_since_last remembers the verified head; a row edited by SQL among the later
+    commits is reported at its version and the remembered version does not move."""
+    assert chain.verify_since_last(RUN).verified_version == 3
+    for v in range(4, 7):
+        chain.commit_checkpoint(RUN, "main", v - 1, {f"k{v}": v})
+    with raw_db(chain) as conn:
+        conn.execute("UPDATE checkpoints SET delta = ? WHERE run_id = ? AND version = 5",
+                     ['{"k5":999}', RUN])
+    report = chain.verify_since_last(RUN)
+    assert not report.ok and report.verified_version == 3
+    assert _versions(report) == {5} and "edited" in report.problems[0].problem
+    assert report.checked == 4  # the remembered checkpoint 3 and the three commits after it
+    assert not chain.verify_since_last(RUN).ok  # still broken: the break is not forgotten
+
+
+def test_an_edit_to_the_last_verified_checkpoint_is_caught_too(chain: SQLiteStore) -> None:
+    """The remembered checkpoint is re-checked against the hash it had when verified."""
+    chain.verify_since_last(RUN)
+    with raw_db(chain) as conn:
+        conn.execute("UPDATE checkpoints SET delta = ? WHERE run_id = ? AND version = 3",
+                     ['{"unit/U3":0}', RUN])
+    assert _versions(chain.verify_since_last(RUN)) == {3}

@@ -62,13 +62,9 @@ def describe_error(exc: BaseException) -> tuple[int, str] | None:
 
     usage = (PlanValidationError, ProjectError, ConfigError, SourceError, ApprovalError,
              BudgetDecisionError)
-    if isinstance(exc, usage):
+    if isinstance(exc, (*usage, NotFound)):  # NotFound first: it is a KeepstepError too
         return EXIT_USAGE, str(exc)
-    if isinstance(exc, KeepstepError):
-        return EXIT_RUNTIME, str(exc)
-    if isinstance(exc, NotFound):
-        return EXIT_USAGE, str(exc)
-    if isinstance(exc, StorageError):
+    if isinstance(exc, KeepstepError | StorageError):
         return EXIT_RUNTIME, str(exc)
     if isinstance(exc, RunCancelled):
         return EXIT_CANCELLED, "cancelled at the next safe point"

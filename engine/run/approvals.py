@@ -28,8 +28,9 @@ from keepstep.engine.core.plan import Gate
 from keepstep.engine.core.timefmt import readable_utc
 from keepstep.engine.errors import ApprovalError
 from keepstep.storage import Store
+from keepstep.storage.errors import ApprovalRefused
 from keepstep.storage.hashing import canonical_json
-from keepstep.storage.sqlite_ledgers import ApprovalRecord, ApprovalRefused
+from keepstep.storage.models import ApprovalRecord
 
 TOKEN_TTL_SECONDS = 24 * 3600.0
 DAY = 86400.0

@@ -26,7 +26,7 @@ from keepstep.engine.errors import EffectRejected, LeaseLost, SideEffectError
 from keepstep.engine.run.adapters import EffectAdapter, LookupResult
 from keepstep.storage import EventIn, StaleFencingToken, Store, crash_point
 from keepstep.storage.hashing import canonical_json, sha256_hex
-from keepstep.storage.sqlite_ledgers import EffectRecord
+from keepstep.storage.models import EffectRecord
 
 UNRESOLVED = ("intent", "unknown")
 RECEIPTED = ("committed", "compensation-intent", "compensated")

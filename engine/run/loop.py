@@ -41,6 +41,7 @@ from keepstep.storage import (
     LeaseHeld,
     StaleFencingToken,
     StorageBusy,
+    StorageError,
     crash_point,
 )
 
@@ -172,14 +173,18 @@ class RunLoop:
         # The heartbeat's "lost" flag and the context's are one and the same.
         hb.lost = lease_lost
         hb.start()
+        result: AttemptResult | None = None
         try:
-            return self._execute(ctx, claim, unit, facts)
+            result = self._execute(ctx, claim, unit, facts, started)
+            return result
         finally:
             hb.stop()
-            store.add_usage(run.run_id, {"wall_time_s": max(0.0, run.clock() - started)},
-                            branch_id=run.branch_id)
+            if result is None or result.outcome != "committed":  # a commit carries its own
+                store.add_usage(run.run_id, {"wall_time_s": max(0.0, run.clock() - started)},
+                                branch_id=run.branch_id)
 
-    def _execute(self, ctx: AttemptContext, claim: Any, unit: Any, facts: Any) -> AttemptResult:
+    def _execute(self, ctx: AttemptContext, claim: Any, unit: Any, facts: Any,
+                 started: float) -> AttemptResult:
         run, store = self.run, self.store
         aid = claim.attempt_id
         try:
@@ -200,7 +205,7 @@ class RunLoop:
             ctx.safe_point("verified")
             record = build_record(ctx, outcome, input_fingerprints(
                 unit, run.project.files, run.snapshot, run.templates, run.versions))
-            version = self._commit(ctx, claim, record)
+            version = self._commit(ctx, claim, record, started)
             store.artifacts.seal(ctx.staged)
             return AttemptResult(unit.id, aid, "committed", version=version)
         except (BudgetExhausted, QuotaExhausted, AuthError) as exc:
@@ -246,6 +251,8 @@ class RunLoop:
             return self._fail(claim, unit, "failed", f"{exc.error_class}: "
                               f"{str(exc).splitlines()[0]}", exc.error_class,
                               final=not exc.retryable)
+        except StorageError:
+            raise  # storage trouble is not the unit's fault (StorageError is a KeepstepError)
         except KeepstepError as exc:
             return self._fail(claim, unit, "failed", str(exc).splitlines()[0], "error", final=True)
 
@@ -335,7 +342,7 @@ class RunLoop:
                 frontier.append(dep)
         return kept
 
-    def _commit(self, ctx: AttemptContext, claim: Any, record: Any) -> int:
+    def _commit(self, ctx: AttemptContext, claim: Any, record: Any, started: float) -> int:
         """CAS commit; on a head move by another unit, re-check and rebase; read the head
         when the acknowledgement is lost."""
         run, store = self.run, self.store
@@ -355,6 +362,9 @@ class RunLoop:
                     run.run_id, run.branch_id, expected, delta, ctx.staged, claim.fencing_token,
                     kind="unit-success", unit=claim.unit, attempt_id=claim.attempt_id,
                     clear_unit_status=[claim.unit],
+                    current={claim.unit: claim.attempt_id,
+                             **{u: r.attempt for u, r in kept.items()}},
+                    usage={"wall_time_s": max(0.0, run.clock() - started)},
                     events=[EventIn(kind="unit.succeeded", unit=claim.unit,
                                     attempt_id=claim.attempt_id,
                                     payload={"outputs": {k: v.sha256[:12] for k, v in

@@ -23,7 +23,7 @@ from keepstep.engine.core.timefmt import iso_utc, parse_iso
 from keepstep.engine.errors import KeepstepError, PlanValidationError, RecoveryError
 from keepstep.engine.run.baseline import inputs_state, plan_state, template_hashes
 from keepstep.engine.run.effects import reconcile
-from keepstep.storage import BudgetLimitReached, CheckpointConflict, EventIn
+from keepstep.storage import BudgetLimitReached, CheckpointConflict, EventIn, StorageError
 from keepstep.storage.hashing import file_sha256
 
 if TYPE_CHECKING:
@@ -149,6 +149,8 @@ class Recovery:
             self._apply_changes()
         except PlanValidationError as exc:
             return self._block(f"the project files do not validate: {exc}")
+        except StorageError:
+            raise  # as before the shared error base: storage trouble is not a recovery block
         except KeepstepError as exc:
             return self._block(str(exc).splitlines()[0])
         if self.report.did_work:
@@ -232,8 +234,8 @@ class Recovery:
                     run.run_id, run.branch_id, lease.unit, lease.fencing_token,
                     reason="owner process is gone"):
                 self.report.fenced.append(lease.attempt_id)
-        for orphan in store.orphaned_attempts(run.run_id, full=True):
-            # The scan read the manifest and the leases before walking the folders, so
+        for orphan in store.orphaned_attempts(run.run_id):
+            # The scan read the attempt rows and the leases before listing the folders, so
             # re-read the attempt: it may have committed, or been claimed, meanwhile.
             att = store.get_attempt(run.run_id, orphan.attempt_id)
             status = att.status if att is not None else None
@@ -289,6 +291,7 @@ class Recovery:
                             high_risk_rules=files.config.high_risk_rules,
                             source_groups=found.source_groups)
         delta: dict[str, Any] = {}
+        current: dict[str, str | None] = {}
         for uid, explanations in sorted(result.affected.items()):
             rec = records.get(uid)
             if rec is None or rec.state != UnitState.succeeded:
@@ -296,10 +299,12 @@ class Recovery:
             rec = rec.model_copy(update={"state": UnitState.invalidated,
                                          "explanations": explanations})
             delta[unit_key(uid)] = rec.model_dump(mode="json")
+            current[uid] = None
             self.report.invalidated.append(uid)
         for uid in records:
             if uid not in files.plan.unit_map():
                 delta[unit_key(uid)] = None  # a removed unit leaves the current state
+                current[uid] = None
         plan_level = any(c.needs == "plan" for c in changes)
         input_level = any(c.needs == "inputs" for c in changes)
         head = store.get_head(run.run_id, run.branch_id)
@@ -333,7 +338,7 @@ class Recovery:
             kind = "repair"  # only lost or changed artifacts: same plan, same inputs
         delta["budget"] = store.get_budget(run.run_id, run.branch_id).used
         version = store.commit_checkpoint(
-            run.run_id, run.branch_id, head.version, delta, kind=kind,
+            run.run_id, run.branch_id, head.version, delta, kind=kind, current=current,
             events=[EventIn(kind=f"decision.{kind.replace('-', '_')}", payload=event_payload)],
         )
         self.report.commits.append(version)

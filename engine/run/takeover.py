@@ -199,7 +199,8 @@ def rerun_unit(run: RunHandle, unit: str, *, who: str = "user", note: str = "") 
         delta["budget"] = run.store.get_budget(run.run_id, run.branch_id).used
         try:
             run.store.commit_checkpoint(run.run_id, run.branch_id, head.version, delta,
-                                        kind="takeover", unit=unit, events=[event])
+                                        kind="takeover", unit=unit, events=[event],
+                                        current=dict.fromkeys(affected))
             break
         except CheckpointConflict:
             continue  # another executor committed meanwhile: recompute from the new head

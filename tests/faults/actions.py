@@ -211,6 +211,7 @@ class Actions:
             delta["budget"] = p.store.get_budget(RUN).used
             p.store.commit_checkpoint(
                 RUN, "main", p.store.get_head(RUN).version, delta, kind="repair",
+                current=dict.fromkeys(result.affected),
                 events=[EventIn(kind="decision.repair", payload={
                     "changes": [change.model_dump(mode="json")],
                     "invalidated": sorted(result.affected), "who": "fault suite"})])

@@ -81,7 +81,8 @@ def install_pause(spec: str, marker: str | None) -> None:
     import keepstep.engine.run.attempt as executor
     import keepstep.engine.run.effects as effects
     import keepstep.engine.run.loop as runner
-    import keepstep.storage.sqlite_store as sqlite_store
+    import keepstep.storage.sqlite.checkpoints as sqlite_checkpoints
+    import keepstep.storage.sqlite.claims as sqlite_claims
     from keepstep.storage.faults import crash_point
 
     target, _, nth = spec.partition("@")
@@ -95,7 +96,7 @@ def install_pause(spec: str, marker: str | None) -> None:
                 os.kill(os.getpid(), signal.SIGSTOP)
         crash_point(name)
 
-    for module in (runner, executor, sqlite_store, effects):
+    for module in (runner, executor, sqlite_checkpoints, sqlite_claims, effects):
         module.crash_point = pausing_crash_point  # type: ignore[attr-defined]
 
 

@@ -7,6 +7,8 @@ database can be recognised with one read-only query).
 
 from __future__ import annotations
 
+import json
+
 from sqlite_utils import Database, Migrations
 
 MIGRATION_SET = "keepstep"
@@ -297,6 +299,77 @@ def m003_history_counters(db: Database) -> None:
     db.execute("PRAGMA user_version = 3")
 
 
+@migrations()
+def m004_current_pointers_and_verified_chain(db: Database) -> None:
+    """Current pointers as the store's own fact (which attempt of each unit is current,
+    stated by the engine in each commit), their history per checkpoint, and the newest
+    checkpoint verified by ``verify_since_last`` per branch."""
+    for statement in (
+        # unit -> its current attempt on a branch (no row: the unit has none)
+        """
+        CREATE TABLE current_attempts (
+            run_id TEXT NOT NULL,
+            branch_id TEXT NOT NULL,
+            unit TEXT NOT NULL,
+            attempt_id TEXT NOT NULL,
+            PRIMARY KEY (run_id, branch_id, unit)
+        ) WITHOUT ROWID
+        """,
+        # each change of a pointer, owned by the branch that owns the checkpoint row (as
+        # checkpoints are): a fork reads its ancestors' changes up to the fork point
+        """
+        CREATE TABLE current_changes (
+            run_id TEXT NOT NULL,
+            branch_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            unit TEXT NOT NULL,
+            attempt_id TEXT,
+            PRIMARY KEY (run_id, branch_id, version, unit)
+        ) WITHOUT ROWID
+        """,
+        """
+        CREATE TABLE chain_verified (
+            run_id TEXT NOT NULL,
+            branch_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            hash TEXT NOT NULL,
+            PRIMARY KEY (run_id, branch_id)
+        )
+        """,
+    ):
+        db.execute(statement)
+    # The backfill is the one place storage reads the engine's record format, once: a
+    # ``unit:<id>`` key whose value says ``"state": "succeeded"`` points at its ``attempt``;
+    # any other value (or a deleted key) means no current attempt. From here on the engine
+    # states the pointers itself (commit_checkpoint's ``current``).
+    def pointer(value: object) -> str | None:
+        attempt = value.get("attempt") if isinstance(value, dict) else None
+        if isinstance(value, dict) and value.get("state") == "succeeded" \
+                and isinstance(attempt, str):
+            return attempt
+        return None
+
+    changes = []
+    for run_id, branch_id, version, delta in db.execute(
+            "SELECT run_id, branch_id, version, delta FROM checkpoints ORDER BY run_id, "
+            "branch_id, version").fetchall():
+        for key, value in json.loads(delta).items():
+            if key.startswith("unit:"):
+                changes.append((run_id, branch_id, version, key[5:], pointer(value)))
+    db.conn.executemany("INSERT INTO current_changes (run_id, branch_id, version, unit, "
+                        "attempt_id) VALUES (?, ?, ?, ?, ?)", changes)
+    current = []
+    for run_id, branch_id, key, value in db.execute(
+            "SELECT run_id, branch_id, key, value FROM current_state "
+            "WHERE key >= 'unit:' AND key < 'unit;'").fetchall():
+        attempt = pointer(json.loads(value))
+        if attempt is not None:
+            current.append((run_id, branch_id, key[5:], attempt))
+    db.conn.executemany("INSERT INTO current_attempts (run_id, branch_id, unit, attempt_id) "
+                        "VALUES (?, ?, ?, ?)", current)
+    db.execute("PRAGMA user_version = 4")
+
+
 # Bumped with every appended migration; each migration stamps PRAGMA user_version
 # with its own number. tests/test_storage_schema.py checks the two agree.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
