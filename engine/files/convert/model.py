@@ -167,11 +167,12 @@ class ConvertedSource(BaseModel):
 
 
 def _number_in(template: str, locator: str) -> int | None:
-    head, _, tail = template.partition("{n}")
-    head, tail = head.replace("{{", "{").replace("}}", "}"), tail.replace("{{", "{").replace(
-        "}}", "}")
-    match = re.fullmatch(re.escape(head) + r"(\d+)" + re.escape(tail), locator)
-    return int(match.group(1)) if match else None
+    # A template may hold {n} more than once ("Prices!A{n}:D{n}"): all must be one number.
+    parts = [p.replace("{{", "{").replace("}}", "}") for p in template.split("{n}")]
+    pattern = re.escape(parts[0]) + r"(?P<n>\d+)" + "".join(
+        re.escape(p) if i == 0 else r"(?P=n)" + re.escape(p) for i, p in enumerate(parts[1:]))
+    match = re.fullmatch(pattern, locator)
+    return int(match.group("n")) if match else None
 
 
 class SourceInfo(BaseModel):
