@@ -321,6 +321,25 @@ LOREM = ("Utilities in the northern region replaced 4,200 meters in 2024, and th
          "reading interval fell to 15 minutes. ")
 
 
+_WORDS = ("meter utility tender region price reading network battery installer contract "
+          "district supplier framework pilot customer leak alert tariff budget forecast "
+          "household survey partner warehouse duty freight approval standard coverage signal "
+          "water connection annual growth share volume discount service portal rate card "
+          "capital spending replacement mechanical smart remote data privacy consent "
+          "procurement board margin target entry risk market analyst report").split()
+
+
+def varied_sentence(n: int, words: int = 14) -> str:
+    """A deterministic sentence that differs from its neighbours, so a generated file
+    compresses about as much as real prose does (not 100:1 like one repeated line)."""
+    state = (n * 2654435761 + 12345) & 0xFFFFFFFF
+    picked = []
+    for _ in range(words):
+        state = (state * 1103515245 + 12345) & 0x7FFFFFFF
+        picked.append(_WORDS[state % len(_WORDS)])
+    return (" ".join(picked).capitalize() + f" rose {n % 97}.{n % 10}% in {2000 + n % 30}.")
+
+
 def write_large_text(path: Path, megabytes: float, *, markdown: bool = False) -> Path:
     """About ``megabytes`` of prose (with a heading every ~200 lines when ``markdown``)."""
     target = int(megabytes * 1024 * 1024)
@@ -379,7 +398,7 @@ def write_large_xlsx(path: Path, rows: int) -> Path:
     ws.append(["Region", "Utility", "Meters", "Price (NVK)", "Note"])
     for n in range(rows):
         ws.append([f"Region {n % 17}", f"Utility {n % 311}", 1000 + n % 9000, 1090 + n % 400,
-                   "list price, excluding installation"])
+                   varied_sentence(n, 6)])
     wb.save(str(path))
     return path
 
@@ -388,7 +407,6 @@ def write_large_docx(path: Path, paragraphs: int) -> Path:
     """A Word document of ``paragraphs`` paragraphs, a heading every 50 (document.xml is
     written directly: python-docx would need the whole document in memory)."""
     w = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
-    para = f"<w:p><w:r><w:t>{html.escape(LOREM * 3)}</w:t></w:r></w:p>"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("[Content_Types].xml",
                     '<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.'
@@ -403,9 +421,19 @@ def write_large_docx(path: Path, paragraphs: int) -> Path:
                 if n % 50 == 0:
                     fh.write(f'<w:p><w:pPr><w:pStyle w:val="Heading2"/></w:pPr><w:r><w:t>'
                              f"Part {n // 50 + 1}</w:t></w:r></w:p>".encode())
-                fh.write(para.encode())
+                text = " ".join(varied_sentence(n * 3 + k) for k in range(3))
+                fh.write(f"<w:p><w:r><w:t>{html.escape(text)}</w:t></w:r></w:p>".encode())
             fh.write(b"</w:body></w:document>")
     return path
+
+
+def write_large_pptx(path: Path, slides: int) -> Path:
+    """A deck of ``slides`` slides, each a title, four bullets and a small table."""
+    specs = [{"title": f"Region {n + 1}",
+              "bullets": [varied_sentence(n * 4 + k) for k in range(4)],
+              "table": [["Tier", "Churn"], ["Basic", f"{n % 9}.2%"], ["Premium", "4.1%"]]}
+             for n in range(slides)]
+    return write_pptx(path, specs)
 
 
 def write_large_pdf(path: Path, pages: int) -> Path:
@@ -415,11 +443,14 @@ def write_large_pdf(path: Path, pages: int) -> Path:
         if n:
             blocks.append(("break",))
         blocks.append(("h", 2, f"Chapter {n + 1}"))
-        blocks.extend(("p", LOREM * 4) for _ in range(5))
+        blocks.extend(("p", " ".join(varied_sentence(n * 20 + k * 4 + j) for j in range(4)))
+                      for k in range(5))
     return write_pdf(path, blocks)
 
 
-__all__ = ["FIXED_TIME", "Block", "Bold", "LOREM", "Percent", "Thousands", "normalise_zip",
+__all__ = ["FIXED_TIME", "LOREM", "Block", "Bold", "Percent", "Thousands", "normalise_zip",
+           "varied_sentence",
            "write_csv", "write_docx", "write_html", "write_large_csv", "write_large_docx",
-           "write_large_html", "write_large_pdf", "write_large_text", "write_large_xlsx",
-           "write_markdown", "write_pdf", "write_pptx", "write_scanned_pdf", "write_xlsx"]
+           "write_large_html", "write_large_pdf", "write_large_pptx", "write_large_text",
+           "write_large_xlsx", "write_markdown", "write_pdf", "write_pptx",
+           "write_scanned_pdf", "write_xlsx"]

@@ -26,8 +26,10 @@ NS = {
     "mc": "http://schemas.openxmlformats.org/markup-compatibility/2006",
 }
 # How much larger than the file its XML may unpack to before it is refused as a zip bomb:
-# text-heavy Office XML compresses about 10:1, so 40 leaves room for real documents.
-EXPANSION_LIMIT = 40
+# text-heavy Office XML compresses about 5-15:1, so 100 leaves room for real documents
+# while keeping the converted text (and so memory) proportional to the file.
+EXPANSION_LIMIT = 100
+EXPANSION_FLOOR = 64 * 1024 * 1024
 
 
 def q(prefix: str, name: str) -> str:
@@ -46,7 +48,8 @@ class Package:
             raise UnreadableSourceError(path, fmt, f"not a valid {fmt.upper()} package: "
                                         f"{type(exc).__name__}") from None
         self.names = set(self.zip.namelist())
-        self.budget = max(max_bytes, path.stat().st_size) * EXPANSION_LIMIT
+        self.budget = min(max(path.stat().st_size * EXPANSION_LIMIT, EXPANSION_FLOOR),
+                          max(max_bytes, 1) * EXPANSION_LIMIT)
         self.read_bytes = 0
 
     def close(self) -> None:
