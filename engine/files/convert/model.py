@@ -1,0 +1,197 @@
+"""What a conversion returns: the Markdown text of a source plus segments that map every part
+of that text back to where it came from (page, sheet and cells, slide, heading path).
+
+A caller may rely on: ``text`` is Markdown (ATX headings, ``- `` list items, pipe tables with a
+``| --- |`` separator line, blank lines between blocks); segment offsets are ``str`` indices
+into ``text``; the same source bytes and converter version give the same text and segments.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+DEFAULT_MAX_SOURCE_MB = 100
+DEFAULT_MAX_BYTES = DEFAULT_MAX_SOURCE_MB * 1024 * 1024
+PREVIEW_CHARS = 600
+
+SegmentKind = Literal["page", "sheet", "slide", "section", "table-row", "text"]
+
+# Formats a source can have, with the media type shown before approval.
+MEDIA_TYPES: dict[str, str] = {
+    "pdf": "application/pdf",
+    "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    "pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    "html": "text/html",
+    "csv": "text/csv",
+    "txt": "text/plain",
+    "md": "text/markdown",
+}
+FORMATS: tuple[str, ...] = tuple(MEDIA_TYPES)
+
+
+class Segment(BaseModel):
+    """A span ``text[start:end]`` and the locator a citation of it carries.
+
+    Segments nest (a table row inside a section, a cell paragraph inside a sheet); the
+    innermost one containing an offset names it. A *line run* (``line_locator`` set) stands
+    for many one-line segments at once, so a million-row CSV needs one segment, not a million:
+    line ``k`` (0-based) of the span has the locator ``line_locator.format(n=first_number+k)``.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    locator: str
+    kind: SegmentKind
+    start: int
+    end: int
+    line_locator: str | None = None
+    first_number: int = 1
+
+    def line_locators(self, text: str) -> list[tuple[str, int, int]]:
+        """(locator, start, end) of each line of a line run (the segment itself otherwise)."""
+        if self.line_locator is None:
+            return [(self.locator, self.start, self.end)]
+        out: list[tuple[str, int, int]] = []
+        pos = self.start
+        for k, line in enumerate(text[self.start:self.end].split("\n")):
+            out.append((self.line_locator.format(n=self.first_number + k), pos, pos + len(line)))
+            pos += len(line) + 1
+        return out
+
+
+class TableRow(BaseModel):
+    """One data row of a Markdown table in a converted source.
+
+    ``cells`` line up with ``header`` (padded with "" when a row is shorter); ``quote`` is the
+    row as a citation quotes it (cells joined by `` | ``), which ``quote_at(conv, locator,
+    quote)`` accepts; ``text[start:end]`` of the source is the row's Markdown line.
+    """
+
+    locator: str | None
+    header: list[str]
+    cells: list[str]
+    start: int
+    end: int
+
+    @property
+    def quote(self) -> str:
+        return " | ".join(c for c in self.cells if c)
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """(header, cell) for each non-empty cell: what a figure in this row stands for."""
+        return [(h, c) for h, c in zip(self.header, self.cells, strict=False) if c]
+
+
+class ConvertedSource(BaseModel):
+    """The converted text of one source and the map back to its original structure.
+
+    ``converter`` and ``converter_version`` identify the tool that made ``text``; a different
+    version may make different text (the engine treats an upgrade as a typed ``tool`` change).
+    ``pages`` is set for PDF, ``slides`` for PPTX, ``sheets`` for XLSX and CSV.
+    """
+
+    text: str
+    format: str
+    converter: str
+    converter_version: str
+    segments: list[Segment] = Field(default_factory=list)
+    pages: int | None = None
+    sheets: list[str] = Field(default_factory=list)
+    slides: int | None = None
+    warnings: list[str] = Field(default_factory=list)
+
+    _by_locator: dict[str, Segment] | None = PrivateAttr(default=None)
+
+    def segment_at(self, offset: int) -> Segment | None:
+        """The innermost (shortest) segment holding ``text[offset]``, or None."""
+        best: Segment | None = None
+        for seg in self.segments:
+            if seg.start > offset:
+                break  # segments are sorted by start
+            if seg.start <= offset < seg.end or seg.start == offset == seg.end:
+                if best is None or (seg.end - seg.start) < (best.end - best.start):
+                    best = seg
+        return best
+
+    def locator_at(self, offset: int) -> str | None:
+        """Locator of the innermost segment holding ``text[offset]``; None outside all."""
+        seg = self.segment_at(offset)
+        if seg is None:
+            return None
+        if seg.line_locator is None:
+            return seg.locator
+        k = self.text.count("\n", seg.start, offset)
+        return seg.line_locator.format(n=seg.first_number + k)
+
+    def span_of(self, locator: str) -> tuple[int, int] | None:
+        """(start, end) in ``text`` of the part a locator names, or None if none has it."""
+        seg = self._locator_index().get(locator)
+        if seg is not None:
+            return seg.start, seg.end
+        for seg in self.segments:
+            if seg.line_locator is None:
+                continue
+            n = _number_in(seg.line_locator, locator)
+            if n is None or n < seg.first_number:
+                continue
+            pos = seg.start
+            for _ in range(n - seg.first_number):
+                nl = self.text.find("\n", pos, seg.end)
+                if nl < 0:
+                    pos = -1
+                    break
+                pos = nl + 1
+            if pos < 0:
+                continue
+            nl = self.text.find("\n", pos, seg.end)
+            return pos, seg.end if nl < 0 else nl
+        return None
+
+    def text_at(self, locator: str) -> str | None:
+        """The text of the part a locator names (a page, a sheet, a row...), or None."""
+        span = self.span_of(locator)
+        return None if span is None else self.text[span[0]:span[1]]
+
+    def _locator_index(self) -> dict[str, Segment]:
+        if self._by_locator is None:
+            index: dict[str, Segment] = {}
+            for seg in self.segments:
+                if seg.line_locator is None:
+                    index.setdefault(seg.locator, seg)
+            self._by_locator = index
+        return self._by_locator
+
+
+def _number_in(template: str, locator: str) -> int | None:
+    # A template may hold {n} more than once ("Prices!A{n}:D{n}"): all must be one number.
+    parts = [p.replace("{{", "{").replace("}}", "}") for p in template.split("{n}")]
+    pattern = re.escape(parts[0]) + r"(?P<n>\d+)" + "".join(
+        re.escape(p) if i == 0 else r"(?P=n)" + re.escape(p) for i, p in enumerate(parts[1:]))
+    match = re.fullmatch(pattern, locator)
+    return int(match.group("n")) if match else None
+
+
+class SourceInfo(BaseModel):
+    """What a person sees before approving a source: detected type, size, structure, preview."""
+
+    path: str
+    format: str
+    media_type: str
+    size_bytes: int
+    pages: int | None = None
+    sheets: list[str] = Field(default_factory=list)
+    slides: int | None = None
+    chars: int = 0
+    preview: str = ""
+    converter: str = ""
+    converter_version: str = ""
+    warnings: list[str] = Field(default_factory=list)
+
+
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_SOURCE_MB", "FORMATS", "MEDIA_TYPES",
+           "PREVIEW_CHARS", "ConvertedSource", "Segment", "SegmentKind", "SourceInfo",
+           "TableRow"]

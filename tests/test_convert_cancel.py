@@ -1,0 +1,82 @@
+"""Cancellation during the conversion of a large source stops at the next safe point."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from keepstep.engine.errors import RunCancelled
+from keepstep.engine.files.convert import convert
+from tests.support.source_files import (
+    write_large_csv,
+    write_large_docx,
+    write_large_html,
+    write_large_pdf,
+    write_large_text,
+    write_large_xlsx,
+)
+
+
+class CancelAfter(threading.Event):
+    """A cancel event that turns itself on at its n-th check: "Ctrl-C mid-conversion",
+    without depending on how fast this machine is."""
+
+    def __init__(self, checks: int) -> None:
+        super().__init__()
+        self.left = checks
+        self.checks = 0
+
+    def is_set(self) -> bool:
+        self.checks += 1
+        self.left -= 1
+        if self.left <= 0:
+            self.set()
+        return super().is_set()
+
+
+@pytest.mark.parametrize("name,make", [
+    ("big.txt", lambda p: write_large_text(p, 6)),
+    ("big.md", lambda p: write_large_text(p, 6, markdown=True)),
+    ("big.csv", lambda p: write_large_csv(p, 3)),
+    ("big.html", lambda p: write_large_html(p, 3)),
+    ("big.docx", lambda p: write_large_docx(p, 3000)),
+    ("big.xlsx", lambda p: write_large_xlsx(p, 5000)),
+    ("big.pdf", lambda p: write_large_pdf(p, 12)),
+])
+def test_cancel_mid_conversion_raises_run_cancelled(tmp_path: Path, name: str, make) -> None:
+    """Each converter checks the cancel event while it works and stops with RunCancelled."""
+    path = make(tmp_path / name)
+    cancel = CancelAfter(3)
+    with pytest.raises(RunCancelled):
+        convert(path, cancel=cancel)
+    assert cancel.checks >= 3  # it got going before it was cancelled
+
+
+@pytest.mark.parametrize("name,make", [
+    ("big.csv", lambda p: write_large_csv(p, 8)),
+    ("big.pdf", lambda p: write_large_pdf(p, 40)),
+])
+def test_cancel_from_another_thread_stops_within_two_seconds(tmp_path: Path, name: str,
+                                                              make) -> None:
+    """Ctrl-C set from another thread during a long conversion ends it within 2 s."""
+    path = make(tmp_path / name)
+    cancel = threading.Event()
+    outcome: list[BaseException | str] = []
+
+    def work() -> None:
+        try:
+            convert(path, cancel=cancel)
+            outcome.append("finished")
+        except BaseException as exc:  # noqa: BLE001 - the test inspects what ended it
+            outcome.append(exc)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    time.sleep(0.3)
+    cancel.set()
+    worker.join(timeout=2.0)
+    assert not worker.is_alive(), "conversion did not stop within 2 s of cancel"
+    assert len(outcome) == 1 and isinstance(outcome[0], RunCancelled)
