@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import secrets
 import shutil
 import tempfile
 import zipfile
@@ -37,6 +39,7 @@ from keepstep.engine.gateway.redaction import find_secrets, redact
 from keepstep.engine.report.display import handover_index_html
 from keepstep.engine.report.narrative import check_narrative, narrative
 from keepstep.engine.report.narrative_history import gather
+from keepstep.storage import ChainBroken, ChainReport
 
 if TYPE_CHECKING:
     from keepstep.engine.run.handle import RunHandle
@@ -73,12 +76,25 @@ class _Writer:
 
     def text(self, rel: str, text: str) -> None:
         path = self.root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(redact(text), encoding="utf-8")
+        _private_dirs(self.root, path.parent)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(redact(text))
 
     def json(self, rel: str, data: Any) -> None:
         self.text(rel, json.dumps(_safe(data), indent=2, ensure_ascii=False, sort_keys=True)
                   + "\n")
+
+
+def _private_dirs(root: Path, folder: Path) -> None:
+    """Create ``folder`` (under ``root``) and any missing parents with mode 0700."""
+    missing = []
+    while folder != root and not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        path.mkdir(mode=0o700)
+        os.chmod(path, 0o700)  # mkdir's mode is masked by the umask
 
 
 def _sha256(data: bytes) -> str:
@@ -212,31 +228,73 @@ def _is_bundle_manifest(data: bytes) -> bool:
         return False
 
 
-def export_handover(run: RunHandle, out: str | Path) -> Path:
+def export_handover(run: RunHandle, out: str | Path, *, allow_unverified: bool = False) -> Path:
     """Write the handover bundle of ``run`` to ``out`` (a folder, or a zip if it ends in
     ``.zip``) and return its path. An earlier bundle at ``out`` is replaced; anything else
-    there is refused. The narrative is checked against the state before it is written."""
+    there is refused. The narrative is checked against the state before it is written.
+
+    The whole checkpoint chain is verified first: a broken chain raises ChainBroken naming
+    the version, unless ``allow_unverified`` (the bundle then says it is unverified). The
+    bundle is written under a temporary name, verified against its manifest, and only then
+    moved to ``out``; one that does not verify is kept as ``<out>.failed`` and raises.
+    Folders are created 0700 and files 0600: a bundle is as private as the run state.
+    """
     out = Path(out)
     _prepare_target(out)
-    if out.suffix.lower() == ".zip":
-        with tempfile.TemporaryDirectory(prefix="keepstep-handover-") as tmp:
-            folder = _write_bundle(run, Path(tmp) / "bundle")
-            out.parent.mkdir(parents=True, exist_ok=True)
-            with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-                for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-                    info = zipfile.ZipInfo(path.relative_to(folder).as_posix(),
-                                           date_time=(1980, 1, 1, 0, 0, 0))
-                    info.compress_type = zipfile.ZIP_DEFLATED
-                    zf.writestr(info, path.read_bytes())
-        return out
-    return _write_bundle(run, out)
+    chain = run.store.verify_chain(run.run_id, run.branch_id)
+    if not chain.ok and not allow_unverified:
+        where = "; ".join(f"checkpoint {p.version}: {p.problem}" for p in chain.problems[:3])
+        raise ChainBroken(
+            f"run {run.run_id} ({run.branch_id}): the checkpoint chain does not verify "
+            f"({where}); a bundle would hand over state nobody can trust",
+            hint=f"see where it breaks with `keepstep verify {run.project.root} --run "
+            f"{run.run_id}` and restore from a backup (`keepstep restore`); to hand it over "
+            "anyway, marked unverified, pass --allow-unverified")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = out.with_name(f".{out.name}.partial-{secrets.token_hex(4)}")
+    try:
+        if out.suffix.lower() == ".zip":
+            with tempfile.TemporaryDirectory(prefix="keepstep-handover-") as tmp:
+                folder = _write_bundle(run, Path(tmp) / "bundle", chain)
+                fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as fh, \
+                        zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+                    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+                        info = zipfile.ZipInfo(path.relative_to(folder).as_posix(),
+                                               date_time=(1980, 1, 1, 0, 0, 0))
+                        info.compress_type = zipfile.ZIP_DEFLATED
+                        info.external_attr = 0o600 << 16
+                        zf.writestr(info, path.read_bytes())
+        else:
+            _write_bundle(run, staging, chain)
+        report = verify_bundle(staging)
+        if not report.ok:
+            failed = out.with_name(out.name + ".failed")
+            _remove(failed)
+            staging.rename(failed)
+            raise KeepstepError(
+                f"the handover bundle did not verify against its own manifest; kept as "
+                f"{failed} for a look: " + "; ".join(report.render().splitlines()[1:4]),
+                hint="nothing was handed over; export again, and if it fails again run "
+                "`keepstep verify` on the run")
+        staging.replace(out)
+    finally:
+        _remove(staging)
+    return out
 
 
-def _write_bundle(run: RunHandle, out: Path) -> Path:
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+
+
+def _write_bundle(run: RunHandle, out: Path, chain: ChainReport) -> Path:
     from keepstep.engine.report.dag_svg import run_dag_svg
 
     facts = _collect(run)
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(mode=0o700, parents=True, exist_ok=True)
     w = _Writer(out)
     story = narrative(run)
     mismatches = check_narrative(run, story)
@@ -264,8 +322,9 @@ def _write_bundle(run: RunHandle, out: Path) -> Path:
     deliverables = _deliverables(run)
     for d in deliverables:
         target = out / d["bundle_path"]
-        target.parent.mkdir(parents=True, exist_ok=True)
+        _private_dirs(out, target.parent)
         shutil.copyfile(d["path"], target)
+        os.chmod(target, 0o600)
     by_attempt = {(d["unit"], d["name"]): d["bundle_path"] for d in deliverables}
     artifacts = [a | ({"bundle_path": by_attempt[(a["unit"], a["name"])]}
                       if (a["unit"], a["name"]) in by_attempt else {})
@@ -281,6 +340,8 @@ def _write_bundle(run: RunHandle, out: Path) -> Path:
         "baseline": {k: facts["baseline"][k] for k in ("version", "hash", "state_hash", "kind")},
         "decision": st.decision, "contract_matches_run": contract_current,
         "narrative_check": [m.render() for m in mismatches],
+        "chain": {"verified": chain.ok, "checked": chain.checked,
+                  "problems": [f"checkpoint {p.version}: {p.problem}" for p in chain.problems]},
         "files": _listing(out), "artifacts": artifacts,
     }
     w.json(MANIFEST, manifest)

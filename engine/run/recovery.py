@@ -184,11 +184,14 @@ class Recovery:
 
     def _audit(self) -> bool:
         run = self.run
-        chain = self.store.verify_head(run.run_id, run.branch_id)
+        # Every checkpoint committed since the last verified one (all of them the first
+        # time): O(new commits) per resume. `keepstep verify` re-checks the whole chain.
+        chain = self.store.verify_since_last(run.run_id, run.branch_id)
         if not chain.ok:
-            problems = "; ".join(f"v{p.version}: {p.problem}" for p in chain.problems)
-            self._block(f"the head checkpoint does not verify ({problems}) — this needs a "
-                        "person: run `keepstep verify`, restore from a backup")
+            problems = "; ".join(f"checkpoint {p.version}: {p.problem}" for p in chain.problems)
+            self._block(f"the checkpoint chain does not verify ({problems}) — this needs a "
+                        "person: run `keepstep verify` to see where it breaks, then restore "
+                        "from a backup (`keepstep restore`)")
             return False
         head = self.store.get_head(run.run_id, run.branch_id)
         cp = self.store.get_checkpoint(run.run_id, head.version, run.branch_id)
