@@ -283,16 +283,18 @@ def drive(action: Callable[[threading.Event, Callable[[dict[str, Any]], None]], 
             os._exit(EXIT_CANCELLED)
 
     worker = threading.Thread(target=work, name="keepstep-run", daemon=True)
-    previous = None
+    previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGINT, on_sigint)
+        # SIGTERM (a service manager, `kill`) stops the run like Ctrl-C does.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, on_sigint)
     try:
         worker.start()
         while worker.is_alive():
             worker.join(0.2)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     error = box.get("error")
     if error is not None:
         from keepstep.engine import RunCancelled

@@ -139,6 +139,8 @@ class Recovery:
             self._event("blocked", reason=opened)
             return self.report
         self._event("started", executor=self.run.executor_id)
+        # A resume reads the state from the database, never from a cache of an earlier loop.
+        self.run.drop_facts()
         try:
             self.report.state = "auditing"
             if not self._audit():
