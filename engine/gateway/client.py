@@ -453,6 +453,11 @@ class ModelGateway:
                 # says so.
                 except Exception as exc:  # noqa: BLE001 - every provider failure is classified
                     error = classify(exc, secrets=(api_key,))
+                    retry_after = error.retry_after if isinstance(error, RateLimited) else None
+                    delay = self._policy.delay(attempt, self._rng, retry_after)
+                    if limiter is not None and isinstance(error, RateLimited):
+                        # Before the slot is given back: the provider said 429 to everyone.
+                        limiter.back_off(delay)
             if error is not None:
                 self._ledger.settle(
                     call_id, tokens_in=0, tokens_out=0, cost=0.0,
@@ -462,10 +467,6 @@ class ModelGateway:
                 retryable = isinstance(error, TransientModelError | RateLimited)
                 if not retryable or attempt == attempts:
                     raise error from None
-                retry_after = error.retry_after if isinstance(error, RateLimited) else None
-                delay = self._policy.delay(attempt, self._rng, retry_after)
-                if limiter is not None and isinstance(error, RateLimited):
-                    limiter.back_off(delay)  # the provider said 429 to everyone, not one unit
                 self._pause(delay)
                 continue
             return self._settle_success(call_id, request, rhash, response, started,

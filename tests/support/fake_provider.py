@@ -66,6 +66,7 @@ class FakeProvider:
         self.offline = offline
         self.in_flight = 0
         self.max_in_flight = 0
+        self.arrivals: list[float] = []  # time.monotonic() of each request
         self.rate_limited = 0
         self.request_count = 0
         self.requests: list[dict[str, Any]] = []
@@ -101,6 +102,7 @@ class FakeProvider:
     def _next(self, body: dict[str, Any], auth: str | None) -> Behaviour:
         with self._lock:
             self.request_count += 1
+            self.arrivals.append(time.monotonic())
             self.requests.append(body)
             self.auth_headers.append(auth)
             return self._queue.popleft() if self._queue else "ok"
