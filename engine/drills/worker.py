@@ -74,7 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stopped: every unit in flight stopped at a safe point and released its lease; "
               f"continue with `keepstep resume {args.project} --run {args.run}`",
               file=sys.stderr, flush=True)
-        return 128 + signum
+        sys.stdout.flush()
+        # Everything is in the database already; a thread still inside a provider call would
+        # hold the interpreter's shutdown for seconds, so leave at once.
+        os._exit(128 + signum)
     except (KeepstepError, StorageError) as exc:  # e.g. SchemaTooNew: a message, no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -292,8 +292,12 @@ class RunLoop:
             final = self._collect(final)
             if self._cancelled():
                 self._stop.set()
-                self._wind_down()
-                raise RunCancelled("cancelled: units in flight stopped at their next safe point")
+                abandoned = self._wind_down()
+                exc = RunCancelled("cancelled: units in flight stopped at their next safe point")
+                # Threads still inside a provider call (their attempts are cancelled already):
+                # a front end about to exit may leave without waiting for them.
+                exc.abandoned_calls = abandoned  # type: ignore[attr-defined]
+                raise exc
             if final is not None:
                 if not self._inflight:
                     return final
@@ -412,9 +416,10 @@ class RunLoop:
                 final = Decision(kind=DecisionKind.blocked,
                                  reasons=[f"{result.attempt_id}: {result.detail}"])
 
-    def _wind_down(self) -> None:
+    def _wind_down(self) -> int:
         """After ``_stop``: give units in flight ``cancel_grace_s`` to reach a safe point, then
-        cancel the rest from here (attempt ``cancelled``, lease released by its token)."""
+        cancel the rest from here (attempt ``cancelled``, lease released by its token).
+        Returns how many were cancelled from here."""
         import time
 
         deadline = time.monotonic() + self.cancel_grace_s
@@ -439,7 +444,9 @@ class RunLoop:
                                    payload={"reason": "the run was stopped during a call"})
             except Exception:  # noqa: BLE001, S110 - the lease then expires; recovery fences it
                 pass
+        abandoned = len(self._inflight)
         self._inflight.clear()
+        return abandoned
 
     # -- one unit ----------------------------------------------------------------
     def _claim(self, unit_id: str, facts: Any, plan: Plan) -> tuple[Any, ...] | None:
