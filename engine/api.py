@@ -102,6 +102,7 @@ class Run(RunHandle):
         one unit at a time, in plan order)."""
         from keepstep.engine.run.loop import RunLoop
 
+        self.preload_model_client()  # litellm's import overlaps recovery
         if recover:
             report = self.recover(on_event=on_event)
             if report.blocked:

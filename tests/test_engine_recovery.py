@@ -178,10 +178,12 @@ def test_recovery_never_quarantines_an_attempt_claimed_during_its_scan(tmp_path:
         run_a = pa.start_run(RUN)
         run_a.run(max_units=2)
         staged: dict[str, Any] = {}
-        real_dirs = pb.store.artifacts.attempt_dirs
+        real_counts = pb.store.attempt_counts
 
-        def dirs_after_a_claims(run_id: str) -> Any:
-            # A claims U03 and stages a file after B's scan has read the leases.
+        def counts_then_a_claims(run_id: str) -> Any:
+            # A claims U03 and stages a file after B's scan has read the leases and the
+            # attempt counters, before it lists the folders.
+            counts = real_counts(run_id)
             head = pa.store.get_head(RUN).version
             claim = pa.store.claim(RUN, "main", "U03", expected_version=head,
                                    owner="A:1:a", lease_seconds=30)
@@ -190,9 +192,9 @@ def test_recovery_never_quarantines_an_attempt_claimed_during_its_scan(tmp_path:
                 media_type="application/json", producer_version="test",
                 created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ"))
             staged.update(claim=claim, entry=entry)
-            return real_dirs(run_id)
+            return counts
 
-        pb.store.artifacts.attempt_dirs = dirs_after_a_claims  # type: ignore[method-assign]
+        pb.store.attempt_counts = counts_then_a_claims  # type: ignore[method-assign]
         report = recover(pb.get_run(RUN))
         assert report.orphans == [], report
         claim = staged["claim"]

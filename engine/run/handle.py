@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -193,8 +194,27 @@ class Workspace:
         self.files: ProjectFiles = self._load_files(validate=validate)
         self.store = SQLiteStore(self.root / STATE_DIR, clock=clock, synchronous=synchronous)
 
+    def _files_signature(self) -> tuple[Any, ...]:
+        out = []
+        for name in ("keepstep.toml", "contract.md", "sources.toml", "plan.toml"):
+            try:
+                st = (self.root / name).stat()
+                out.append((name, st.st_ino, st.st_size, st.st_mtime_ns))
+            except OSError:
+                out.append((name, None))
+        return tuple(out)
+
+    def reload_if_changed(self) -> ProjectFiles:
+        """``reload()`` unless the files were loaded validated and have not changed on disk
+        since (same inode, size and modification time of the four project files)."""
+        if self._files_validated and self._files_signature() == self._loaded_signature:
+            return self.files
+        return self.reload()
+
     def _load_files(self, *, validate: bool = True) -> ProjectFiles:
+        signature = self._files_signature()
         files = load_project_files(self.root, validate=validate)
+        self._loaded_signature, self._files_validated = signature, validate
         for key, value in self.policy_overrides.items():
             setattr(files.config.policy, key, value)
         return files
@@ -420,6 +440,34 @@ class RunHandle:
                     self._gateway = ModelGateway(ledger=ledger, limits=ProviderLimits(
                         self.project.files.config.providers))
             return self._gateway
+
+    def preload_model_client(self) -> threading.Thread | None:
+        """Import the model client (litellm: seconds) in a background thread while recovery
+        and the first claims run — only when the run has model units left to do and no
+        injected gateway. Returns the thread, or None when there is nothing to preload."""
+        from keepstep.engine.core.plan import MODEL_KINDS
+
+        if self.project.gateway_factory is not None or "litellm" in sys.modules:
+            return None
+        plan = self.project.files.plan
+        model_units = {u.id for u in plan.units if u.kind in MODEL_KINDS}
+        if not model_units:
+            return None
+        records = self.facts_records()
+        if all(u in records and records[u].state == UnitState.succeeded for u in model_units):
+            return None
+
+        def load() -> None:
+            from keepstep.engine.gateway import client
+
+            try:
+                client._litellm()
+            except Exception:  # noqa: BLE001, S110 - the first real call reports it
+                pass
+
+        thread = threading.Thread(target=load, daemon=True, name="keepstep-model-client")
+        thread.start()
+        return thread
 
     def head(self) -> Head:
         return self.store.get_head(self.run_id, self.branch_id)

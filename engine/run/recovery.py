@@ -23,7 +23,7 @@ from keepstep.engine.core.timefmt import iso_utc, parse_iso
 from keepstep.engine.errors import KeepstepError, PlanValidationError, RecoveryError
 from keepstep.engine.run.baseline import inputs_state, plan_state, template_hashes
 from keepstep.engine.run.effects import reconcile
-from keepstep.storage import BudgetLimitReached, CheckpointConflict, EventIn
+from keepstep.storage import BudgetLimitReached, CheckpointConflict, EventIn, OrphanAttempt
 from keepstep.storage.hashing import file_sha256
 
 if TYPE_CHECKING:
@@ -76,6 +76,36 @@ _IN_FLIGHT = ("claimed",)
 # How often recovery starts its change commit again when another front end moved the head
 # meanwhile; past that it stops (a person looks) instead of looping.
 MAX_CHANGE_RESTARTS = 5
+
+
+def orphan_candidates(run: RunHandle) -> list[OrphanAttempt]:
+    """Attempt folders holding files no committed manifest references, in (unit, attempt)
+    order — without walking the whole history: the attempts that never committed come from
+    the attempt rows (``Store.orphaned_attempts``), and one listing of folder names finds the
+    stray folders with no attempt row at all (a number past the unit's attempt counter: left
+    by hand, or by a database restored from an older backup). Only those are opened."""
+    store, run_id = run.store, run.run_id
+    found = {o.attempt_id: o for o in store.orphaned_attempts(run_id)}
+    counts = store.attempt_counts(run_id)
+    run_root = store.artifacts.root / run_id
+    if run_root.is_dir():
+        with os.scandir(run_root) as unit_dirs:
+            units = [u for u in unit_dirs if u.is_dir() and not u.name.startswith("_")]
+        for unit_dir in units:
+            known = counts.get(unit_dir.name, 0)
+            with os.scandir(unit_dir.path) as entries:
+                names = [e.name for e in entries if e.is_dir()]
+            for name in names:
+                number = name[1:] if name.startswith("a") else ""
+                if number.isdigit() and int(number) <= known:
+                    continue  # it has an attempt row: the query above saw it
+                attempt_id = f"{unit_dir.name}/{name}"
+                listed = store.artifacts.attempt_files(run_id, attempt_id)
+                if listed is not None and listed[1] and attempt_id not in found:
+                    found[attempt_id] = OrphanAttempt(
+                        run_id=run_id, unit=unit_dir.name, attempt_id=attempt_id,
+                        directory=str(listed[0]), files=listed[1])
+    return [found[k] for k in sorted(found, key=lambda a: tuple(a.partition("/")[::2]))]
 
 
 def _sealed(directory: str) -> bool:
@@ -224,7 +254,7 @@ class Recovery:
                     run.run_id, run.branch_id, lease.unit, lease.fencing_token,
                     reason="owner process is gone"):
                 self.report.fenced.append(lease.attempt_id)
-        for orphan in store.orphaned_attempts(run.run_id, full=True):
+        for orphan in orphan_candidates(run):
             # The scan read the manifest and the leases before walking the folders, so
             # re-read the attempt: it may have committed, or been claimed, meanwhile.
             att = store.get_attempt(run.run_id, orphan.attempt_id)
@@ -352,7 +382,9 @@ def detect(run: RunHandle) -> Detected:
     from keepstep.engine.core.changes import detect_changes
     from keepstep.engine.files.project import snapshot_sources
 
-    files = run.project.reload()
+    # The files as loaded when the project was opened, unless they changed on disk since:
+    # a resume parses plan.toml once, not twice.
+    files = run.project.reload_if_changed()
     old_plan_info = run.plan_info
     old_inputs = run.store.read_key(run.run_id, "inputs", run.branch_id) or {}
     snapshot = snapshot_sources(files.root, files.sources)
@@ -380,4 +412,4 @@ def recover(run: RunHandle,
     return Recovery(run, on_event).execute()
 
 
-__all__ = ["Recovery", "RecoveryReport", "detect", "recover"]
+__all__ = ["Recovery", "RecoveryReport", "detect", "orphan_candidates", "recover"]
