@@ -5,6 +5,7 @@ No I/O: everything it needs is in RunFacts, so it can be tested exhaustively.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping
 from enum import StrEnum
 
@@ -234,6 +235,22 @@ class ReadySet:
                         for uid, deps in self.deps.items()}
         self.candidates = {uid for uid, n in self.missing.items()
                            if n == 0 and uid not in self.current}
+        # The candidates in rank order, so ``ready`` stops at the first units it needs
+        # instead of scanning (and sorting) a frontier that can hold thousands of units.
+        self._ordered = sorted((self.rank[uid], uid) for uid in self.candidates)
+
+    def _add(self, uid: str) -> None:
+        if uid not in self.candidates:
+            self.candidates.add(uid)
+            bisect.insort(self._ordered, (self.rank[uid], uid))
+
+    def _remove(self, uid: str) -> None:
+        if uid in self.candidates:
+            self.candidates.discard(uid)
+            key = (self.rank[uid], uid)
+            i = bisect.bisect_left(self._ordered, key)
+            if i < len(self._ordered) and self._ordered[i] == key:
+                del self._ordered[i]
 
     def update(self, unit_id: str, record: UnitRecord | None) -> None:
         """A unit's committed record changed (``None``: it left the state)."""
@@ -244,27 +261,29 @@ class ReadySet:
             return
         if now:
             self.current.add(unit_id)
-            self.candidates.discard(unit_id)
+            self._remove(unit_id)
             for dep in self.dependents.get(unit_id, ()):
                 self.missing[dep] -= 1
                 if self.missing[dep] == 0 and dep not in self.current:
-                    self.candidates.add(dep)
+                    self._add(dep)
         else:
             self.current.discard(unit_id)
             for dep in self.dependents.get(unit_id, ()):
                 if self.missing[dep] == 0:
-                    self.candidates.discard(dep)
+                    self._remove(dep)
                 self.missing[dep] += 1
             if self.missing[unit_id] == 0:
-                self.candidates.add(unit_id)
+                self._add(unit_id)
 
-    def ready(self, facts: RunFacts, *, exclude: set[str] | frozenset[str] = frozenset()
-              ) -> list[str]:
-        """What ``ready_units`` returns, from the frontier only (``exclude``: units this
-        executor already has in flight)."""
+    def ready(self, facts: RunFacts, *, exclude: set[str] | frozenset[str] = frozenset(),
+              limit: int | None = None) -> list[str]:
+        """What ``ready_units`` returns, from the frontier only, in rank order (``exclude``:
+        units this executor already has in flight; ``limit``: stop after that many)."""
         no_model = model_calls_blocked(facts)
-        out = []
-        for uid in self.candidates:
+        out: list[str] = []
+        for _rank, uid in self._ordered:
+            if limit is not None and len(out) >= limit:
+                break
             if uid in exclude:
                 continue
             if facts.effective_state(uid) not in (UnitState.pending, UnitState.invalidated):
@@ -274,5 +293,4 @@ class ReadySet:
             if no_model and uid in self.model_units:
                 continue
             out.append(uid)
-        out.sort(key=self.rank.__getitem__)
         return out

@@ -316,7 +316,7 @@ class RunLoop:
                     # Reaching a gate writes its approval request (and an --approve answer): an
                     # explicit step of the loop, never a side effect of reading the facts.
                     facts.gates_open = request_gates(self.run, facts, approve=self.approve)
-                ready = ready_set.ready(facts, exclude=set(self._inflight))
+                ready = ready_set.ready(facts, exclude=set(self._inflight), limit=self.jobs)
                 if ready:
                     uid = ready[0]
                     d = Decision(kind=DecisionKind.claim, unit=uid, ready=ready)
