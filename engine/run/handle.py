@@ -122,6 +122,9 @@ class FactsCache:
         else:
             self.invalidated.discard(unit_id)
         self.changes.append((unit_id, record))
+        if len(self.changes) > 50_000:  # nobody drains (a read-only handle): views rebuild
+            self.changes.clear()
+            self.generation += 1
 
     def _apply_delta(self, delta: Mapping[str, Any]) -> None:
         for key, value in delta.items():

@@ -331,17 +331,20 @@ class RunLoop:
                         claimed = self._claim(uid, facts, plan)
                         if claimed is None:
                             continue  # someone else moved; decide again from the new head
+                full = None if ready or self._inflight else decide(plan, facts)
             if claimed is not None:
                 self._launch(*claimed)
                 continue
-            if self._inflight:
+            if full is None:
                 self._wait()
                 continue
-            d = decide(plan, facts)
+            d = full
             self.emit("decision", decision=d.kind.value, unit=d.unit, reasons=d.reasons,
                       head=facts.head_version)
             if d.kind == DecisionKind.claim:
-                continue  # the ready set and decide() disagree only across a head move
+                # The ready set and decide() disagree: rebuild the set from the records.
+                self._ready = None
+                continue
             if d.kind == DecisionKind.waiting:
                 # Another executor holds the only ready work: wait for its commit (or its
                 # lease to expire, which recovery's claim then fences) and decide again.
@@ -534,6 +537,7 @@ class RunLoop:
                        on_event=self.on_event)
         # The heartbeat's "lost" flag and the context's are one and the same.
         hb.lost = lease_lost
+        ctx.heartbeat = hb  # type: ignore[attr-defined]
         hb.start()
         try:
             return self._execute(ctx, claim, unit)
@@ -566,6 +570,11 @@ class RunLoop:
             ctx.safe_point("verified")
             record = build_record(ctx, outcome, input_fingerprints(
                 unit, run.project.files, run.snapshot, run.templates, run.versions))
+            # The lease stops being renewed before the commit (the commit checks the token, not
+            # the expiry): a renewal can then never land after the unit has committed.
+            heartbeat = getattr(ctx, "heartbeat", None)
+            if heartbeat is not None:
+                heartbeat.stop()
             version = self._commit(ctx, claim, record)
             store.artifacts.seal(ctx.staged)
             return AttemptResult(unit.id, aid, "committed", version=version)
