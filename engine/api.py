@@ -93,18 +93,22 @@ class Run(RunHandle):
         max_units: int | None = None,
         stop_after: set[str] | None = None,
         recover: bool = True,
+        jobs: int | None = None,
     ) -> RunStatus:
         """Recover (audit, reconcile, apply detected changes), then run units until done,
-        blocked or cancelled (``RunCancelled`` is raised after the unit in flight stopped at
-        its next safe point). ``approve`` answers gates (``{"audience": "product team"}``)."""
+        blocked or cancelled (``RunCancelled`` is raised after the units in flight stopped at
+        their next safe point). ``approve`` answers gates (``{"audience": "product team"}``).
+        ``jobs``: units in flight at once (default keepstep.toml's ``max_parallel``; 1 runs
+        one unit at a time, in plan order)."""
         from keepstep.engine.run.loop import RunLoop
 
+        self.preload_model_client()  # litellm's import overlaps recovery
         if recover:
             report = self.recover(on_event=on_event)
             if report.blocked:
                 return self.status()
         RunLoop(self, cancel=cancel, on_event=on_event, approve=approve,
-                max_units=max_units, stop_after=stop_after).loop()
+                max_units=max_units, stop_after=stop_after, jobs=jobs).loop()
         return self.status()
 
     def resume(self, **kwargs: Any) -> RunStatus:

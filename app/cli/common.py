@@ -11,6 +11,7 @@ import functools
 import getpass
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -238,6 +239,10 @@ def summary_line(status: RunStatus) -> str:
 
 
 # --- driving the engine ------------------------------------------------------------------------
+# Set by ``drive`` when a cancelled run left unit threads inside provider calls.
+_ABANDONED_CALLS = 0
+
+
 def drive(action: Callable[[threading.Event, Callable[[dict[str, Any]], None]], Any], *,
           quiet: bool = False) -> tuple[Any, bool]:
     """Run ``action(cancel, on_event)`` in a worker thread; Ctrl-C sets ``cancel``.
@@ -279,21 +284,25 @@ def drive(action: Callable[[threading.Event, Callable[[dict[str, Any]], None]], 
             os._exit(EXIT_CANCELLED)
 
     worker = threading.Thread(target=work, name="keepstep-run", daemon=True)
-    previous = None
+    previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGINT, on_sigint)
+        # SIGTERM (a service manager, `kill`) stops the run like Ctrl-C does.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, on_sigint)
     try:
         worker.start()
         while worker.is_alive():
             worker.join(0.2)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     error = box.get("error")
     if error is not None:
         from keepstep.engine import RunCancelled
 
         if isinstance(error, RunCancelled):
+            global _ABANDONED_CALLS
+            _ABANDONED_CALLS = int(getattr(error, "abandoned_calls", 0) or 0)
             return None, True
         raise error
     return box.get("result"), cancel.is_set()
@@ -312,6 +321,12 @@ def finish(project: Project, run: Run, status: RunStatus | None, cancelled: bool
     if cancelled:
         typer.echo(f"cancelled at the next safe point; continue with "
                    f"`keepstep resume {project.root} --run {run.run_id}`", err=True)
+        if _ABANDONED_CALLS:
+            # A unit thread is still inside a provider call (its attempt is cancelled and its
+            # lease released): the interpreter's shutdown would wait seconds for it.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_CANCELLED)
         raise typer.Exit(EXIT_CANCELLED)
 
 

@@ -44,6 +44,11 @@ from keepstep.app.cli.common import (
 if TYPE_CHECKING:
     from keepstep.engine import Project
 
+JobsOpt = Annotated[int | None, typer.Option(
+    "--jobs", "-j", min=1, max=64,
+    help="Units in flight at once (default: max_parallel in keepstep.toml, 4; 1 = one at a "
+         "time).")]
+
 
 def status(
     root: DirArg,
@@ -82,7 +87,7 @@ def status(
 
 
 def run_cmd(root: DirArg, run: RunOpt, approve: ApproveOpt = None, max_units: MaxUnitsOpt = None,
-            branch: BranchOpt = "main", quiet: QuietOpt = False) -> None:
+            branch: BranchOpt = "main", quiet: QuietOpt = False, jobs: JobsOpt = None) -> None:
     """Start the run (or continue it) until done, blocked or cancelled (Ctrl-C)."""
     answers = parse_approvals(approve)
     with open_project_dir(root) as project:
@@ -91,13 +96,14 @@ def run_cmd(root: DirArg, run: RunOpt, approve: ApproveOpt = None, max_units: Ma
         the_run = project.open_or_start(run, branch)
         result, cancelled = drive(
             lambda cancel, on_event: the_run.run(cancel=cancel, on_event=on_event,
-                                                 approve=answers, max_units=max_units),
+                                                 approve=answers, max_units=max_units,
+                                                 jobs=jobs),
             quiet=quiet)
         finish(project, the_run, result, cancelled, quiet)
 
 
 def resume(root: DirArg, run: RunOpt, approve: ApproveOpt = None, max_units: MaxUnitsOpt = None,
-           branch: BranchOpt = "main", quiet: QuietOpt = False) -> None:
+           branch: BranchOpt = "main", quiet: QuietOpt = False, jobs: JobsOpt = None) -> None:
     """Continue a run after a restart or interruption (recovery first)."""
     answers = parse_approvals(approve)
     with open_project_dir(root) as project:
@@ -105,7 +111,8 @@ def resume(root: DirArg, run: RunOpt, approve: ApproveOpt = None, max_units: Max
         check_gates(the_run.plan, answers)
         result, cancelled = drive(
             lambda cancel, on_event: the_run.resume(cancel=cancel, on_event=on_event,
-                                                    approve=answers, max_units=max_units),
+                                                    approve=answers, max_units=max_units,
+                                                    jobs=jobs),
             quiet=quiet)
         finish(project, the_run, result, cancelled, quiet)
 

@@ -5,13 +5,15 @@ No I/O: everything it needs is in RunFacts, so it can be tested exhaustively.
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Mapping
 from enum import StrEnum
 
 import networkx as nx
 from pydantic import BaseModel, Field
 
-from keepstep.engine.core.plan import MODEL_KINDS, Plan
-from keepstep.engine.core.state import RunFacts, UnitState
+from keepstep.engine.core.plan import MODEL_KINDS, Plan, Unit, UnitKind
+from keepstep.engine.core.state import RunFacts, UnitRecord, UnitState
 
 
 class DecisionKind(StrEnum):
@@ -159,3 +161,136 @@ def decide(plan: Plan, facts: RunFacts) -> Decision:
     if not reasons:
         reasons = ["nothing is ready but the run is not done"]
     return Decision(kind=DecisionKind.blocked, reasons=reasons)
+
+
+# -- the incremental view the run loop schedules from ---------------------------------------
+
+def unit_weight(unit: Unit) -> float:
+    """Estimated model calls of one unit, for critical-path ordering: a model unit counts
+    its rounds (a rank round is a call and a check), anything else a small epsilon so that
+    longer chains still win ties."""
+    if unit.kind not in MODEL_KINDS:
+        return 0.001
+    rounds = float(unit.max_rounds or 1)
+    return 2.0 * rounds if unit.kind == UnitKind.rank else rounds
+
+
+def critical_path(plan: Plan, weights: Mapping[str, float] | None = None) -> dict[str, float]:
+    """unit id -> the longest chain of estimated calls from it to the end of the plan (itself
+    included). ``weights`` overrides ``unit_weight`` per unit (e.g. an extract unit's source
+    count, which only the project files know)."""
+    units = plan.unit_map()
+    dependents: dict[str, list[str]] = {uid: [] for uid in units}
+    for u in plan.units:
+        for d in u.depends_on:
+            if d.unit in dependents:
+                dependents[d.unit].append(u.id)
+    out: dict[str, float] = {}
+    for uid in reversed(topo_order(plan)):
+        w = weights.get(uid) if weights is not None else None
+        own = float(w) if w is not None else unit_weight(units[uid])
+        out[uid] = own + max((out[d] for d in dependents[uid]), default=0.0)
+    return out
+
+
+class ReadySet:
+    """The units whose dependencies are all current and which are not current themselves,
+    kept up to date from record changes (``update``) — O(dependents) per commit, never a
+    walk of the plan. ``ready(facts)`` overlays the runtime facts (leases, statuses, gates,
+    run-wide model blocks) on that frontier, in a stable order:
+
+    - ``order="plan"``: the order ``decide`` uses (``topo_order``), so ``ready(facts)[0]``
+      is ``decide(plan, facts).unit`` whenever the decision is a claim;
+    - ``order="critical"``: longest remaining chain of estimated calls first (see
+      ``critical_path``), ties by ``topo_order``.
+    """
+
+    def __init__(self, plan: Plan, records: Mapping[str, UnitRecord], *, order: str = "plan",
+                 weights: Mapping[str, float] | None = None) -> None:
+        topo = topo_order(plan)
+        position = {uid: i for i, uid in enumerate(topo)}
+        if order == "critical":
+            cp = critical_path(plan, weights)
+            self.rank: dict[str, tuple[float, int]] = {
+                uid: (-cp[uid], position[uid]) for uid in topo}
+        elif order == "plan":
+            self.rank = {uid: (0.0, position[uid]) for uid in topo}
+        else:
+            raise ValueError(f"unknown order {order!r}")
+        self.deps: dict[str, list[str]] = {}
+        self.dependents: dict[str, list[str]] = {uid: [] for uid in topo}
+        self.model_units: set[str] = set()
+        self.gated: set[str] = set()
+        for u in plan.units:
+            self.deps[u.id] = [d.unit for d in u.depends_on]
+            for d in u.depends_on:
+                self.dependents.setdefault(d.unit, []).append(u.id)
+            if u.kind in MODEL_KINDS:
+                self.model_units.add(u.id)
+        for g in plan.gates:
+            self.gated.update(g.held_units())
+        self.current = {uid for uid, rec in records.items()
+                        if uid in self.deps and rec.state == UnitState.succeeded}
+        self.missing = {uid: sum(1 for d in deps if d not in self.current)
+                        for uid, deps in self.deps.items()}
+        self.candidates = {uid for uid, n in self.missing.items()
+                           if n == 0 and uid not in self.current}
+        # The candidates in rank order, so ``ready`` stops at the first units it needs
+        # instead of scanning (and sorting) a frontier that can hold thousands of units.
+        self._ordered = sorted((self.rank[uid], uid) for uid in self.candidates)
+
+    def _add(self, uid: str) -> None:
+        if uid not in self.candidates:
+            self.candidates.add(uid)
+            bisect.insort(self._ordered, (self.rank[uid], uid))
+
+    def _remove(self, uid: str) -> None:
+        if uid in self.candidates:
+            self.candidates.discard(uid)
+            key = (self.rank[uid], uid)
+            i = bisect.bisect_left(self._ordered, key)
+            if i < len(self._ordered) and self._ordered[i] == key:
+                del self._ordered[i]
+
+    def update(self, unit_id: str, record: UnitRecord | None) -> None:
+        """A unit's committed record changed (``None``: it left the state)."""
+        if unit_id not in self.deps:
+            return
+        now = record is not None and record.state == UnitState.succeeded
+        if now == (unit_id in self.current):
+            return
+        if now:
+            self.current.add(unit_id)
+            self._remove(unit_id)
+            for dep in self.dependents.get(unit_id, ()):
+                self.missing[dep] -= 1
+                if self.missing[dep] == 0 and dep not in self.current:
+                    self._add(dep)
+        else:
+            self.current.discard(unit_id)
+            for dep in self.dependents.get(unit_id, ()):
+                if self.missing[dep] == 0:
+                    self._remove(dep)
+                self.missing[dep] += 1
+            if self.missing[unit_id] == 0:
+                self._add(unit_id)
+
+    def ready(self, facts: RunFacts, *, exclude: set[str] | frozenset[str] = frozenset(),
+              limit: int | None = None) -> list[str]:
+        """What ``ready_units`` returns, from the frontier only, in rank order (``exclude``:
+        units this executor already has in flight; ``limit``: stop after that many)."""
+        no_model = model_calls_blocked(facts)
+        out: list[str] = []
+        for _rank, uid in self._ordered:
+            if limit is not None and len(out) >= limit:
+                break
+            if uid in exclude:
+                continue
+            if facts.effective_state(uid) not in (UnitState.pending, UnitState.invalidated):
+                continue
+            if uid in self.gated and not facts.gates_open.get(uid, False):
+                continue
+            if no_model and uid in self.model_units:
+                continue
+            out.append(uid)
+        return out

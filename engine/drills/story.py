@@ -97,7 +97,10 @@ def run_story(pack: Path, workdir: Path, *, say: Callable[[str], None] = print) 
 
     say("\n[1] run; the executor process is killed (SIGKILL) after U07 stages its output and "
         "before it commits")
-    proc = _worker(workdir, "--approve", f"audience={OLD_AUDIENCE}",
+    # Steps 1-3 run one unit at a time (--jobs 1 / jobs=1): the kill must find U07 alone in
+    # flight, the exact call budget must run out at U21, and nothing past U30 may run under
+    # the old plan. Steps 4-5 run at the project's max_parallel.
+    proc = _worker(workdir, "--jobs", "1", "--approve", f"audience={OLD_AUDIENCE}",
                    crash_at="unit.after_stage:U07")
     killed = proc.returncode == -signal.SIGKILL
     say(f"    executor exit: {'killed by SIGKILL' if killed else proc.returncode}")
@@ -106,14 +109,15 @@ def run_story(pack: Path, workdir: Path, *, say: Callable[[str], None] = print) 
     run = project.get_run(RUN_ID)
     say("\n[2] resume with a new executor: recovery audits, fences the dead lease, quarantines "
         "the orphan; the run continues until the budget stops it")
-    st = run.run(approve={"audience": OLD_AUDIENCE}, on_event=_printer(say))
+    st = run.run(approve={"audience": OLD_AUDIENCE}, on_event=_printer(say), jobs=1)
     say(f"    stopped: {st.decision} — {'; '.join(st.reasons)}")
     say(f"    next action: {st.next_action}")
 
     say("\n[3] a recorded budget decision raises the call limit; resume")
     run.raise_budget(calls=200, reason="ME-042: client approved more model calls",
                      who="consultant")
-    st = run.run(approve={"audience": OLD_AUDIENCE}, stop_after={"U30"}, on_event=_printer(say))
+    st = run.run(approve={"audience": OLD_AUDIENCE}, stop_after={"U30"}, on_event=_printer(say),
+                 jobs=1)
     say(f"    paused after U30 as the story asks (head {st.head_version})")
 
     say(f"\n[4] the contract's audience changes to {NEW_AUDIENCE!r}; preview before deciding")

@@ -53,6 +53,16 @@ class RunPolicy(BaseModel):
     stall_repeated_errors: int = 3
 
 
+class ProviderLimits(BaseModel):
+    """``[providers.NAME]``: limits shared by every unit calling that provider (the name is
+    litellm's provider: ``openai``, ``anthropic``, ``ollama``, ``local``…). Unset = no limit."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_concurrent: int | None = Field(default=None, ge=1)
+    requests_per_minute: float | None = Field(default=None, gt=0)
+    tokens_per_minute: float | None = Field(default=None, gt=0)
+
+
 class FileDropConfig(BaseModel):
     """``[adapters.NAME] type = "file_drop"``: delivered files are copied into ``target_dir``.
 
@@ -111,6 +121,9 @@ class ProjectConfig(BaseModel):
     versions: dict[str, str] = Field(default_factory=dict)  # prompt/tool/policy version pins
     # External systems a `deliver` unit may act on, by name (see engine.effects).
     adapters: dict[str, AdapterConfig] = Field(default_factory=dict)
+    # Units in flight at once in one executor (``--jobs`` overrides; 1 = one at a time).
+    max_parallel: int = Field(default=4, ge=1, le=64)
+    providers: dict[str, ProviderLimits] = Field(default_factory=dict)
 
 
 class SourcesFile(BaseModel):

@@ -407,8 +407,11 @@ class ModelGateway:
         completion_fn: Callable[..., Any] | None = None,
         api_key_lookup: Callable[[str], str | None] = keys.get_api_key,
         cancel_event: threading.Event | None = None,
+        limits: Any | None = None,
     ) -> None:
         self._ledger = ledger
+        # Provider-wide concurrency, rate limits and 429 back-off (gateway.limits); None: none.
+        self._limits = limits
         self._policy = policy or RetryPolicy()
         self._sleep = sleep
         self._clock = clock
@@ -433,17 +436,29 @@ class ModelGateway:
         kwargs = self._call_kwargs(request, provider, api_key)
         attempts = max(1, self._policy.max_attempts)
 
+        limiter = self._limits.limiter(provider) if self._limits is not None else None
         for attempt in range(1, attempts + 1):
             self._check_cancelled()
-            call_id = self._ledger.reserve(ctx, model=request.model, request_hash=rhash,
-                                           est_tokens=est_tokens)
-            started = self._clock()
-            try:
-                response = self._completion()(**kwargs)
-            # RunCancelled/LeaseLost (BaseException) pass through and leave the row reserved but
-            # unsettled: whether the provider charged for it is unknown, and the ledger says so.
-            except Exception as exc:  # noqa: BLE001 - every provider failure is classified
-                error = classify(exc, secrets=(api_key,))
+            slot = limiter.slot(est_tokens, cancel=self._cancel) if limiter is not None \
+                else contextlib.nullcontext()
+            with slot:
+                call_id = self._ledger.reserve(ctx, model=request.model, request_hash=rhash,
+                                               est_tokens=est_tokens)
+                started = self._clock()
+                try:
+                    response = self._completion()(**kwargs)
+                    error = None
+                # RunCancelled/LeaseLost (BaseException) pass through and leave the row reserved
+                # but unsettled: whether the provider charged for it is unknown, and the ledger
+                # says so.
+                except Exception as exc:  # noqa: BLE001 - every provider failure is classified
+                    error = classify(exc, secrets=(api_key,))
+                    retry_after = error.retry_after if isinstance(error, RateLimited) else None
+                    delay = self._policy.delay(attempt, self._rng, retry_after)
+                    if limiter is not None and isinstance(error, RateLimited):
+                        # Before the slot is given back: the provider said 429 to everyone.
+                        limiter.back_off(delay)
+            if error is not None:
                 self._ledger.settle(
                     call_id, tokens_in=0, tokens_out=0, cost=0.0,
                     latency_ms=self._elapsed_ms(started), outcome=error.error_class,
@@ -452,8 +467,7 @@ class ModelGateway:
                 retryable = isinstance(error, TransientModelError | RateLimited)
                 if not retryable or attempt == attempts:
                     raise error from None
-                retry_after = error.retry_after if isinstance(error, RateLimited) else None
-                self._pause(self._policy.delay(attempt, self._rng, retry_after))
+                self._pause(delay)
                 continue
             return self._settle_success(call_id, request, rhash, response, started,
                                         retries=attempt - 1, secrets=(api_key,))

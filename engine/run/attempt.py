@@ -335,7 +335,10 @@ def build_record(ctx: AttemptContext, outcome: KindOutcome,
     }
     return UnitRecord(
         state=UnitState.succeeded, attempt=ctx.attempt_id, outputs=outputs, consumed=consumed,
-        inputs_fp=inputs_fp, unit_fp=ctx.plan.unit_fingerprint(ctx.unit.id), plan_n=ctx.plan_n,
+        # The plan's unit_fingerprint of this unit, without building the plan's unit map (O(plan)
+        # per commit: what made bookkeeping grow with the plan).
+        inputs_fp=inputs_fp, unit_fp=sha256_hex(canonical_json(ctx.unit.model_dump(mode="json"))),
+        plan_n=ctx.plan_n,
         facts={**outcome.facts, "rounds": outcome.rounds, "model_calls": ctx.model_calls},
         validators_passed=outcome.passed,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -19,7 +20,16 @@ from typing import TYPE_CHECKING, Any
 
 from keepstep.engine.core.inputs import InputSnapshot
 from keepstep.engine.core.plan import Plan, Unit, parse_plan
-from keepstep.engine.core.state import RunFacts, UnitRecord, records_from_state
+from keepstep.engine.core.state import (
+    UNIT_PREFIX,
+    BudgetFact,
+    LeaseFact,
+    RunFacts,
+    StatusFact,
+    UnitRecord,
+    UnitState,
+    records_from_state,
+)
 from keepstep.engine.files.project import STATE_DIR, ProjectFiles, load_project_files
 from keepstep.engine.gateway.call_ledger import StoreCallLedger
 from keepstep.engine.run.baseline import PRODUCER_VERSION, PROMPT_VERSION
@@ -36,6 +46,115 @@ DECISION_KINDS = (
     "recovery.done", "decision.recovery_reset",
 )
 GatewayFactory = Callable[[StoreCallLedger], Any]
+
+
+class FactsCache:
+    """One run's committed facts in memory, kept at the branch head from commit deltas.
+
+    ``refresh()`` reads the head (one query); when it moved, only the checkpoints since the
+    cached version are read and their deltas applied (another executor's commits), so a
+    refresh costs what changed, not the size of the run. A commit made through this process
+    is applied with ``apply`` (no read at all). A gap, a head behind the cache, a hash that
+    does not chain or a very long delta list loads everything again (``generation`` then
+    moves, so views built on the cache know to rebuild).
+
+    Callers hold ``lock`` while reading ``records``; ``changes`` lists (unit, record or None)
+    as applied, for the one consumer that drains it (the run loop's ready set).
+    """
+
+    MAX_DELTAS = 2000
+
+    def __init__(self, store: SQLiteStore, run_id: str, branch_id: str) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.branch_id = branch_id
+        self.lock = threading.RLock()
+        self.version: int | None = None
+        self.hash: str | None = None
+        self.records: dict[str, UnitRecord] = {}
+        self.keys: dict[str, Any] = {}  # plan, inputs, versions, budget (as committed)
+        self.invalidated: set[str] = set()
+        self.generation = 0
+        self.changes: list[tuple[str, UnitRecord | None]] = []
+
+    def refresh(self) -> int:
+        """Bring the cache to the branch head; returns the head version."""
+        with self.lock:
+            head = self.store.get_head(self.run_id, self.branch_id)
+            if self.version == head.version and self.hash in (None, head.hash):
+                self.hash = head.hash
+                return head.version
+            if (self.version is None or head.version <= self.version
+                    or head.version - self.version > self.MAX_DELTAS):
+                self._load_all()
+                return self.version  # type: ignore[return-value]
+            cps = self.store.list_checkpoints(self.run_id, self.branch_id,
+                                              since_version=self.version + 1)
+            chained = bool(cps) and cps[0].version == self.version + 1 and \
+                cps[-1].version == head.version and cps[-1].hash == head.hash and \
+                (self.hash is None or cps[0].parent_hash == self.hash)
+            if not chained:
+                self._load_all()
+                return self.version  # type: ignore[return-value]
+            for cp in cps:
+                self._apply_delta(cp.delta)
+            self.version, self.hash = head.version, head.hash
+            return head.version
+
+    def _load_all(self) -> None:
+        head = self.store.get_head(self.run_id, self.branch_id)
+        state = self.store.read_state(self.run_id, self.branch_id)
+        self.records = records_from_state(state)
+        self.keys = {k: v for k, v in state.items() if not k.startswith(UNIT_PREFIX)}
+        self.invalidated = {u for u, r in self.records.items()
+                            if r.state == UnitState.invalidated}
+        self.version, self.hash = head.version, head.hash
+        self.generation += 1
+        self.changes.clear()
+
+    def _set(self, unit_id: str, record: UnitRecord | None) -> None:
+        if record is None:
+            self.records.pop(unit_id, None)
+        else:
+            self.records[unit_id] = record
+        if record is not None and record.state == UnitState.invalidated:
+            self.invalidated.add(unit_id)
+        else:
+            self.invalidated.discard(unit_id)
+        self.changes.append((unit_id, record))
+        if len(self.changes) > 50_000:  # nobody drains (a read-only handle): views rebuild
+            self.changes.clear()
+            self.generation += 1
+
+    def _apply_delta(self, delta: Mapping[str, Any]) -> None:
+        for key, value in delta.items():
+            if key.startswith(UNIT_PREFIX):
+                self._set(key[len(UNIT_PREFIX):],
+                          None if value is None else UnitRecord.model_validate(value))
+            elif value is None:
+                self.keys.pop(key, None)
+            else:
+                if key == "plan" and value != self.keys.get("plan"):
+                    self.generation += 1  # a plan change: views on the plan rebuild
+                self.keys[key] = value
+
+    def apply(self, version: int, records: Mapping[str, UnitRecord],
+              keys: Mapping[str, Any] | None = None) -> None:
+        """Apply this process's own commit of ``version`` (its records already parsed). A
+        cache that is not at ``version - 1`` is left for ``refresh`` to catch up."""
+        with self.lock:
+            if self.version != version - 1:
+                return
+            for uid, rec in records.items():
+                self._set(uid, rec)
+            for key, value in (keys or {}).items():
+                self.keys[key] = value
+            self.version, self.hash = version, None  # the hash is learnt at the next refresh
+
+    def drain(self) -> list[tuple[str, UnitRecord | None]]:
+        with self.lock:
+            out, self.changes = self.changes, []
+            return out
 
 
 def default_executor_id() -> str:
@@ -78,8 +197,27 @@ class Workspace:
         self.files: ProjectFiles = self._load_files(validate=validate)
         self.store = SQLiteStore(self.root / STATE_DIR, clock=clock, synchronous=synchronous)
 
+    def _files_signature(self) -> tuple[Any, ...]:
+        out = []
+        for name in ("keepstep.toml", "contract.md", "sources.toml", "plan.toml"):
+            try:
+                st = (self.root / name).stat()
+                out.append((name, st.st_ino, st.st_size, st.st_mtime_ns))
+            except OSError:
+                out.append((name, None))
+        return tuple(out)
+
+    def reload_if_changed(self) -> ProjectFiles:
+        """``reload()`` unless the files were loaded validated and have not changed on disk
+        since (same inode, size and modification time of the four project files)."""
+        if self._files_validated and self._files_signature() == self._loaded_signature:
+            return self.files
+        return self.reload()
+
     def _load_files(self, *, validate: bool = True) -> ProjectFiles:
+        signature = self._files_signature()
         files = load_project_files(self.root, validate=validate)
+        self._loaded_signature, self._files_validated = signature, validate
         for key, value in self.policy_overrides.items():
             setattr(files.config.policy, key, value)
         return files
@@ -98,6 +236,10 @@ class Workspace:
         return cached[2]
 
     def close(self) -> None:
+        pool = getattr(self, "_worker_pool", None)
+        if pool is not None:  # the run loop's unit threads (engine.run.loop.WorkerPool)
+            pool.close()
+            self._worker_pool = None
         self.store.close()
 
     @property
@@ -156,6 +298,18 @@ class RunHandle:
         self.branch_id = branch_id
         self._gateway: ModelGateway | None = None
         self._gateway_lock = threading.Lock()
+        self._facts: FactsCache | None = None
+
+    def facts_cache(self) -> FactsCache:
+        """The in-memory committed facts of this run (refresh it before reading)."""
+        if self._facts is None:
+            self._facts = FactsCache(self.store, self.run_id, self.branch_id)
+        return self._facts
+
+    def drop_facts(self) -> None:
+        """Forget the cached facts: the next read loads the whole state (recovery calls this,
+        so a resume never trusts memory over the database)."""
+        self._facts = None
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -217,27 +371,48 @@ class RunHandle:
         return self.store.read_key(self.run_id, "versions", self.branch_id) or {}
 
     def facts_records(self) -> dict[str, UnitRecord]:
-        """unit id -> its committed record (succeeded or invalidated) at the head."""
-        return records_from_state(self.store.read_state(self.run_id, self.branch_id, "unit:"))
+        """unit id -> its committed record (succeeded or invalidated) at the head (a copy:
+        the caller may change the mapping; the records themselves are shared, copy one
+        before editing it)."""
+        cache = self.facts_cache()
+        with cache.lock:
+            cache.refresh()
+            return dict(cache.records)
 
     def facts(self) -> RunFacts:
         """Everything ``decide`` needs, read in one go. A plain read: it writes nothing
         (gate requests are written by the run loop, ``run.gates.request_gates``)."""
         from keepstep.engine.run.gates import open_gates
 
-        head = self.store.get_head(self.run_id, self.branch_id)
-        leases = {lease.unit: lease for lease in self.store.leases(self.run_id, self.branch_id)}
-        facts = RunFacts(
-            run_id=self.run_id, branch_id=self.branch_id, head_version=head.version,
-            plan_info=self.plan_info,
-            inputs_info=self.store.read_key(self.run_id, "inputs", self.branch_id) or {},
-            records=self.facts_records(),
-            statuses=self.store.unit_statuses(self.run_id, self.branch_id),
-            leases=leases, budget=self.store.get_budget(self.run_id, self.branch_id),
-            now=self.clock(),
-        )
+        facts = self.live_facts(copy=True)
         facts.gates_open = open_gates(self, facts)
         return facts
+
+    def live_facts(self, *, copy: bool = False) -> RunFacts:
+        """``facts()`` without the gates, from the facts cache: committed records as cached
+        (refreshed from the deltas since the cached head), runtime overlays (leases,
+        statuses, budget) read now — their size follows what is in flight or blocked, not
+        the plan. ``copy=False`` shares the cache's record map: only for a caller that holds
+        ``facts_cache().lock`` while it reads (the run loop)."""
+        cache = self.facts_cache()
+        with cache.lock:
+            version = cache.refresh()
+            records = dict(cache.records) if copy else cache.records
+            plan_info = cache.keys.get("plan") or {}
+            inputs_info = cache.keys.get("inputs") or {}
+        leases = {lease.unit: LeaseFact.model_validate(lease)
+                  for lease in self.store.leases(self.run_id, self.branch_id)}
+        statuses = {u: StatusFact.model_validate(st) for u, st in
+                    self.store.unit_statuses(self.run_id, self.branch_id).items()}
+        budget = BudgetFact.model_validate(self.store.get_budget(self.run_id, self.branch_id))
+        # model_construct: the records are parsed already; validating 10,000 of them again
+        # per decision is what made scheduling grow with the plan.
+        return RunFacts.model_construct(
+            run_id=self.run_id, branch_id=self.branch_id, head_version=version,
+            plan_info=plan_info, inputs_info=inputs_info, records=records,
+            statuses=statuses, leases=leases, budget=budget,
+            now=self.clock(), gates_open={}, attempts_count={},
+        )
 
     def last_commit_seq(self) -> int:
         """Sequence number of the newest checkpoint.committed event (0 if none)."""
@@ -263,9 +438,39 @@ class RunHandle:
                     self._gateway = self.project.gateway_factory(ledger)
                 else:
                     from keepstep.engine.gateway.client import ModelGateway
+                    from keepstep.engine.gateway.limits import ProviderLimits
 
-                    self._gateway = ModelGateway(ledger=ledger)
+                    self._gateway = ModelGateway(ledger=ledger, limits=ProviderLimits(
+                        self.project.files.config.providers))
             return self._gateway
+
+    def preload_model_client(self) -> threading.Thread | None:
+        """Import the model client (litellm: seconds) in a background thread while recovery
+        and the first claims run — only when the run has model units left to do and no
+        injected gateway. Returns the thread, or None when there is nothing to preload."""
+        from keepstep.engine.core.plan import MODEL_KINDS
+
+        if self.project.gateway_factory is not None or "litellm" in sys.modules:
+            return None
+        plan = self.project.files.plan
+        model_units = {u.id for u in plan.units if u.kind in MODEL_KINDS}
+        if not model_units:
+            return None
+        records = self.facts_records()
+        if all(u in records and records[u].state == UnitState.succeeded for u in model_units):
+            return None
+
+        def load() -> None:
+            from keepstep.engine.gateway import client
+
+            try:
+                client._litellm()
+            except Exception:  # noqa: BLE001, S110 - the first real call reports it
+                pass
+
+        thread = threading.Thread(target=load, daemon=True, name="keepstep-model-client")
+        thread.start()
+        return thread
 
     def head(self) -> Head:
         return self.store.get_head(self.run_id, self.branch_id)
@@ -279,4 +484,4 @@ class RunHandle:
         return self.store.events(self.run_id, **filters)
 
 
-__all__ = ["DECISION_KINDS", "RunHandle", "Workspace", "default_executor_id"]
+__all__ = ["DECISION_KINDS", "FactsCache", "RunHandle", "Workspace", "default_executor_id"]

@@ -139,6 +139,8 @@ class Recovery:
             self._event("blocked", reason=opened)
             return self.report
         self._event("started", executor=self.run.executor_id)
+        # A resume reads the state from the database, never from a cache of an earlier loop.
+        self.run.drop_facts()
         try:
             self.report.state = "auditing"
             if not self._audit():
@@ -368,7 +370,9 @@ def detect(run: RunHandle) -> Detected:
     from keepstep.engine.core.changes import detect_changes
     from keepstep.engine.files.project import snapshot_sources
 
-    files = run.project.reload()
+    # The files as loaded when the project was opened, unless they changed on disk since:
+    # a resume parses plan.toml once, not twice.
+    files = run.project.reload_if_changed()
     old_plan_info = run.plan_info
     old_inputs = run.store.read_key(run.run_id, "inputs", run.branch_id) or {}
     snapshot = snapshot_sources(files.root, files.sources)

@@ -58,6 +58,9 @@ GROUPS = ("A", "B", "C")
 CONFIG: dict[str, Any] = {
     "name": "fault-suite",
     "default_model": "local/keepstep-offline",
+    # The 48 cases count crash points and calls in plan order: one unit at a time (the
+    # parallel cases are in tests/faults/test_parallel_faults.py).
+    "max_parallel": 1,
     "budget": {"calls": 200, "tokens": 1_000_000, "cost": 5.0, "retries": 50,
                "recoveries": 50},
     "policy": {"lease_seconds": 30.0, "heartbeat_seconds": 10.0, "max_unit_retries": 2,

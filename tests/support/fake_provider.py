@@ -7,6 +7,11 @@ behaviour; when the queue is empty the server answers ``ok``.
 Behaviours: ``"ok"``, ``"rate_limited"`` (429, ``Retry-After: 1``), ``"server_error"`` (500),
 ``("slow", seconds)`` (sleep, then ok), ``"insufficient_quota"`` (429 with OpenAI's quota body),
 ``"unauthorized"`` (401), ``"bad_request"`` (400).
+
+``latency`` adds a fixed delay to every answer (parallelism benches and tests); ``in_flight`` /
+``max_in_flight`` count requests being answered at once (provider-limit tests);
+``offline=True`` answers ``ok`` requests like ``local/keepstep-offline`` would (the offline
+model's JSON for keepstep's own prompts), so a whole run can go through the server.
 """
 
 from __future__ import annotations
@@ -52,10 +57,17 @@ def _completion_body(model: str, content: str) -> dict[str, Any]:
 class FakeProvider:
     """Threaded HTTP server on 127.0.0.1, port chosen by the OS."""
 
-    def __init__(self, behaviours: Iterable[Behaviour] = (), *, content: str = OK_CONTENT):
+    def __init__(self, behaviours: Iterable[Behaviour] = (), *, content: str = OK_CONTENT,
+                 latency: float = 0.0, offline: bool = False):
         self._queue: deque[Behaviour] = deque(behaviours)
         self._lock = threading.Lock()
         self.content = content
+        self.latency = latency
+        self.offline = offline
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.arrivals: list[float] = []  # time.monotonic() of each request
+        self.rate_limited = 0
         self.request_count = 0
         self.requests: list[dict[str, Any]] = []
         self.auth_headers: list[str | None] = []
@@ -90,15 +102,34 @@ class FakeProvider:
     def _next(self, body: dict[str, Any], auth: str | None) -> Behaviour:
         with self._lock:
             self.request_count += 1
+            self.arrivals.append(time.monotonic())
             self.requests.append(body)
             self.auth_headers.append(auth)
             return self._queue.popleft() if self._queue else "ok"
+
+    def _enter(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+    def content_for(self, body: dict[str, Any]) -> str:
+        if not self.offline:
+            return self.content
+        from keepstep.engine.gateway.offline_provider import build_response_content
+
+        return build_response_content(body.get("messages") or [])
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         provider = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Without TCP_NODELAY a keep-alive answer waits ~40 ms for the delayed ACK.
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # keep pytest output clean
@@ -128,14 +159,25 @@ class FakeProvider:
                     self._send(404, _error_body("not found", "invalid_request_error", None))
                     return
                 behaviour = provider._next(body, self.headers.get("Authorization"))
+                provider._enter()
+                try:
+                    if provider.latency:
+                        time.sleep(provider.latency)
+                    self._answer(behaviour, body)
+                finally:
+                    provider._leave()
+
+            def _answer(self, behaviour: Behaviour, body: dict[str, Any]) -> None:
                 model = str(body.get("model", "fake-model"))
                 name, arg = behaviour if isinstance(behaviour, tuple) else (behaviour, 0.0)
                 if name == "ok":
-                    self._send(200, _completion_body(model, provider.content))
+                    self._send(200, _completion_body(model, provider.content_for(body)))
                 elif name == "slow":
                     time.sleep(arg)
-                    self._send(200, _completion_body(model, provider.content))
+                    self._send(200, _completion_body(model, provider.content_for(body)))
                 elif name == "rate_limited":
+                    with provider._lock:
+                        provider.rate_limited += 1
                     self._send(429, _error_body("Rate limit reached for requests",
                                                 "requests", "rate_limit_exceeded"),
                                {"Retry-After": "1"})
@@ -159,9 +201,11 @@ class FakeProvider:
 
 
 @contextmanager
-def running_provider(*behaviours: Behaviour, content: str = OK_CONTENT) -> Iterator[FakeProvider]:
+def running_provider(*behaviours: Behaviour, content: str = OK_CONTENT, latency: float = 0.0,
+                     offline: bool = False) -> Iterator[FakeProvider]:
     """Start a FakeProvider for the duration of a ``with`` block."""
-    provider = FakeProvider(behaviours, content=content).start()
+    provider = FakeProvider(behaviours, content=content, latency=latency,
+                            offline=offline).start()
     try:
         yield provider
     finally:

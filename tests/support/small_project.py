@@ -28,6 +28,9 @@ MODEL_UNITS = ("U03", "U04", "U05", "U06", "U07")
 DEFAULT_CONFIG: dict[str, Any] = {
     "name": "small",
     "default_model": "local/keepstep-offline",
+    # The crash, budget and recovery tests count calls and kills in plan order: one unit at
+    # a time (tests/test_parallel*.py run this project with more jobs).
+    "max_parallel": 1,
     "budget": {"calls": 200, "tokens": 1_000_000, "cost": 5.0, "retries": 50,
                "recoveries": 50},
     "policy": {"lease_seconds": 30.0, "heartbeat_seconds": 10.0, "max_unit_retries": 2,
