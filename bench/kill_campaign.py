@@ -75,7 +75,7 @@ def _facts(project: Path) -> dict:
 def campaign(kills_wanted: int, seed: int, min_delay: float, max_delay: float) -> int:
     rng = random.Random(seed)
     violations: Counter[str] = Counter()
-    kills = runs = 0
+    kills = runs = raises = 0
     redone_total: set[tuple[int, str]] = set()
     in_flight_total: set[tuple[int, str]] = set()
     started = time.monotonic()
@@ -113,6 +113,17 @@ def campaign(kills_wanted: int, seed: int, min_delay: float, max_delay: float) -
                 in_flight |= facts["in_flight"]
                 if proc.returncode == 0 and facts["decision"] == "done":
                     break
+                if proc.returncode != -signal.SIGKILL and "recoveries" in " ".join(
+                        facts["reasons"]):
+                    # Many kills use up the recovery budget (a circuit breaker by design): do
+                    # what a person would, record a raise, and go on.
+                    raises += 1
+                    limit = int(facts["used"].get("recoveries", 0)) + 10
+                    subprocess.run([sys.executable, "-m", "keepstep.app.cli", "budget", "raise",
+                                    str(project), "--run", RUN_ID, "--recoveries", str(limit),
+                                    "--reason", "kill campaign"], check=True,
+                                   capture_output=True, cwd=tmp)
+                    continue
                 if proc.returncode != -signal.SIGKILL:
                     # It stopped by itself without being done: nothing to kill any more.
                     violations[f"run stopped {facts['decision']} (exit {proc.returncode}): "
@@ -130,7 +141,8 @@ def campaign(kills_wanted: int, seed: int, min_delay: float, max_delay: float) -
                   flush=True)
     elapsed = time.monotonic() - started
     print()
-    print(f"kills: {kills} over {runs} runs in {elapsed:.0f} s (seed {seed})")
+    print(f"kills: {kills} over {runs} runs in {elapsed:.0f} s (seed {seed}); "
+          f"{raises} recovery-budget raise(s) recorded on the way")
     print(f"violations: {sum(violations.values())}")
     for kind, n in sorted(violations.items()):
         print(f"  {kind}: {n}")
@@ -140,6 +152,10 @@ def campaign(kills_wanted: int, seed: int, min_delay: float, max_delay: float) -
 
 
 def main() -> int:
+    if os.environ.get("KEEPSTEP_CAMPAIGN_TRACE"):
+        import faulthandler
+
+        faulthandler.dump_traceback_later(float(os.environ["KEEPSTEP_CAMPAIGN_TRACE"]), exit=True)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=200)
     parser.add_argument("--seed", type=int, default=7)
