@@ -9,7 +9,8 @@ reads, each with a typed result. Time, executor ids and the model gateway are in
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from keepstep.engine.run.gates import (
     record_choice,
     revoke_choice,
 )
-from keepstep.engine.run.handle import RunHandle, Workspace
+from keepstep.engine.run.handle import GatewayFactory, RunHandle, Workspace
 from keepstep.engine.run.recovery import RecoveryReport, detect, recover
 from keepstep.storage import ApprovalRecord, Budget, ChainReport, StorageError
 
@@ -255,14 +256,30 @@ class Run(RunHandle):
         return narrative(self)
 
 
-def open_project(path: str | Path, *, validate: bool = True, **kwargs: Any) -> Project:
-    """Open a project folder and its state database. Its files are validated unless
-    ``validate=False`` (the plan may then be invalid; running still validates)."""
+def open_project(
+    path: str | Path,
+    *,
+    validate: bool = True,
+    read_only: bool = False,
+    clock: Callable[[], float] | None = None,
+    executor_id: str | None = None,
+    gateway_factory: GatewayFactory | None = None,
+    synchronous: str = "FULL",
+    policy: Mapping[str, Any] | None = None,
+) -> Project:
+    """Open a project folder and its state database.
+
+    ``validate=False`` opens a project whose plan does not validate yet (running still
+    validates); ``read_only`` opens the database for looking only (nothing is created or
+    migrated). ``clock``, ``executor_id`` and ``gateway_factory`` are injectable for tests;
+    ``policy`` overrides keepstep.toml's ``[policy]`` values for this process."""
     root = Path(path)
     if not (root / "keepstep.toml").is_file():
         raise ProjectError(f"{root} is not a keepstep project (no keepstep.toml)",
                            hint="create one with `keepstep init DIR`")
-    return Project(root, validate=validate, **kwargs)
+    return Project(root, validate=validate, read_only=read_only, clock=clock or time.time,
+                   executor_id=executor_id, gateway_factory=gateway_factory,
+                   synchronous=synchronous, policy=policy)
 
 
 __all__ = ["Project", "Run", "open_project"]

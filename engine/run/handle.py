@@ -176,6 +176,7 @@ class Workspace:
         synchronous: str = "FULL",
         policy: Mapping[str, Any] | None = None,
         validate: bool = True,
+        read_only: bool = False,
     ) -> None:
         self.root = Path(root).resolve()
         self.clock = clock
@@ -195,7 +196,12 @@ class Workspace:
         # approving sources); reload() — which every run, resume and preview goes through —
         # validates.
         self.files: ProjectFiles = self._load_files(validate=validate)
-        self.store = SQLiteStore(self.root / STATE_DIR, clock=clock, synchronous=synchronous)
+        # read_only: for commands that only look (status, explain, verify, …): the database
+        # is opened read-only, nothing is created or migrated, and a write raises
+        # StoragePermissionDenied — so a read-only .keepstep can still be inspected.
+        self.read_only = read_only
+        self.store = SQLiteStore(self.root / STATE_DIR, clock=clock, synchronous=synchronous,
+                                 read_only=read_only)
 
     def _files_signature(self) -> tuple[Any, ...]:
         out = []
