@@ -139,10 +139,14 @@ class Project:
         return self.store.runs()
 
     def versions(self) -> dict[str, str]:
+        from keepstep.engine.gateway.prompts import prompt_hashes
+
         cfg = self.files.config
         return {"code": PRODUCER_VERSION, "model": cfg.default_model, "prompt": PROMPT_VERSION,
                 "tool": "kinds-1", "policy": cfg.versions.get("policy", "policy-1"),
-                **{k: v for k, v in cfg.versions.items() if k != "policy"}}
+                **{k: v for k, v in cfg.versions.items() if k != "policy"},
+                # "prompt:<name>": sha256 — an edited prompt is a typed change (core.changes)
+                **prompt_hashes(self.root)}
 
     def start_run(self, run_id: str, *, branch_id: str = "main") -> Run:
         """Create a run at plan-v1 / in-v1 from the project files as they are now."""
@@ -319,8 +323,7 @@ class Run:
 
     # -- models ----------------------------------------------------------------
     def model_for(self, unit: Unit) -> str:
-        cfg = self.project.files.config
-        return cfg.models.get(unit.kind.value, cfg.default_model)
+        return self.project.files.config.model_for(unit.id, unit.kind.value)
 
     def gateway(self) -> Any:
         with self._gateway_lock:

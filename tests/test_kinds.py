@@ -243,7 +243,8 @@ def _tiny_verify(evidence: list[dict[str, Any]], **kw: Any) -> FakeContext:
 
 
 def test_verify_rules_reject_before_one_model_call_and_keep_passages_out() -> None:
-    """Rule failures never reach the model; one call checks the rest; no passage is stored."""
+    """Rule failures never reach the model; one call checks the rest, each claim with only
+    its own passage (the paragraph that holds its quote); no passage is stored."""
     good = respond({"task": "extract", "source_id": "X1", "text": TEXT_X1})["evidence"]
     invented = {**good[0], "id": "X1-e9", "quote": "The pilot ran for 12 months."}
     foreign = {"id": "Y1-e1", "source_id": "Y1", "quote": "The warehouse holds 300 pallets.",
@@ -252,7 +253,7 @@ def test_verify_rules_reject_before_one_model_call_and_keep_passages_out() -> No
     outcome = _run(ctx)
     assert len(ctx.calls) == 1
     assert [c["id"] for c in ctx.calls[0]["payload"]["claims"]] == ["X1-e1", "X1-e2"]
-    assert ctx.calls[0]["payload"]["claims"][0]["passage"] == TEXT_X1
+    assert ctx.calls[0]["payload"]["claims"][0]["passage"] == TEXT_X1.split("\n\n")[1].strip()
     doc = ctx.json_output("verified.json")
     assert [e["id"] for e in doc["evidence"]] == ["X1-e1", "X1-e2"]
     assert {r["id"]: r["stage"] for r in doc["rejected"]} == {"X1-e9": "rule", "Y1-e1": "rule"}

@@ -17,8 +17,9 @@ The walk (DESIGN §7: "walk only matching edges from the origin, then content ed
 For a change of type ``t``:
 
 1. Entry — the first hop, labelled ``t``:
-   - an input origin (``source:X``, ``group:G``, ``contract:F``, ``template:N``, ``policy:N``)
-     reaches every unit whose ``inputs`` name it; ``source:X`` also reaches the readers of
+   - an input origin (``source:X``, ``group:G``, ``contract:F``, ``template:N``, ``policy:N``,
+     ``prompt:N``) reaches every unit whose ``inputs`` name it (a unit's prompts are implicit
+     inputs, ``changes.prompt_refs``); ``source:X`` also reaches the readers of
      ``group:<X's group>`` (from ``Change.groups`` or the ``source_groups`` argument);
      ``version:N`` reaches the readers of ``policy:N`` (a unit declares the versions it depends
      on; recovery fingerprints them the same way). Those units are *redone*.
@@ -78,7 +79,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer
 
-from keepstep.engine.core.changes import Change, ChangeKind
+from keepstep.engine.core.changes import Change, ChangeKind, prompt_refs
 from keepstep.engine.core.plan import EdgeType, Plan
 from keepstep.engine.core.state import Explanation, ExplanationStep, UnitRecord, UnitState
 from keepstep.engine.errors import ConfigError
@@ -104,7 +105,7 @@ class PlanIndex:
             self.dependencies[u.id] = [d.unit for d in u.depends_on]
             for d in u.depends_on:
                 self.dependents.setdefault(d.unit, []).append((u.id, d.edge.value))
-            for ref in dict.fromkeys(u.inputs):
+            for ref in dict.fromkeys([*u.inputs, *prompt_refs(u)]):
                 self.readers.setdefault(ref, []).append(u.id)
 
     @cached_property

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from keepstep.engine.errors import (
     AuthError,
@@ -64,7 +64,10 @@ class CallContext(BaseModel):
 
 
 class ModelRequest(BaseModel):
-    """One chat completion request. ``expect_json`` makes unparseable content InvalidOutput."""
+    """One chat completion request. ``expect_json`` makes content with no JSON object in it
+    InvalidOutput (read as leniently as ``parse_json_content``). ``response_format`` is the
+    structured-output request (see ``profile.ModelProfile.response_format``); ``options``
+    are provider options such as Ollama's ``num_ctx``."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -75,10 +78,13 @@ class ModelRequest(BaseModel):
     api_base: str | None = None
     timeout_s: float = 120.0
     expect_json: bool = False
+    response_format: dict[str, Any] | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
 
 
 class ModelResult(BaseModel):
-    """A successful call. ``retries`` counts failed attempts before this one."""
+    """A successful call. ``retries`` counts failed attempts before this one; ``call_id`` is
+    the ledger row of the attempt that answered (to attach the answer's verdict to)."""
 
     content: str
     model: str
@@ -89,11 +95,15 @@ class ModelResult(BaseModel):
     request_hash: str
     outcome: str = OUTCOME_OK
     retries: int = 0
+    call_id: str = ""
+    finish_reason: str | None = None
 
 
 class CallLedger(Protocol):
-    def reserve(self, ctx: CallContext, *, model: str, request_hash: str, est_tokens: int) -> str:
-        """Record an intended call and return its id; raise BudgetExhausted to refuse it."""
+    def reserve(self, ctx: CallContext, *, model: str, request_hash: str, est_tokens: int,
+                est_cost: float = 0.0) -> str:
+        """Record an intended call and return its id, reserving its estimated tokens and cost
+        against the budget; raise BudgetExhausted to refuse it."""
         ...
 
     def settle(self, call_id: str, *, tokens_in: int, tokens_out: int, cost: float,
@@ -204,14 +214,20 @@ def _close(word: str, options: list[str]) -> str | None:
 
 
 def request_hash(request: ModelRequest) -> str:
-    """sha256 of the canonical JSON of what determines the answer; no key, no endpoint."""
+    """sha256 of the canonical JSON of what determines the answer; no key, no endpoint.
+    ``response_format`` and ``options`` join it only when set."""
+    determining: dict[str, Any] = {
+        "model": request.model,
+        "messages": request.messages,
+        "temperature": request.temperature,
+        "max_tokens": request.max_tokens,
+    }
+    if request.response_format is not None:
+        determining["response_format"] = request.response_format
+    if request.options:
+        determining["options"] = request.options
     canonical = json.dumps(
-        {
-            "model": request.model,
-            "messages": request.messages,
-            "temperature": request.temperature,
-            "max_tokens": request.max_tokens,
-        },
+        determining,
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
@@ -417,11 +433,15 @@ class ModelGateway:
         self._api_key_lookup = api_key_lookup
         self._cancel = cancel_event
 
-    def complete(self, ctx: CallContext, request: ModelRequest) -> ModelResult:
+    def complete(self, ctx: CallContext, request: ModelRequest, *,
+                 est_tokens: int | None = None, est_cost: float = 0.0) -> ModelResult:
         """Call the model, retrying transient and rate-limited errors; see the module doc.
 
-        Raises UnknownModelError or MissingKeyError before any ledger row, BudgetExhausted from
-        ``ledger.reserve``, RunCancelled between attempts, or the last classified ModelError.
+        ``est_tokens`` / ``est_cost`` are reserved before each attempt (default: a cheap
+        estimate, no cost). Each retry is also charged to the ``retries`` budget when the
+        ledger keeps one (``reserve_retry``). Raises UnknownModelError or MissingKeyError
+        before any ledger row, BudgetExhausted from the ledger, RunCancelled between attempts,
+        or the last classified ModelError.
         """
         provider = provider_of(request.model)
         # Keyless providers never touch the keyring (on some desktops a lookup prompts).
@@ -429,14 +449,20 @@ class ModelGateway:
         if api_key is None and keys.key_required(provider, api_base=request.api_base):
             raise keys.missing_key_error(provider)
         rhash = request_hash(request)
-        est_tokens = estimate_tokens(request)
+        est_tokens = estimate_tokens(request) if est_tokens is None else est_tokens
         kwargs = self._call_kwargs(request, provider, api_key)
         attempts = max(1, self._policy.max_attempts)
+        reserve_retry = getattr(self._ledger, "reserve_retry", None)
 
         for attempt in range(1, attempts + 1):
             self._check_cancelled()
+            if attempt > 1 and reserve_retry is not None:
+                reserve_retry(ctx)
+            reserve_kwargs: dict[str, Any] = {"est_tokens": est_tokens}
+            if est_cost:
+                reserve_kwargs["est_cost"] = est_cost
             call_id = self._ledger.reserve(ctx, model=request.model, request_hash=rhash,
-                                           est_tokens=est_tokens)
+                                           **reserve_kwargs)
             started = self._clock()
             try:
                 response = self._completion()(**kwargs)
@@ -480,6 +506,9 @@ class ModelGateway:
         }
         if request.max_tokens is not None:
             kwargs["max_tokens"] = request.max_tokens
+        if request.response_format is not None:
+            kwargs["response_format"] = request.response_format
+        kwargs.update(request.options)
         if request.api_base:
             kwargs["api_base"] = request.api_base
         if api_key is not None:
@@ -506,7 +535,8 @@ class ModelGateway:
         cost = _cost_of(response)
         if request.expect_json and not _is_json(content):
             error = InvalidOutput(
-                f"{request.model}: expected JSON, got {len(content)} characters that do not parse",
+                f"{request.model}: expected JSON, got {len(content)} characters holding no "
+                "JSON object",
                 hint="the revise loop may ask again; a repeat means the prompt needs work",
             )
             self._ledger.settle(call_id, tokens_in=tokens_in, tokens_out=tokens_out, cost=cost,
@@ -518,6 +548,7 @@ class ModelGateway:
         return ModelResult(
             content=content, model=request.model, tokens_in=tokens_in, tokens_out=tokens_out,
             cost=cost, latency_ms=latency_ms, request_hash=rhash, retries=retries,
+            call_id=call_id, finish_reason=_finish_reason_of(response),
         )
 
     def _elapsed_ms(self, started: float) -> int:
@@ -552,6 +583,14 @@ def _content_of(response: Any) -> str:
     return "" if content is None else str(content)
 
 
+def _finish_reason_of(response: Any) -> str | None:
+    try:
+        reason = _field(_field(response, "choices")[0], "finish_reason")
+    except Exception:  # noqa: BLE001 - a provider without choices metadata
+        return None
+    return str(reason) if reason else None
+
+
 def _usage_of(response: Any) -> tuple[int, int]:
     usage = _field(response, "usage")
     if usage is None:
@@ -570,15 +609,18 @@ def _cost_of(response: Any) -> float:
 
 
 def parse_json_content(content: str) -> Any:
-    """The JSON value in a model's answer, tolerating one Markdown code fence around it.
+    """The JSON object in a model's answer, read leniently (a fence, prose around it, small
+    syntax slips: see ``answers.parse_json_answer``).
 
-    Raises ValueError when it does not parse. ``expect_json`` requests are checked with this,
+    Raises ValueError when there is none. ``expect_json`` requests are checked with this,
     so a caller parsing a successful result with it will not fail.
     """
-    text = content.strip()
-    # Real models often wrap JSON in ```json fences even when told not to.
-    fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, flags=re.DOTALL)
-    return json.loads(fenced.group(1) if fenced else text)
+    from keepstep.engine.gateway.answers import parse_json_answer
+
+    value, problems = parse_json_answer(content)
+    if problems:
+        raise ValueError(problems[0].message)
+    return value
 
 
 def _is_json(content: str) -> bool:

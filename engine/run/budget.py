@@ -4,14 +4,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from keepstep.engine.errors import BudgetDecisionError
-from keepstep.storage import EventIn
+from keepstep.engine.errors import BudgetDecisionError, BudgetExhausted
+from keepstep.storage import BudgetLimitReached, EventIn
 
 if TYPE_CHECKING:
     from keepstep.engine.api import Run
 
 KNOWN = ("calls", "tool_calls", "tokens", "cost", "wall_time_s", "retries", "recoveries",
          "storage_bytes")
+
+
+def charge_retry(run: Run, unit: str) -> BudgetExhausted | None:
+    """Charge one unit retry to the ``retries`` budget; the BudgetExhausted to block the unit
+    with when that would pass the limit (nothing is charged then)."""
+    from keepstep.engine.gateway.call_ledger import StoreCallLedger
+
+    ledger = StoreCallLedger(run.store, run.run_id, run.branch_id)
+    try:
+        run.store.add_usage(run.run_id, {"retries": 1}, branch_id=run.branch_id, enforce=True)
+    except BudgetLimitReached as exc:
+        return ledger._exhausted(unit, exc, "the unit was not retried")
+    return None
 
 
 def raise_budget(run: Run, *, reason: str, who: str, limits: dict[str, float | None]) -> Any:
