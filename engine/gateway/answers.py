@@ -140,8 +140,9 @@ def validate_answer(schema: type[BaseModel], value: Any) -> tuple[BaseModel | No
     if missing and unexpected:
         # Wrong keys: say which ones the answer has and which it must have.
         problems.insert(0, problem("(answer)", "schema:keys",
-                                   f"use the keys {', '.join(expected)}, not "
-                                   f"{', '.join(unexpected)}"))
+                                   f"the answer needs the key(s) "
+                                   f"{', '.join(p.field for p in missing)} (of "
+                                   f"{', '.join(expected)}); it has {', '.join(unexpected)}"))
     return None, problems
 
 

@@ -13,6 +13,7 @@ grounded, and the rules say exactly which claim broke which rule when it does no
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from keepstep.engine.core.plan import UnitKind
 from keepstep.engine.gateway.answers import Problem, problem
-from keepstep.engine.gateway.offline_rules import figures as figures_of
 from keepstep.engine.gateway.offline_rules import normalise
 from keepstep.engine.kinds.common import (
     JSON,
@@ -80,6 +80,15 @@ class CheckAnswer(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     problems: list[str]
+
+
+# A figure standing on its own: "2026", "4.5%", "1,250" — not the digits of "S01" or "A1-e3".
+_FIGURE_RE = re.compile(r"(?<![A-Za-z0-9_.,-])\d+(?:[.,]\d+)*%?(?![A-Za-z0-9_-])")
+
+
+def figures_of(text: str) -> list[str]:
+    """The stand-alone figures of a text, in order."""
+    return _FIGURE_RE.findall(text)
 
 
 def figure_problems(at: str, text: str, ids: list[str], quotes: Mapping[str, str]) -> list[Problem]:
