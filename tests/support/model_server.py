@@ -22,6 +22,11 @@ how the answer is *written*:
                   invalid (prose without JSON, wrong keys, or cut off with finish_reason
                   "length", in turn); one 429 at request ``rate_limit_at``
 
+``rules`` override the mode for matching requests, like the fault suite's provider: each is
+``{"match": {<INPUT key>: value, ...}, "do": <how>, "times": n or None}`` where ``how`` is one
+of ``no_json``, ``wrong_keys``, ``cut_off``, ``rate_limited`` or ``slow``; the next ``times``
+matching requests (every one for None) are answered that way.
+
 Usage is reported like OpenAI (``prompt_tokens`` = ceil(prompt chars / 4), ``completion_tokens``
 likewise), so litellm prices it. ``log`` keeps every request (path, model, messages,
 response_format, format, options, max_tokens) with what was done; ``usage`` sums what was
@@ -72,7 +77,8 @@ def _feedback(messages: list[dict[str, Any]]) -> str:
 
 class ModelServer:
     def __init__(self, mode: str = "clean", *, every: int = 9, rate_limit_at: int = 5,
-                 retry_after_ms: int = 50, slow_s: float = 2.0, slow_requests: int = 1) -> None:
+                 retry_after_ms: int = 50, slow_s: float = 2.0, slow_requests: int = 1,
+                 rules: list[dict[str, Any]] | tuple = ()) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; modes: {', '.join(MODES)}")
         self.mode = mode
@@ -81,6 +87,7 @@ class ModelServer:
         self.retry_after_ms = retry_after_ms
         self.slow_s = slow_s
         self.slow_requests = slow_requests
+        self.rules = [dict(r) for r in rules]
         self.log: list[dict[str, Any]] = []
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "answers": 0}
         self.in_flight = 0
@@ -135,6 +142,9 @@ class ModelServer:
             task = _task_key(messages)
             first_ask = task not in self._seen_tasks
             self._seen_tasks.add(task)
+            ruled = self._rule_for(read_input_block(messages) or {})
+            if ruled is not None:
+                return (429 if ruled == "rate_limited" else 200), ruled, {}
             mode = self.mode
             if mode == "rate_limited" and n == 1 or mode == "mixed" and n == self.rate_limit_at:
                 return 429, "rate_limited", {}
@@ -152,6 +162,27 @@ class ModelServer:
                     return 200, next(self._invalid_styles), {}
                 return 200, next(self._styles), {}
             return 200, "clean", {}
+
+    def _rule_for(self, payload: dict[str, Any]) -> str | None:
+        for rule in self.rules:
+            if any(payload.get(k) != v for k, v in rule["match"].items()):
+                continue
+            left = rule.get("times")
+            if left is not None:
+                if left <= 0:
+                    continue
+                rule["times"] = left - 1
+            return str(rule["do"])
+        return None
+
+    def requests_for(self, **match: Any) -> list[dict[str, Any]]:
+        """Log entries whose INPUT block matches ``match`` (e.g. task="extract")."""
+        out = []
+        for e in self.log:
+            payload = read_input_block(e["messages"]) or {}
+            if all(payload.get(k) == v for k, v in match.items()):
+                out.append(e)
+        return out
 
     def content(self, messages: list[dict[str, Any]], how: str) -> tuple[str, str]:
         """(content, finish_reason) written the way ``how`` says."""
