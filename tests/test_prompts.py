@@ -135,3 +135,15 @@ def test_no_bare_payload_path_is_left_in_the_engine() -> None:
     assert offenders == []
     provider = (ENGINE / "gateway" / "offline_provider.py").read_text(encoding="utf-8")
     assert "read_input_block(messages)" in provider
+
+
+def test_the_packaged_prompts_are_package_data() -> None:
+    """Every packaged prompt file matches a package-data pattern, so a wheel carries it."""
+    import fnmatch
+    import tomllib
+
+    data = tomllib.loads((ENGINE.parent / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["keepstep.engine.gateway"]
+    for path in (ENGINE / "gateway" / "prompt_templates").glob("*.md"):
+        rel = str(path.relative_to(ENGINE / "gateway"))
+        assert any(fnmatch.fnmatch(rel, pattern) for pattern in data), rel
