@@ -15,7 +15,6 @@ from keepstep.engine.errors import PermanentModelError, ProjectError
 from keepstep.engine.gateway import offline_provider
 from keepstep.engine.gateway.client import CallContext, ModelGateway, ModelRequest, _litellm
 from keepstep.engine.gateway.prompts import (
-    input_block,
     load_prompt,
     packaged_names,
     prompt_hashes,

@@ -26,8 +26,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from keepstep.engine.gateway.answers import Problem, check_answer, json_schema_of, problem
-from keepstep.engine.gateway.prompts import REVISE, render_messages, revise_messages
 from keepstep.engine.gateway.profile import RequestTooLarge
+from keepstep.engine.gateway.prompts import REVISE, render_messages, revise_messages
 from keepstep.engine.kinds.context import UnitContext
 
 DEFAULT_REVISE_ROUNDS = 2

@@ -6,12 +6,9 @@ attempt at its next safe point and leaves its files as an orphan.
 
 Model calls (``AttemptContext.call_model``): every answer is recorded as a hashed attempt
 artifact ``calls/r<round>-<n>.json`` with its verdict, and its ledger row points at it. A
-retry of the unit (an attempt after the unit's last success) reuses an earlier attempt's
-answer to the same request — when that attempt ended with a recorded outcome (failed,
-timed out, blocked, cancelled; never an orphan or a fenced attempt, whose files stay
-quarantined), its verdict was valid, the file still has its recorded sha256 and the unit's
-checks pass it again — and records the reuse in the ledger (outcome ``reused``, cost 0).
-A tampered file is refused, with an event, and the call is paid again.
+retry of the unit reuses an earlier attempt's verified answer to the same request (the
+rules are in ``run.call_reuse``) and records the reuse in the ledger (outcome ``reused``,
+cost 0); a tampered file is refused, with an event, and the call is paid again.
 """
 
 from __future__ import annotations
@@ -37,6 +34,7 @@ from keepstep.engine.errors import (
 from keepstep.engine.files.project import InputSnapshot, ProjectFiles, SourceEntry
 from keepstep.engine.kinds.context import KindOutcome
 from keepstep.engine.kinds.model_step import DEFAULT_REVISE_ROUNDS, CheckedAnswer, StepCall
+from keepstep.engine.run.call_reuse import ReuseIndex
 from keepstep.storage import (
     ArtifactEntry,
     Claim,
@@ -50,8 +48,6 @@ if TYPE_CHECKING:
     from keepstep.engine.run.effects import EffectAdapter, EffectOutcome
 
 PRODUCER_VERSION = "keepstep-0.1.0"
-# Attempts whose recorded answers a retry may reuse: they ended with a recorded outcome.
-REUSABLE_ATTEMPTS = frozenset({"failed", "timed_out", "blocked", "cancelled"})
 
 
 class UnitTimedOut(KeepstepError):
@@ -165,7 +161,7 @@ class AttemptContext:
                          else api_base)
         self._prompts: dict[str, Any] = {}
         self._profile: Any = None
-        self._reuse_index: dict[str, list[tuple[str, str]]] | None = None
+        self._reuse: ReuseIndex | None = None
 
     # -- reading ---------------------------------------------------------------
     def sources_for_unit(self) -> list[SourceEntry]:
@@ -305,7 +301,10 @@ class AttemptContext:
                 )
             value, parsed, problems = check(content)
         else:
-            found = self._reusable(rhash, check)
+            if self._reuse is None:
+                self._reuse = ReuseIndex(self.store, self.run_id, self.branch_id, self.unit.id,
+                                         self.attempt_id, self.records.get(self.unit.id))
+            found = self._reuse.answer(rhash, check)
             if found is not None:
                 reused_from, content, (value, parsed, problems) = found
             else:
@@ -346,53 +345,6 @@ class AttemptContext:
             self.revisions += 1
         return CheckedAnswer(content=content, value=value, parsed=parsed, problems=problems,
                              reused=reused_from is not None, artifact=entry.path)
-
-    def _reusable(self, rhash: str, check: Any) -> tuple[str, str, Any] | None:
-        """(path, content, check result) of an earlier attempt's verified answer to this
-        very request, or None (see the module doc)."""
-        if self._reuse_index is None:
-            self._reuse_index = self._build_reuse_index()
-        for path, digest in self._reuse_index.get(rhash, ()):
-            file = self.store.artifacts.root / path
-            try:
-                blob = file.read_bytes()
-            except OSError:
-                continue  # removed by retention: nothing to reuse
-            if sha256_hex(blob) != digest:
-                self.store.append_event(
-                    self.run_id, "call.reuse_refused", branch_id=self.branch_id,
-                    unit=self.unit.id, attempt_id=self.attempt_id,
-                    payload={"artifact": path, "reason": "the recorded answer's sha256 does "
-                             "not match the ledger: it was changed after recording"})
-                continue
-            try:
-                data = json.loads(blob)
-            except ValueError:
-                continue
-            if data.get("request_hash") != rhash or not data.get("valid"):
-                continue
-            checked = check(str(data.get("content", "")))
-            if checked[2]:
-                continue  # the unit's checks changed since: ask again
-            return path, str(data["content"]), checked
-        return None
-
-    def _build_reuse_index(self) -> dict[str, list[tuple[str, str]]]:
-        from keepstep.engine.gateway.call_ledger import parse_artifact_ref
-
-        rec = self.records.get(self.unit.id)
-        floor = int(rec.attempt.rsplit("/a", 1)[1]) if rec is not None else 0
-        eligible = {a.attempt_id for a in self.store.attempts(self.run_id, self.unit.id)
-                    if a.status in REUSABLE_ATTEMPTS and a.attempt_no > floor
-                    and a.attempt_id != self.attempt_id}
-        index: dict[str, list[tuple[str, str]]] = {}
-        if not eligible:
-            return index
-        for row in self.store.calls(self.run_id, unit=self.unit.id):
-            ref = parse_artifact_ref(row.response_artifact)
-            if row.attempt_id in eligible and row.outcome == "ok" and ref is not None:
-                index.setdefault(row.request_hash, []).append(ref)
-        return index
 
     # -- writing -----------------------------------------------------------------
     def write(self, name: str, data: bytes | str | dict | list, *, media_type: str | None = None,
@@ -463,7 +415,8 @@ def verify_staged(store: Store, entries: list[ArtifactEntry]) -> list[str]:
     return problems
 
 
-def build_record(ctx: AttemptContext, outcome: KindOutcome, inputs_fp: dict[str, str]) -> UnitRecord:
+def build_record(ctx: AttemptContext, outcome: KindOutcome,
+                 inputs_fp: dict[str, str]) -> UnitRecord:
     outputs = {e.name: OutputRef(sha256=e.sha256, path=e.path)
                for e in ctx.staged if not e.name.startswith("calls/")}
     consumed = {
