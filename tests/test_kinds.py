@@ -490,3 +490,23 @@ def test_kinds_load_neither_litellm_nor_textual() -> None:
         imports = [line for line in path.read_text().splitlines()
                    if line.startswith(("import ", "from ")) and "storage" in line]
         assert all("keepstep.storage.hashing" in line for line in imports), path.name
+
+
+def test_verify_records_conflicting_figures_between_sources() -> None:
+    """Two sources giving one quantity different values: verified.json lists the conflict
+    with both ids, the values, the reason and its status; the claims stay verified."""
+    ctx = _tiny_ctx("X2")
+    ctx.texts.update({"X1": "# A\n\nAquilon holds 46% of installed smart meters.\n",
+                      "X2": "# B\n\nAquilon holds 41% of installed smart meters, a revised "
+                      "figure.\n"})
+    ctx.artifacts["X1"] = {"evidence.json": json.dumps({"evidence": [
+        {"id": "X1-e1", "source_id": "X1", "quote": "Aquilon holds 46% of installed smart "
+         "meters.", "figures": ["46%"]},
+        {"id": "X2-e1", "source_id": "X2", "quote": "Aquilon holds 41% of installed smart "
+         "meters, a revised figure.", "figures": ["41%"]}]}).encode()}
+    outcome = _run(ctx)
+    assert outcome.passed, _failed(outcome)
+    [conflict] = ctx.json_output("verified.json")["conflicts"]
+    assert conflict["ids"] == ["X1-e1", "X2-e1"] and conflict["values"] == ["46%", "41%"]
+    assert conflict["status"] == "conflict-resolved" and conflict["reason"]
+    assert outcome.facts["conflicts"] == 1

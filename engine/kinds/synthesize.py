@@ -230,9 +230,10 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
 
 
 # --- rank ------------------------------------------------------------------------------
-def _rank_rules(known: set[str]) -> Any:
+def _rank_rules(known: set[str], quotes: Mapping[str, str]) -> Any:
     """What a ranking must satisfy whatever the model says: ids unique, scores 1-25, sorted,
-    cited ids known. (Whether the evidence bears a risk out is the claim check's question.)"""
+    cited ids known, a figure in a title in the evidence it cites. (Whether the evidence
+    bears a risk out is the claim check's question.)"""
 
     def rules(answer: RankAnswer, inputs: Mapping[str, Any]) -> list[Problem]:
         problems: list[Problem] = []
@@ -244,6 +245,11 @@ def _rank_rules(known: set[str]) -> Any:
                 problems.append(problem(f"{at}.id", "unique", "is listed twice", risk.id))
             seen.add(risk.id)
             problems += known_ids(f"{at}.evidence_ids", risk.evidence_ids, known)
+            problems += [problem(f"{at}.title", "cited_figure",
+                                 "the figure is in none of the cited quotes", f)
+                         for f in figures_of(normalise(risk.title))
+                         if f not in {g for i in risk.evidence_ids
+                                      for g in figures_of(normalise(quotes.get(i, "")))}]
             if not 1 <= risk.score <= 25:
                 problems.append(problem(f"{at}.score", "range", "must be 1-25", risk.score))
                 continue
@@ -303,7 +309,7 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
         rank_step = run_model_step(ctx, prompt="rank", inputs={
             "task": "rank", "question": question, "audience": audience, "evidence": evidence,
             "round": rnd, "feedback": problems}, schema=RankAnswer,
-            rules=_rank_rules(set(known)), round=rnd, label=f"round {rnd}")
+            rules=_rank_rules(set(known), quotes), round=rnd, label=f"round {rnd}")
         ranked = rank_step.parsed
         risks = _risks_of(ranked, index)
         ctx.safe_point(f"check round {rnd}/{max_rounds}")

@@ -22,6 +22,7 @@ from keepstep.engine.gateway.answers import Problem, problem
 from keepstep.engine.kinds.common import (
     EVIDENCE_REQUIRED,
     JSON,
+    collapse_ws,
     dep_units,
     dump_json,
     natural_key,
@@ -84,8 +85,13 @@ def _verify_rules(answer: VerifyAnswer, inputs: Mapping[str, Any]) -> list[Probl
         answered.add(verdict.id)
     problems += [problem("results", "complete", "no verdict for this claim", cid)
                  for cid in sorted(claims - answered, key=natural_key)]
+    quotes = {str(c["id"]): str(c.get("quote", "")) for c in inputs.get("claims", [])}
     for n, conflict in enumerate(answer.conflicts):
         problems += known_ids(f"conflicts[{n}].ids", conflict.ids, claims)
+        both = collapse_ws(" ".join(quotes.get(i, "") for i in conflict.ids)).lower()
+        problems += [problem(f"conflicts[{n}].values", "quoted_value",
+                             "a value must be copied from one of the two quotes", v)
+                     for v in conflict.values if collapse_ws(str(v)).lower() not in both]
         if len(set(conflict.ids)) != 2:
             problems.append(problem(f"conflicts[{n}].ids", "pair",
                                     "a conflict names exactly two different claims",
