@@ -5,13 +5,17 @@ It is honest about what it is: every response carries ``HEURISTIC_NOTICE`` and t
 work is done by plain rules (``offline_rules``), not by a language model.
 
 Callers may rely on:
-- ``respond(payload)`` dispatching on ``payload["task"]`` and returning a JSON-serialisable
-  dict that always has ``"notice": HEURISTIC_NOTICE``;
+- ``respond(payload)`` dispatching on ``payload["task"]`` (extract, verify, synthesize, rank,
+  check, render, summarise) and returning a JSON-serialisable dict that always has
+  ``"notice": HEURISTIC_NOTICE``. The payload is the INPUT block of a rendered prompt — the
+  provider reads it out of the messages; there is no other way in;
 - identical output for identical input (no randomness, no clock, sorted iteration);
 - ``ValueError`` for an unknown task or a malformed payload.
 
-It is wrapped for litellm elsewhere (``engine/offline_provider.py``); this module imports
-nothing outside the standard library.
+It is wrapped for litellm elsewhere (``gateway/offline_provider.py``); this module imports
+nothing outside the standard library. Its answers are the shapes the kinds' schemas ask for
+(``verify`` also lists conflicting figures between sources, ``extract`` numbers from
+``first_id`` so a chunked source gets the ids it would get in one piece).
 """
 
 from __future__ import annotations
