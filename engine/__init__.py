@@ -86,6 +86,7 @@ if TYPE_CHECKING:
         ProjectConfig,
         ProjectFiles,
         SourcesFile,
+        load_config,
         load_project_files,
         load_sources,
         save_sources,
@@ -97,8 +98,17 @@ if TYPE_CHECKING:
     from keepstep.engine.gateway.keys import (
         delete_api_key,
         env_var_name,
+        key_source,
         require_keyring,
         set_api_key,
+    )
+    from keepstep.engine.gateway.model_check import (
+        KeyCheck,
+        KeyStatus,
+        ModelFinding,
+        check_key,
+        key_statuses,
+        model_findings,
     )
     from keepstep.engine.kinds import (
         expected_outputs,
@@ -228,6 +238,14 @@ _EXPORTS: dict[str, str] = {
     "delete_api_key": "keepstep.engine.gateway.keys",
     "env_var_name": "keepstep.engine.gateway.keys",
     "require_keyring": "keepstep.engine.gateway.keys",
+    "key_source": "keepstep.engine.gateway.keys",
+    "KeyCheck": "keepstep.engine.gateway.model_check",
+    "KeyStatus": "keepstep.engine.gateway.model_check",
+    "ModelFinding": "keepstep.engine.gateway.model_check",
+    "check_key": "keepstep.engine.gateway.model_check",
+    "key_statuses": "keepstep.engine.gateway.model_check",
+    "model_findings": "keepstep.engine.gateway.model_check",
+    "load_config": "keepstep.engine.files.project",
     "set_api_key": "keepstep.engine.gateway.keys",
     "RunStatus": "keepstep.engine.report.status",
     "UnitView": "keepstep.engine.report.status",

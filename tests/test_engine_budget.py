@@ -25,7 +25,9 @@ from tests.support.engine_harness import (
 
 
 def _rows(ledger: dict) -> int:
-    return sum(len(cs) for atts in ledger.values() for cs in atts.values())
+    """Ledger rows of calls made: a reused answer has a row (outcome "reused") but no call."""
+    return sum(1 for atts in ledger.values() for cs in atts.values() for c in cs
+               if c.outcome != "reused")
 
 
 @pytest.fixture
@@ -92,6 +94,8 @@ def test_raise_budget_records_a_decision_and_unblocks(blocked: Path) -> None:
     assert status.decision == "done", status.reasons
     after = calls_by_attempt(blocked)
     assert redone_units(after) == {"U04"}
+    # U04/a1's one answered call is reused, not paid again; only the refused one is made.
+    assert [c.outcome for c in after["U04"]["U04/a2"]] == ["reused", "ok"]
     for unit in ("U03",):
         assert ledger_ids(after)[unit] == ledger_ids(before)[unit]
     used_after = budget_used(blocked)

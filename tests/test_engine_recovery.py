@@ -143,7 +143,7 @@ def test_newer_schema_is_refused_clearly_and_left_untouched(done: Path) -> None:
 class _InvalidJSONGateway:
     """Answers every call with JSON that has no evidence list: the extract validators fail."""
 
-    def complete(self, ctx: Any, request: Any) -> ModelResult:
+    def complete(self, ctx: Any, request: Any, **_estimates: Any) -> ModelResult:
         return ModelResult(content=json.dumps({"answer": "none"}), model=request.model,
                            tokens_in=1, tokens_out=1, cost=0.0, latency_ms=0,
                            request_hash="x")

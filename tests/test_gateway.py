@@ -42,6 +42,7 @@ from keepstep.engine.gateway.client import (
     RetryPolicy,
 )
 from keepstep.engine.gateway.offline_model import HEURISTIC_NOTICE, count_tokens
+from keepstep.engine.gateway.prompts import input_block
 from tests.support.fake_provider import (
     COMPLETION_TOKENS,
     PROMPT_TOKENS,
@@ -282,7 +283,7 @@ def test_litellm_is_told_not_to_retry(ledger, sleeps):
 def test_offline_model_end_to_end(ledger, sleeps):
     """local/keepstep-offline answers through litellm with the heuristic notice, at zero cost."""
     payload = {"task": "summarise", "text": "The market grew 5% in 2023. Prices rose by 3%."}
-    messages = [{"role": "user", "content": json.dumps(payload)}]
+    messages = [{"role": "user", "content": input_block(payload)}]
     gw = ModelGateway(ledger=ledger, sleep=sleeps, api_key_lookup=lambda p: None)
     result = gw.complete(CTX, ModelRequest(model=gateway.OFFLINE_MODEL, messages=messages,
                                            expect_json=True))
@@ -299,7 +300,7 @@ def test_offline_model_bad_payload_is_permanent(ledger, sleeps):
     """A payload the offline model rejects is a permanent error, not retried."""
     gw = ModelGateway(ledger=ledger, sleep=sleeps, api_key_lookup=lambda p: None)
     request = ModelRequest(model=gateway.OFFLINE_MODEL,
-                           messages=[{"role": "user", "content": '{"task": "nope"}'}])
+                           messages=[{"role": "user", "content": input_block({"task": "nope"})}])
     with pytest.raises(PermanentModelError, match="unknown task"):
         gw.complete(CTX, request)
     assert ledger.outcomes == ["permanent"]

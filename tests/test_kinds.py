@@ -243,7 +243,8 @@ def _tiny_verify(evidence: list[dict[str, Any]], **kw: Any) -> FakeContext:
 
 
 def test_verify_rules_reject_before_one_model_call_and_keep_passages_out() -> None:
-    """Rule failures never reach the model; one call checks the rest; no passage is stored."""
+    """Rule failures never reach the model; one call checks the rest, each claim with only
+    its own passage (the paragraph that holds its quote); no passage is stored."""
     good = respond({"task": "extract", "source_id": "X1", "text": TEXT_X1})["evidence"]
     invented = {**good[0], "id": "X1-e9", "quote": "The pilot ran for 12 months."}
     foreign = {"id": "Y1-e1", "source_id": "Y1", "quote": "The warehouse holds 300 pallets.",
@@ -252,7 +253,7 @@ def test_verify_rules_reject_before_one_model_call_and_keep_passages_out() -> No
     outcome = _run(ctx)
     assert len(ctx.calls) == 1
     assert [c["id"] for c in ctx.calls[0]["payload"]["claims"]] == ["X1-e1", "X1-e2"]
-    assert ctx.calls[0]["payload"]["claims"][0]["passage"] == TEXT_X1
+    assert ctx.calls[0]["payload"]["claims"][0]["passage"] == TEXT_X1.split("\n\n")[1].strip()
     doc = ctx.json_output("verified.json")
     assert [e["id"] for e in doc["evidence"]] == ["X1-e1", "X1-e2"]
     assert {r["id"]: r["stage"] for r in doc["rejected"]} == {"X1-e9": "rule", "Y1-e1": "rule"}
@@ -489,3 +490,23 @@ def test_kinds_load_neither_litellm_nor_textual() -> None:
         imports = [line for line in path.read_text().splitlines()
                    if line.startswith(("import ", "from ")) and "storage" in line]
         assert all("keepstep.storage.hashing" in line for line in imports), path.name
+
+
+def test_verify_records_conflicting_figures_between_sources() -> None:
+    """Two sources giving one quantity different values: verified.json lists the conflict
+    with both ids, the values, the reason and its status; the claims stay verified."""
+    ctx = _tiny_ctx("X2")
+    ctx.texts.update({"X1": "# A\n\nAquilon holds 46% of installed smart meters.\n",
+                      "X2": "# B\n\nAquilon holds 41% of installed smart meters, a revised "
+                      "figure.\n"})
+    ctx.artifacts["X1"] = {"evidence.json": json.dumps({"evidence": [
+        {"id": "X1-e1", "source_id": "X1", "quote": "Aquilon holds 46% of installed smart "
+         "meters.", "figures": ["46%"]},
+        {"id": "X2-e1", "source_id": "X2", "quote": "Aquilon holds 41% of installed smart "
+         "meters, a revised figure.", "figures": ["41%"]}]}).encode()}
+    outcome = _run(ctx)
+    assert outcome.passed, _failed(outcome)
+    [conflict] = ctx.json_output("verified.json")["conflicts"]
+    assert conflict["ids"] == ["X1-e1", "X2-e1"] and conflict["values"] == ["46%", "41%"]
+    assert conflict["status"] == "conflict-resolved" and conflict["reason"]
+    assert outcome.facts["conflicts"] == 1

@@ -251,3 +251,51 @@ def test_count_tokens_is_ceil_of_quarter_length() -> None:
     assert count_tokens("") == 0
     assert count_tokens("abcd") == 1
     assert count_tokens("abcde") == 2
+
+
+def test_verify_flags_conflicting_figures_for_the_same_metric() -> None:
+    """Two sources giving one quantity (same metric, same name) different values are a
+    conflict with both ids, both values and a reason; a revised figure resolves it."""
+    claims = [
+        {"id": "X1-e1", "source_id": "X1", "quote": "Aquilon holds 46% of installed smart "
+         "meters.", "passage": "Aquilon holds 46% of installed smart meters."},
+        {"id": "Y1-e1", "source_id": "Y1", "quote": "Aquilon holds 41% of installed smart "
+         "meters, a revised figure.", "passage": "Aquilon holds 41% of installed smart meters, "
+         "a revised figure."},
+        {"id": "Z1-e1", "source_id": "Z1", "quote": "Kestrel holds 12% of installed smart "
+         "meters.", "passage": "Kestrel holds 12% of installed smart meters."},
+    ]
+    out = respond({"task": "verify", "claims": claims})
+    assert [r["supported"] for r in out["results"]] == [True, True, True]
+    [conflict] = out["conflicts"]
+    assert conflict["ids"] == ["X1-e1", "Y1-e1"] and conflict["values"] == ["46%", "41%"]
+    assert conflict["status"] == "conflict-resolved" and "newer" in conflict["reason"]
+    unexplained = respond({"task": "verify", "claims": [claims[0], {
+        **claims[1], "quote": "Aquilon holds 41% of installed smart meters.",
+        "passage": "Aquilon holds 41% of installed smart meters."}]})
+    assert unexplained["conflicts"][0]["status"] == "conflict-open"
+
+
+def test_extract_numbers_a_later_chunk_from_first_id() -> None:
+    """A chunk numbers its evidence from first_id, so chunked ids equal one-piece ids."""
+    text = "The pilot ran for 9 months.\n\nReadings arrived for 97% of meters.\n"
+    whole = respond({"task": "extract", "source_id": "X1", "text": text})["evidence"]
+    first = respond({"task": "extract", "source_id": "X1", "text": text.split("\n\n")[0]})
+    second = respond({"task": "extract", "source_id": "X1", "text": text.split("\n\n")[1],
+                      "first_id": 2})
+    assert [e["id"] for e in first["evidence"] + second["evidence"]] == [
+        e["id"] for e in whole] == ["X1-e1", "X1-e2"]
+
+
+def test_the_pack_has_no_conflicting_figures_within_a_verification_unit() -> None:
+    """The rule does not fire on the pack: one supplier's share and another's differ, and
+    different subjects are not one quantity."""
+    from keepstep.engine.gateway.offline_rules import find_conflicts
+
+    plan = tomllib.loads((PACK / "plan.toml").read_text(encoding="utf-8"))
+    groups = {s["id"]: s["group"] for s in _sources()}
+    evidence = _pack_evidence()
+    for unit in (u for u in plan["unit"] if u["kind"] == "verify"):
+        mine = {i.split(":", 1)[1] for i in unit["inputs"] if i.startswith("group:")}
+        assert find_conflicts([e for e in evidence if groups[e["source_id"]] in mine]) == [], \
+            unit["id"]

@@ -65,7 +65,8 @@ def init(root: DirArg, force: Annotated[bool, typer.Option(
 
 
 def validate(root: DirArg) -> None:
-    """Check the project files: plan (units, dependencies, gates), contract, sources."""
+    """Check the project files: plan (units, dependencies, gates), contract, sources, and the
+    models (known to litellm, a key available for each provider) — without calling any."""
     from keepstep.engine import load_project_files, snapshot_sources
 
     root = check_dir(root)
@@ -73,9 +74,25 @@ def validate(root: DirArg) -> None:
     snapshot = snapshot_sources(root, files.sources)
     for warning in _output_warnings(files.plan):
         typer.echo(f"warning: {warning}")
+    errors = _model_findings(files)
     plan = files.plan
+    if errors:
+        raise UsageProblem(f"{errors} model problem(s) above",
+                           "fix the model names or keys, then validate again (docs/config.md)")
     typer.echo(f"plan OK: {len(plan.units)} units, {len(plan.gates)} gates "
                f"({len(snapshot.sources)} approved sources)")
+
+
+def _model_findings(files: Any) -> int:
+    """Print a line per model the plan calls; return how many are errors."""
+    from keepstep.engine import model_findings
+
+    findings = model_findings(files)
+    for f in findings:
+        shown = ", ".join(f.units[:6]) + (f" (+{len(f.units) - 6})" if len(f.units) > 6 else "")
+        prefix = {"error": "error: ", "warning": "warning: ", "ok": "model "}[f.level]
+        typer.echo(f"{prefix}{f.message} — used by {shown}")
+    return sum(1 for f in findings if f.level == "error")
 
 
 def _output_warnings(plan: Any) -> list[str]:

@@ -1,5 +1,6 @@
 """The ledgers and decisions of a run from the command line: ``calls``, ``events``,
-``effects``, ``budget raise``, ``approvals``, ``approve``, ``revoke`` and ``keys set``.
+``effects``, ``budget raise``, ``approvals``, ``approve``, ``revoke`` and ``keys set`` (the
+other ``keys`` commands are in keys.py).
 
 Every decision (a budget raise, an answer, a revocation) is recorded by the engine as a
 decision event; nothing here edits the database by hand.
@@ -220,6 +221,9 @@ def register(app: typer.Typer) -> None:
     recovery_app = sub_app("Recovery decisions.")
     add_command(recovery_app, recovery_reset, "reset")
     app.add_typer(recovery_app, name="recovery")
-    keys_app = sub_app("API keys in the OS keyring.")
+    from keepstep.app.cli.keys import register_keys
+
+    keys_app = sub_app("API keys: environment or OS keyring, and where each provider is called.")
     add_command(keys_app, keys_set, "set")
+    register_keys(keys_app)
     app.add_typer(keys_app, name="keys")

@@ -14,6 +14,7 @@ source_content/added/removed  content         False       ``source:A3``
 contract_audience             audience        True        ``contract:audience``
 contract_field                content         True        ``contract:goal``, ``contract:body``
 template                      template        True        ``template:report``
+prompt                        content         True        ``prompt:extract``
 unit_definition               structure       True        ``unit:U07``
 dependency_added/removed      structure       True        ``unit:<the dependent>``
 version                       policy|content  True        ``version:policy``, ``version:model``
@@ -37,6 +38,12 @@ Decisions worth knowing:
   is recorded with the plan change but invalidates nothing. A gate added, changed or removed is
   recorded the same way on its unit: a gate decides whether a unit may run, not what it produces
   (the approvals flow asks again when a decision no longer applies).
+- A prompt template's hash is recorded in the ``versions`` state value as ``prompt:<name>``
+  (``gateway.prompts.prompt_hashes``); an edited prompt (a project's ``prompts/<name>.md``, or
+  a packaged one after an upgrade) is a ``prompt`` change labelled ``content``: it reaches
+  exactly the units that use that prompt (``prompt_refs``: by kind; ``revise`` is used by
+  every model step) and what depends on their substance. A baseline that recorded no prompt
+  hashes yet means "not recorded", not "every prompt changed".
 - ``unit_output`` is never detected here; it lets a caller say "U28's committed output changed
   in this aspect" (a claim-set change is ``content``, a format-only change ``presentation``).
   Unlike ``unit_definition`` and ``artifact_lost`` it does not redo the unit itself.
@@ -61,6 +68,7 @@ class ChangeKind(StrEnum):
     contract_audience = "contract_audience"
     contract_field = "contract_field"
     template = "template"
+    prompt = "prompt"
     source_content = "source_content"
     source_removed = "source_removed"
     source_added = "source_added"
@@ -76,6 +84,7 @@ _EDGE: dict[ChangeKind, EdgeType] = {
     ChangeKind.contract_audience: EdgeType.audience,
     ChangeKind.contract_field: EdgeType.content,
     ChangeKind.template: EdgeType.template,
+    ChangeKind.prompt: EdgeType.content,
     ChangeKind.source_content: EdgeType.content,
     ChangeKind.source_removed: EdgeType.content,
     ChangeKind.source_added: EdgeType.content,
@@ -293,10 +302,49 @@ def _plan_changes(old_plan: Plan | None, new_plan: Plan) -> list[Change]:
     return out
 
 
-def _version_changes(old: dict[str, str], new: dict[str, str]) -> list[Change]:
+# The prompts each kind's model steps use (``revise`` is every model step's feedback round).
+KIND_PROMPTS: dict[str, tuple[str, ...]] = {
+    "extract": ("extract",), "verify": ("verify",), "synthesize": ("synthesize",),
+    "rank": ("rank", "check"),
+}
+# Render documents whose prose a language model writes (engine.kinds.render).
+PROSE_DOCUMENTS = ("report", "decision-brief")
+PROMPT_PREFIX = "prompt:"
+REVISE_PROMPT = "revise"
+
+
+def prompt_refs(unit: Unit) -> list[str]:
+    """The ``prompt:<name>`` inputs a unit reads implicitly through its kind."""
+    names = KIND_PROMPTS.get(unit.kind.value, ())
+    if unit.kind.value == "render" and unit.params.get("document") in PROSE_DOCUMENTS:
+        names = ("render",)
+    return [f"{PROMPT_PREFIX}{n}" for n in (*names, REVISE_PROMPT)] if names else []
+
+
+def _prompt_changes(old: dict[str, str], new: dict[str, str]) -> list[Change]:
+    old = {k: v for k, v in old.items() if k.startswith(PROMPT_PREFIX)}
+    new = {k: v for k, v in new.items() if k.startswith(PROMPT_PREFIX)}
     if not old:
         return []
     out = []
+    for ref in sorted(set(old) | set(new)):
+        if old.get(ref) == new.get(ref):
+            continue
+        name = ref[len(PROMPT_PREFIX):]
+        what = ("added" if ref not in old else "removed" if ref not in new else
+                f"changed (sha256 {_short(old[ref])} → {_short(new[ref])})")
+        out.append(Change(kind=ChangeKind.prompt, origin=ref, detail=f"prompt {name!r} {what}",
+                          old=old.get(ref), new=new.get(ref)))
+    return out
+
+
+def _version_changes(old: dict[str, str], new: dict[str, str]) -> list[Change]:
+    changes = _prompt_changes(old, new)
+    old = {k: v for k, v in old.items() if not k.startswith(PROMPT_PREFIX)}
+    new = {k: v for k, v in new.items() if not k.startswith(PROMPT_PREFIX)}
+    if not old:
+        return changes
+    out = changes
     for name in sorted(set(old) | set(new)):
         if old.get(name) == new.get(name):
             continue
@@ -334,5 +382,5 @@ def detect_changes(
     return sorted(changes, key=_order_key)
 
 
-__all__ = ["COSMETIC_FIELDS", "Change", "ChangeKind", "artifact_lost", "detect_changes",
-           "natural_key", "unit_output_changed"]
+__all__ = ["COSMETIC_FIELDS", "KIND_PROMPTS", "Change", "ChangeKind", "artifact_lost",
+           "detect_changes", "natural_key", "prompt_refs", "unit_output_changed"]

@@ -321,12 +321,22 @@ class UnitExplanation(BaseModel):
     details: list[str] = Field(default_factory=list)
     attempts: int = 0
     ledger: UnitCost | None = None
+    # The last failed attempt's validator problems (field, rule, message, value) and the
+    # recorded rejected answers (paths under .keepstep/artifacts/).
+    problems: list[dict[str, Any]] = Field(default_factory=list)
+    answers: list[str] = Field(default_factory=list)
 
     def render(self) -> str:
         lines = [f"{self.unit} — {self.title} [{self.kind}] · {self.state.value}",
                  f"  {self.why}"]
         lines += [f"    - {e.render()}" for e in self.explanations]
         lines += [f"  {d}" for d in self.details]
+        if self.problems:
+            lines.append(f"  problems ({len(self.problems)}):")
+            lines += [f"    - {p.get('field')} [{p.get('rule')}]: {p.get('message')}"
+                      + (f" (got {p['value']})" if p.get("value") else "")
+                      for p in self.problems]
+        lines += [f"  rejected answer: .keepstep/artifacts/{a}" for a in self.answers]
         tail = f"  attempts: {self.attempts}"
         if self.ledger is not None:
             tail += (f" · ledger: {self.ledger.calls} calls, {_tokens(self.ledger.tokens)} tokens, "
@@ -394,6 +404,7 @@ def explain_unit(plan: Plan, facts: RunFacts, unit_id: str, *,
         1 if rec else 0)
     explanations: list[Explanation] = []
     details: list[str] = []
+    diagnosis = (status.details.get("diagnosis") if status is not None else None) or {}
     if state == UnitState.running:
         lease = facts.leases[unit_id]
         why = (f"running as {lease.attempt_id} on {lease.owner} (fencing token "
@@ -424,13 +435,17 @@ def explain_unit(plan: Plan, facts: RunFacts, unit_id: str, *,
         why = f"blocked ({kind or 'needs a person'}): {status.reason}; retrying cannot help"
         if status.details.get("figures"):
             details.append("figures: " + _flat(status.details["figures"]))
-        if kind in _BLOCKED_HINTS:
+        if status.details.get("raise"):
+            details.append(f"to continue: `{status.details['raise']}`, then resume")
+        elif kind in _BLOCKED_HINTS:
             details.append(f"to continue: {_BLOCKED_HINTS[kind]}")
     elif state == UnitState.failed and status is not None:
         kind = status.details.get("kind", "error")
         tries = status.details.get("attempts")
         why = (f"failed{f' after {tries} attempt(s)' if tries else ''}: error class {kind}: "
                f"{status.reason}")
+        details += [f"validator {v.get('name')}: {v.get('detail')}"
+                    for v in diagnosis.get("validators", [])]
         details.append(f"to continue: look at the error, then `keepstep retry` {unit_id}")
     elif state == UnitState.cancelled and status is not None:
         why = f"cancelled: {status.reason}"
@@ -442,7 +457,9 @@ def explain_unit(plan: Plan, facts: RunFacts, unit_id: str, *,
         ledger = _settled(unit_id, own, None, "ledger, every attempt")
     return UnitExplanation(unit=unit_id, title=unit.title, kind=unit.kind.value, state=state,
                            why=why, explanations=explanations, details=details,
-                           attempts=attempts, ledger=ledger)
+                           attempts=attempts, ledger=ledger,
+                           problems=list(diagnosis.get("problems", [])),
+                           answers=list(diagnosis.get("answers", [])))
 
 
 __all__ = ["Estimate", "Preview", "UnitCost", "UnitExplanation", "compact_ids",

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer
 
-from keepstep.engine.core.changes import Change, ChangeKind
+from keepstep.engine.core.changes import Change, ChangeKind, prompt_refs
 from keepstep.engine.core.plan import EdgeType, Plan
 from keepstep.engine.core.state import Explanation, ExplanationStep, UnitRecord, UnitState
 from keepstep.engine.errors import ConfigError
@@ -43,7 +43,7 @@ class PlanIndex:
             self.dependencies[u.id] = [d.unit for d in u.depends_on]
             for d in u.depends_on:
                 self.dependents.setdefault(d.unit, []).append((u.id, d.edge.value))
-            for ref in dict.fromkeys(u.inputs):
+            for ref in dict.fromkeys([*u.inputs, *prompt_refs(u)]):
                 self.readers.setdefault(ref, []).append(u.id)
 
     @cached_property

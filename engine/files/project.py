@@ -110,11 +110,21 @@ ADAPTER_TYPES = ("file_drop", "webhook")
 
 
 class ProjectConfig(BaseModel):
+    """keepstep.toml. The model settings are documented in docs/config.md."""
+
     model_config = ConfigDict(extra="forbid")
     name: str
+    # -- models: which model a unit calls, where, and how (docs/config.md) --
     default_model: str = "local/keepstep-offline"
     models: dict[str, str] = Field(default_factory=dict)  # per unit kind, optional
-    api_base: str | None = None
+    unit_models: dict[str, str] = Field(default_factory=dict)  # per unit id, wins over kind
+    api_base: str | None = None  # every provider's address, unless api_bases names it
+    api_bases: dict[str, str] = Field(default_factory=dict)  # per provider, e.g. ollama_chat
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=4096, gt=0)  # an answer's cap, reserved before each call
+    context_tokens: int | None = Field(default=None, gt=0)  # window when litellm does not know
+    revise_rounds: int = Field(default=2, ge=0, le=5)  # re-asks with feedback per model step
+    request_timeout_s: float = Field(default=120.0, gt=0)
     budget: BudgetLimits = Field(default_factory=BudgetLimits)
     policy: RunPolicy = Field(default_factory=RunPolicy)
     high_risk_rules: list[dict[str, Any]] = Field(default_factory=list)
@@ -124,6 +134,24 @@ class ProjectConfig(BaseModel):
     # Units in flight at once in one executor (``--jobs`` overrides; 1 = one at a time).
     max_parallel: int = Field(default=4, ge=1, le=64)
     providers: dict[str, ProviderLimits] = Field(default_factory=dict)
+
+    def model_for(self, unit_id: str, kind: str) -> str:
+        """The model a unit calls: ``unit_models[unit]``, else ``models[kind]``, else
+        ``default_model``."""
+        return self.unit_models.get(unit_id) or self.models.get(kind) or self.default_model
+
+    def api_base_for(self, model: str) -> str | None:
+        """Where ``model`` is called: ``api_bases[<provider prefix>]``, else ``api_base``,
+        else None (litellm's default, or its ``<PROVIDER>_API_BASE`` environment variable)."""
+        provider = model.split("/", 1)[0] if "/" in model else ""
+        return self.api_bases.get(provider) or self.api_base
+
+    def models_in_use(self, units: list[tuple[str, str]]) -> dict[str, list[str]]:
+        """model -> the units (``(id, kind)`` pairs given) that call it, in the given order."""
+        out: dict[str, list[str]] = {}
+        for unit_id, kind in units:
+            out.setdefault(self.model_for(unit_id, kind), []).append(unit_id)
+        return out
 
 
 class SourcesFile(BaseModel):

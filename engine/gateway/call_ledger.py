@@ -1,11 +1,62 @@
-"""The call ledger and budget, as the gateway sees them (backed by the Store)."""
+"""The call ledger and budget, as the gateway sees them (backed by the Store).
+
+One ledger row per provider attempt. A row's ``outcome`` says how it ended: ``ok`` (an
+answer that passed the unit's checks), ``invalid_output`` (an answer that was paid for and
+rejected; its problems are in ``safe_message``), a provider error class, or ``reused`` (an
+answer recorded by an earlier attempt of the unit, verified and taken again: no call, no
+tokens, cost 0). ``response_artifact`` is ``"<path> sha256:<hex>"`` of the recorded answer.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from keepstep.engine.errors import BudgetExhausted
 from keepstep.storage import BudgetLimitReached, Store
+
+OUTCOME_REUSED = "reused"
+OUTCOME_INVALID = "invalid_output"
+
+
+def artifact_ref(path: str, sha256: str) -> str:
+    """How a row points at its recorded answer: path and the hash it must still have."""
+    return f"{path} sha256:{sha256}"
+
+
+def parse_artifact_ref(ref: str | None) -> tuple[str, str] | None:
+    """``(path, sha256)`` of a row's ``response_artifact``, or None when it has none."""
+    if not ref or " sha256:" not in ref:
+        return None
+    path, _, digest = ref.rpartition(" sha256:")
+    return (path, digest) if path and len(digest) == 64 else None
+
+
+def _nice(counter: str, value: float) -> str:
+    if counter == "cost":
+        return f"{math.ceil(value * 100) / 100:.2f}" if value >= 0.01 else f"{value:.4f}"
+    return str(int(math.ceil(value)))
+
+
+def raise_line(run_id: str, branch_id: str, figures: dict[str, dict[str, float]]) -> str:
+    """The exact ``keepstep budget raise`` command that lets the refused call through
+    (each counter raised to what is used plus what the call needs, plus a margin)."""
+    flags = []
+    for counter, f in sorted(figures.items()):
+        need = f.get("used", 0) + f.get("requested", 0)
+        flags.append(f"--{counter.replace('_', '-')} {_nice(counter, need * 1.5)}")
+    branch = f" --branch {branch_id}" if branch_id != "main" else ""
+    return (f'keepstep budget raise DIR --run {run_id}{branch} {" ".join(flags)} '
+            '--reason "..."')
+
+
+def _figures_text(figures: dict[str, dict[str, float]]) -> str:
+    parts = []
+    for counter, f in sorted(figures.items()):
+        fmt = (lambda v: f"{v:.4f}") if counter == "cost" else (lambda v: f"{v:g}")
+        parts.append(f"{counter} {fmt(f['used'])}/{fmt(f['limit'])} (this call needs "
+                     f"~{fmt(f['requested'])})")
+    return ", ".join(parts)
 
 
 class StoreCallLedger:
@@ -21,22 +72,42 @@ class StoreCallLedger:
         self.run_id = run_id
         self.branch_id = branch_id
         self.calls_made = 0
-        self._estimates: dict[str, int] = {}
+        self._estimates: dict[str, tuple[int, float]] = {}
 
-    def reserve(self, ctx: Any, *, model: str, request_hash: str, est_tokens: int) -> str:
+    def _exhausted(self, unit: str, exc: BudgetLimitReached, what: str) -> BudgetExhausted:
+        figures = exc.figures
+        line = raise_line(self.run_id, self.branch_id, figures)
+        error = BudgetExhausted(
+            f"{unit}: budget limit reached: {_figures_text(figures)} — {what}",
+            figures=figures)
+        error.hint = f"record a decision raising the limit: `{line}`, then resume"
+        error.raise_command = line  # type: ignore[attr-defined]
+        return error
+
+    def reserve(self, ctx: Any, *, model: str, request_hash: str, est_tokens: int,
+                est_cost: float = 0.0) -> str:
+        delta: dict[str, float] = {"calls": 1, "tokens": est_tokens}
+        if est_cost > 0:
+            delta["cost"] = est_cost
         try:
             call_id = self.store.reserve_call(
                 self.run_id, branch_id=self.branch_id, unit=ctx.unit, attempt_id=ctx.attempt,
-                round=ctx.round, model=model, request_hash=request_hash,
-                budget_delta={"calls": 1, "tokens": est_tokens},
+                round=ctx.round, model=model, request_hash=request_hash, budget_delta=delta,
             )
         except BudgetLimitReached as exc:
-            raise BudgetExhausted(
-                f"{ctx.unit}: {exc.args[0]} — the call was not made", figures=exc.figures
-            ) from None
-        self._estimates[call_id] = est_tokens
+            raise self._exhausted(ctx.unit, exc, "the call was not made") from None
+        self._estimates[call_id] = (est_tokens, est_cost if est_cost > 0 else 0.0)
         self.calls_made += 1
         return call_id
+
+    def reserve_retry(self, ctx: Any) -> None:
+        """Charge one retry of a call to the ``retries`` budget; BudgetExhausted when that
+        would pass its limit (the retry is then not made)."""
+        try:
+            self.store.add_usage(self.run_id, {"retries": 1}, branch_id=self.branch_id,
+                                 enforce=True)
+        except BudgetLimitReached as exc:
+            raise self._exhausted(ctx.unit, exc, "the call was not retried") from None
 
     def settle(
         self,
@@ -51,10 +122,36 @@ class StoreCallLedger:
         safe_message: str | None = None,
         response_artifact: str | None = None,
     ) -> None:
-        est = self._estimates.pop(call_id, 0)
+        est_tokens, est_cost = self._estimates.pop(call_id, (0, 0.0))
         self.store.settle_call(
             call_id, tokens_in=tokens_in, tokens_out=tokens_out, cost=cost,
             latency_ms=latency_ms, outcome=outcome, error_class=error_class,
             safe_message=safe_message, response_artifact=response_artifact,
-            budget_delta={"tokens": tokens_in + tokens_out - est, "cost": cost},
+            budget_delta={"tokens": tokens_in + tokens_out - est_tokens,
+                          "cost": cost - est_cost},
         )
+
+    def record_verdict(self, call_id: str, result: Any, *, valid: bool,
+                       response_artifact: str, safe_message: str | None = None) -> None:
+        """Attach the answer's verdict and recorded artifact to a settled row (the budget
+        was settled already and is not touched again)."""
+        self.store.settle_call(
+            call_id, tokens_in=result.tokens_in, tokens_out=result.tokens_out,
+            cost=result.cost, latency_ms=result.latency_ms,
+            outcome="ok" if valid else OUTCOME_INVALID,
+            error_class=None if valid else "InvalidOutput",
+            safe_message=None if valid else (safe_message or "")[:300],
+            response_artifact=response_artifact, budget_delta=None)
+
+    def record_reuse(self, ctx: Any, *, model: str, request_hash: str,
+                     response_artifact: str) -> str:
+        """A row for an answer taken from an earlier attempt: outcome ``reused``, no tokens,
+        cost 0, nothing charged to the budget."""
+        call_id = self.store.reserve_call(
+            self.run_id, branch_id=self.branch_id, unit=ctx.unit, attempt_id=ctx.attempt,
+            round=ctx.round, model=model, request_hash=request_hash, budget_delta={},
+            enforce=False)
+        self.store.settle_call(call_id, tokens_in=0, tokens_out=0, cost=0.0, latency_ms=0,
+                               outcome=OUTCOME_REUSED, response_artifact=response_artifact,
+                               budget_delta=None)
+        return call_id

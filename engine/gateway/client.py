@@ -15,37 +15,35 @@ Callers may rely on:
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import hashlib
 import json
 import os
 import random
-import re
 import threading
 import time
-from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from keepstep.engine.errors import (
-    AuthError,
     InvalidOutput,
     ModelError,
-    PermanentModelError,
-    QuotaExhausted,
     RateLimited,
     RunCancelled,
     TransientModelError,
     UnknownModelError,
 )
 from keepstep.engine.gateway import keys, offline_provider
+from keepstep.engine.gateway.classification import (  # noqa: F401 - part of this module's API
+    classify,
+    retry_after_seconds,
+    scrub,
+)
 
 OFFLINE_MODEL = offline_provider.MODEL
 OUTCOME_OK = "ok"
-_MESSAGE_LIMIT = 200
 # Sent to OpenAI-compatible servers on this machine that need no key: the OpenAI SDK refuses
 # to send a request without one (litellm then reports a misleading HTTP 500).
 _LOCAL_PLACEHOLDER_KEY = "keepstep-local-no-key"
@@ -64,7 +62,10 @@ class CallContext(BaseModel):
 
 
 class ModelRequest(BaseModel):
-    """One chat completion request. ``expect_json`` makes unparseable content InvalidOutput."""
+    """One chat completion request. ``expect_json`` makes content with no JSON object in it
+    InvalidOutput (read as leniently as ``parse_json_content``). ``response_format`` is the
+    structured-output request (see ``profile.ModelProfile.response_format``); ``options``
+    are provider options such as Ollama's ``num_ctx``."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -75,10 +76,13 @@ class ModelRequest(BaseModel):
     api_base: str | None = None
     timeout_s: float = 120.0
     expect_json: bool = False
+    response_format: dict[str, Any] | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
 
 
 class ModelResult(BaseModel):
-    """A successful call. ``retries`` counts failed attempts before this one."""
+    """A successful call. ``retries`` counts failed attempts before this one; ``call_id`` is
+    the ledger row of the attempt that answered (to attach the answer's verdict to)."""
 
     content: str
     model: str
@@ -89,11 +93,15 @@ class ModelResult(BaseModel):
     request_hash: str
     outcome: str = OUTCOME_OK
     retries: int = 0
+    call_id: str = ""
+    finish_reason: str | None = None
 
 
 class CallLedger(Protocol):
-    def reserve(self, ctx: CallContext, *, model: str, request_hash: str, est_tokens: int) -> str:
-        """Record an intended call and return its id; raise BudgetExhausted to refuse it."""
+    def reserve(self, ctx: CallContext, *, model: str, request_hash: str, est_tokens: int,
+                est_cost: float = 0.0) -> str:
+        """Record an intended call and return its id, reserving its estimated tokens and cost
+        against the budget; raise BudgetExhausted to refuse it."""
         ...
 
     def settle(self, call_id: str, *, tokens_in: int, tokens_out: int, cost: float,
@@ -204,14 +212,20 @@ def _close(word: str, options: list[str]) -> str | None:
 
 
 def request_hash(request: ModelRequest) -> str:
-    """sha256 of the canonical JSON of what determines the answer; no key, no endpoint."""
+    """sha256 of the canonical JSON of what determines the answer; no key, no endpoint.
+    ``response_format`` and ``options`` join it only when set."""
+    determining: dict[str, Any] = {
+        "model": request.model,
+        "messages": request.messages,
+        "temperature": request.temperature,
+        "max_tokens": request.max_tokens,
+    }
+    if request.response_format is not None:
+        determining["response_format"] = request.response_format
+    if request.options:
+        determining["options"] = request.options
     canonical = json.dumps(
-        {
-            "model": request.model,
-            "messages": request.messages,
-            "temperature": request.temperature,
-            "max_tokens": request.max_tokens,
-        },
+        determining,
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
@@ -223,168 +237,6 @@ def estimate_tokens(request: ModelRequest) -> int:
     """A cheap upper-ish estimate for budget reservation: prompt chars / 4 plus max_tokens."""
     prompt_chars = sum(len(m.get("content") or "") for m in request.messages)
     return -(-prompt_chars // 4) + (request.max_tokens or 0)
-
-
-# --- error classification --------------------------------------------------------------
-
-_SECRET_PATTERNS = (
-    re.compile(r"sk-[A-Za-z0-9_\-*.]{4,}"),                   # OpenAI, Anthropic (sk-ant-…)
-    re.compile(r"AIza[0-9A-Za-z_\-]{20,}"),                   # Google
-    re.compile(r"(?i)\bbearer\s+[^\s,;'\"]+"),
-    re.compile(r"(?i)(api[_-]?key|x-api-key|authorization)(['\"]?\s*[:=]\s*['\"]?)[^\s,;'\"]+"),
-)
-_QUOTA_MARKERS = (
-    "insufficient_quota",             # OpenAI 429
-    "exceeded your current quota",    # OpenAI 429
-    "credit balance is too low",      # Anthropic 400
-    "insufficient credits",           # OpenRouter 402
-)
-_LITELLM_PREFIX = re.compile(r"^(litellm\.\w+:\s*)?(\w+Error:\s*)?(\w+Exception\s*-\s*)?")
-
-
-def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """``text`` with known secrets and anything key-shaped replaced by ``***``."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    for pattern in _SECRET_PATTERNS:
-        if pattern.groups >= 2:
-            text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
-        else:
-            text = pattern.sub(lambda m: m.group(0)[:3] + "***", text)
-    return text
-
-
-def _safe_detail(exc: BaseException, secrets: Iterable[str | None]) -> str:
-    body = getattr(exc, "body", None)
-    detail = body.get("message") if isinstance(body, dict) else None
-    if not isinstance(detail, str) or not detail:
-        detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    detail = _LITELLM_PREFIX.sub("", str(detail).strip().splitlines()[0] if detail.strip() else "")
-    detail = scrub(detail, secrets)
-    if len(detail) > _MESSAGE_LIMIT:
-        detail = detail[: _MESSAGE_LIMIT - 1] + "…"
-    return detail or type(exc).__name__
-
-
-def _status_of(exc: BaseException) -> int | None:
-    for candidate in (getattr(exc, "status_code", None),
-                      getattr(getattr(exc, "response", None), "status_code", None)):
-        if isinstance(candidate, int):
-            return candidate
-    return None
-
-
-def _headers_of(exc: BaseException) -> Any:
-    for candidate in (getattr(getattr(exc, "response", None), "headers", None),
-                      getattr(exc, "litellm_response_headers", None),
-                      getattr(exc, "headers", None)):
-        if candidate:
-            return candidate
-    return None
-
-
-def retry_after_seconds(headers: Any, *, now: datetime | None = None) -> float | None:
-    """Seconds from a ``retry-after-ms`` or ``Retry-After`` header (delta or HTTP date)."""
-    if not headers:
-        return None
-    lowered = {str(k).lower(): str(v) for k, v in dict(headers).items()}
-    try:
-        if "retry-after-ms" in lowered:
-            return max(0.0, float(lowered["retry-after-ms"]) / 1000.0)
-        value = lowered.get("retry-after")
-        if value is None:
-            return None
-        try:
-            return max(0.0, float(value))
-        except ValueError:
-            when = email.utils.parsedate_to_datetime(value)
-            return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
-    except (TypeError, ValueError, OverflowError):
-        return None
-
-
-def _is_quota(exc: BaseException, status: int | None) -> bool:
-    if status == 402:
-        return True
-    body = getattr(exc, "body", None)
-    text = json.dumps(body, default=str) if body is not None else ""
-    with contextlib.suppress(Exception):  # an unread streaming response has no text
-        # Read for classification only; the body never reaches a message.
-        text += str(getattr(getattr(exc, "response", None), "text", "") or "")
-    text = f"{text} {getattr(exc, 'message', '')} {exc}".lower()
-    return any(marker in text for marker in _QUOTA_MARKERS)
-
-
-def classify(exc: BaseException, *, secrets: Iterable[str | None] = ()) -> ModelError:
-    """Map a litellm/openai/httpx/OS exception to the engine's ModelError classes.
-
-    timeout, connection, 5xx, 408 → TransientModelError; 429 → RateLimited (with Retry-After)
-    or QuotaExhausted when the body says the quota is gone (also 402); 401/403 → AuthError;
-    anything else (400, 404, …) → PermanentModelError. Messages are short and scrubbed.
-    """
-    if isinstance(exc, ModelError):
-        return exc
-    secrets = tuple(secrets)
-    detail = _safe_detail(exc, secrets)
-    who = _who(exc)
-    status = _status_of(exc)
-
-    if _is_timeout(exc):
-        # litellm's timeout text repeats itself ("Request timed out. Error_str: …"); say it once.
-        return TransientModelError(
-            f"{who}timed out waiting for the provider",
-            hint="keepstep retries timeouts; raise timeout_s for slow models",
-        )
-    if _is_connection_error(exc) and status in (None, 500):
-        return TransientModelError(
-            f"{who}could not connect: {detail}",
-            hint="check the network or the api_base; keepstep retries connection errors",
-        )
-    if status in (400, 402, 429) and _is_quota(exc, status):
-        return QuotaExhausted(f"{who}quota exhausted (HTTP {status}): {detail}")
-    if status == 429:
-        return RateLimited(
-            f"{who}rate limited (HTTP 429): {detail}",
-            retry_after=retry_after_seconds(_headers_of(exc)),
-            hint="keepstep waits and retries; lower parallelism if this repeats",
-        )
-    if status in (401, 403):
-        return AuthError(f"{who}authentication failed (HTTP {status}): {detail}")
-    if status is not None and (status >= 500 or status == 408):
-        return TransientModelError(
-            f"{who}provider error (HTTP {status}): {detail}",
-            hint="keepstep retries server errors; if it persists, check the provider's status",
-        )
-    shown = f" (HTTP {status})" if status else ""
-    return PermanentModelError(
-        f"{who}request refused{shown}: {detail}",
-        hint="retrying will not help: fix the request, the model name or the prompt size",
-    )
-
-
-def _who(exc: BaseException) -> str:
-    provider, model = getattr(exc, "llm_provider", None), getattr(exc, "model", None)
-    if isinstance(provider, str) and provider and isinstance(model, str) and model:
-        return f"{provider}/{model}: " if not model.startswith(f"{provider}/") else f"{model}: "
-    return ""
-
-
-def _mro_names(exc: BaseException) -> set[str]:
-    return {f"{c.__module__.split('.')[0]}.{c.__name__}" for c in type(exc).__mro__}
-
-
-def _is_timeout(exc: BaseException) -> bool:
-    names = _mro_names(exc)
-    return isinstance(exc, TimeoutError) or bool(
-        names & {"openai.APITimeoutError", "httpx.TimeoutException", "litellm.Timeout"})
-
-
-def _is_connection_error(exc: BaseException) -> bool:
-    names = _mro_names(exc)
-    return isinstance(exc, ConnectionError) or bool(
-        names & {"openai.APIConnectionError", "httpx.TransportError",
-                 "litellm.APIConnectionError"})
 
 
 # --- the gateway -----------------------------------------------------------------------
@@ -420,11 +272,15 @@ class ModelGateway:
         self._api_key_lookup = api_key_lookup
         self._cancel = cancel_event
 
-    def complete(self, ctx: CallContext, request: ModelRequest) -> ModelResult:
+    def complete(self, ctx: CallContext, request: ModelRequest, *,
+                 est_tokens: int | None = None, est_cost: float = 0.0) -> ModelResult:
         """Call the model, retrying transient and rate-limited errors; see the module doc.
 
-        Raises UnknownModelError or MissingKeyError before any ledger row, BudgetExhausted from
-        ``ledger.reserve``, RunCancelled between attempts, or the last classified ModelError.
+        ``est_tokens`` / ``est_cost`` are reserved before each attempt (default: a cheap
+        estimate, no cost). Each retry is also charged to the ``retries`` budget when the
+        ledger keeps one (``reserve_retry``). Raises UnknownModelError or MissingKeyError
+        before any ledger row, BudgetExhausted from the ledger, RunCancelled between attempts,
+        or the last classified ModelError.
         """
         provider = provider_of(request.model)
         # Keyless providers never touch the keyring (on some desktops a lookup prompts).
@@ -432,18 +288,24 @@ class ModelGateway:
         if api_key is None and keys.key_required(provider, api_base=request.api_base):
             raise keys.missing_key_error(provider)
         rhash = request_hash(request)
-        est_tokens = estimate_tokens(request)
+        est_tokens = estimate_tokens(request) if est_tokens is None else est_tokens
         kwargs = self._call_kwargs(request, provider, api_key)
         attempts = max(1, self._policy.max_attempts)
+        reserve_retry = getattr(self._ledger, "reserve_retry", None)
 
         limiter = self._limits.limiter(provider) if self._limits is not None else None
         for attempt in range(1, attempts + 1):
             self._check_cancelled()
+            if attempt > 1 and reserve_retry is not None:
+                reserve_retry(ctx)
+            reserve_kwargs: dict[str, Any] = {"est_tokens": est_tokens}
+            if est_cost:
+                reserve_kwargs["est_cost"] = est_cost
             slot = limiter.slot(est_tokens, cancel=self._cancel) if limiter is not None \
                 else contextlib.nullcontext()
             with slot:
                 call_id = self._ledger.reserve(ctx, model=request.model, request_hash=rhash,
-                                               est_tokens=est_tokens)
+                                               **reserve_kwargs)
                 started = self._clock()
                 try:
                     response = self._completion()(**kwargs)
@@ -494,6 +356,9 @@ class ModelGateway:
         }
         if request.max_tokens is not None:
             kwargs["max_tokens"] = request.max_tokens
+        if request.response_format is not None:
+            kwargs["response_format"] = request.response_format
+        kwargs.update(request.options)
         if request.api_base:
             kwargs["api_base"] = request.api_base
         if api_key is not None:
@@ -520,7 +385,8 @@ class ModelGateway:
         cost = _cost_of(response)
         if request.expect_json and not _is_json(content):
             error = InvalidOutput(
-                f"{request.model}: expected JSON, got {len(content)} characters that do not parse",
+                f"{request.model}: expected JSON, got {len(content)} characters holding no "
+                "JSON object",
                 hint="the revise loop may ask again; a repeat means the prompt needs work",
             )
             self._ledger.settle(call_id, tokens_in=tokens_in, tokens_out=tokens_out, cost=cost,
@@ -532,6 +398,7 @@ class ModelGateway:
         return ModelResult(
             content=content, model=request.model, tokens_in=tokens_in, tokens_out=tokens_out,
             cost=cost, latency_ms=latency_ms, request_hash=rhash, retries=retries,
+            call_id=call_id, finish_reason=_finish_reason_of(response),
         )
 
     def _elapsed_ms(self, started: float) -> int:
@@ -566,6 +433,14 @@ def _content_of(response: Any) -> str:
     return "" if content is None else str(content)
 
 
+def _finish_reason_of(response: Any) -> str | None:
+    try:
+        reason = _field(_field(response, "choices")[0], "finish_reason")
+    except Exception:  # noqa: BLE001 - a provider without choices metadata
+        return None
+    return str(reason) if reason else None
+
+
 def _usage_of(response: Any) -> tuple[int, int]:
     usage = _field(response, "usage")
     if usage is None:
@@ -584,15 +459,18 @@ def _cost_of(response: Any) -> float:
 
 
 def parse_json_content(content: str) -> Any:
-    """The JSON value in a model's answer, tolerating one Markdown code fence around it.
+    """The JSON object in a model's answer, read leniently (a fence, prose around it, small
+    syntax slips: see ``answers.parse_json_answer``).
 
-    Raises ValueError when it does not parse. ``expect_json`` requests are checked with this,
+    Raises ValueError when there is none. ``expect_json`` requests are checked with this,
     so a caller parsing a successful result with it will not fail.
     """
-    text = content.strip()
-    # Real models often wrap JSON in ```json fences even when told not to.
-    fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, flags=re.DOTALL)
-    return json.loads(fenced.group(1) if fenced else text)
+    from keepstep.engine.gateway.answers import parse_json_answer
+
+    value, problems = parse_json_answer(content)
+    if problems:
+        raise ValueError(problems[0].message)
+    return value
 
 
 def _is_json(content: str) -> bool:

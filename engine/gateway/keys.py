@@ -182,3 +182,68 @@ def _keyring_unavailable(provider: str, why: str) -> KeyringUnavailable:
         hint=f"set the environment variable {env_var_name(provider)} instead "
         "(or install a keyring backend, e.g. `pip install keyrings.alt`)",
     )
+
+
+# --- where a provider is called --------------------------------------------------------------
+
+# The address litellm calls when nothing else is configured.
+DEFAULT_ADDRESSES: dict[str, str] = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com",
+    "mistral": "https://api.mistral.ai/v1",
+    "groq": "https://api.groq.com/openai/v1",
+    "openrouter": "https://openrouter.ai/api/v1",
+    "deepseek": "https://api.deepseek.com",
+    "xai": "https://api.x.ai/v1",
+    "together_ai": "https://api.together.xyz/v1",
+    "cohere": "https://api.cohere.ai",
+    "ollama": "http://localhost:11434",
+    "ollama_chat": "http://localhost:11434",
+    "local": "(in process: the offline heuristic model)",
+}
+# Environment variables litellm reads for a provider's address, in the order it reads them.
+_ADDRESS_ENV: dict[str, tuple[str, ...]] = {
+    "openai": ("OPENAI_BASE_URL", "OPENAI_API_BASE"),
+    "anthropic": ("ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"),
+    "ollama": ("OLLAMA_API_BASE",),
+    "ollama_chat": ("OLLAMA_API_BASE",),
+}
+
+
+def known_providers() -> list[str]:
+    """Providers keepstep knows the key variable or the default address of."""
+    return sorted(set(_ENV_VARS) | set(DEFAULT_ADDRESSES) - {"local"})
+
+
+def provider_address(provider: str, *, configured: str | None = None,
+                     env: Mapping[str, str] = os.environ) -> tuple[str, str]:
+    """``(address, where it comes from)`` of the calls to ``provider``: keepstep.toml's
+    ``api_base``/``api_bases`` first (passed as ``configured``), then the environment
+    variable litellm honours (e.g. OPENAI_API_BASE), then litellm's default."""
+    provider = provider.strip().lower()
+    if configured:
+        return configured, "keepstep.toml"
+    for var in _ADDRESS_ENV.get(provider, (f"{provider.upper()}_API_BASE",)):
+        if env.get(var):
+            return env[var], f"environment {var}"
+    return DEFAULT_ADDRESSES.get(provider, "(litellm's default for the provider)"), "default"
+
+
+def unexpected_address(provider: str, address: str) -> bool:
+    """True when a key for ``provider`` would go somewhere other than its default address
+    and not to this machine — the case a person must see before a key is sent there."""
+    default = DEFAULT_ADDRESSES.get(provider.strip().lower())
+    return bool(default) and address.rstrip("/") != default.rstrip("/") and \
+        not is_local_api_base(address)
+
+
+# A small, cheap model per provider for `keepstep keys test` when none is named.
+TEST_MODELS: dict[str, str] = {
+    "openai": "openai/gpt-4o-mini",
+    "anthropic": "anthropic/claude-3-5-haiku-latest",
+    "gemini": "gemini/gemini-1.5-flash",
+    "mistral": "mistral/mistral-small-latest",
+    "groq": "groq/llama-3.1-8b-instant",
+    "local": "local/keepstep-offline",
+}

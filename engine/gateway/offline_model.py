@@ -5,13 +5,17 @@ It is honest about what it is: every response carries ``HEURISTIC_NOTICE`` and t
 work is done by plain rules (``offline_rules``), not by a language model.
 
 Callers may rely on:
-- ``respond(payload)`` dispatching on ``payload["task"]`` and returning a JSON-serialisable
-  dict that always has ``"notice": HEURISTIC_NOTICE``;
+- ``respond(payload)`` dispatching on ``payload["task"]`` (extract, verify, synthesize, rank,
+  check, render, summarise) and returning a JSON-serialisable dict that always has
+  ``"notice": HEURISTIC_NOTICE``. The payload is the INPUT block of a rendered prompt — the
+  provider reads it out of the messages; there is no other way in;
 - identical output for identical input (no randomness, no clock, sorted iteration);
 - ``ValueError`` for an unknown task or a malformed payload.
 
-It is wrapped for litellm elsewhere (``engine/offline_provider.py``); this module imports
-nothing outside the standard library.
+It is wrapped for litellm elsewhere (``gateway/offline_provider.py``); this module imports
+nothing outside the standard library. Its answers are the shapes the kinds' schemas ask for
+(``verify`` also lists conflicting figures between sources, ``extract`` numbers from
+``first_id`` so a chunked source gets the ids it would get in one piece).
 """
 
 from __future__ import annotations
@@ -64,19 +68,21 @@ def _audience_key(audience: object) -> str:
 
 
 # --- extract ---------------------------------------------------------------------------
-def extract_evidence(source_id: str, text: str) -> list[dict]:
-    """Evidence statements of one source, in document order.
+def extract_evidence(source_id: str, text: str, first_id: int = 1) -> list[dict]:
+    """Evidence statements of one source (or one chunk of it), in document order.
 
     A statement is a body sentence (not a heading, front matter, link-list entry, table
     row or list marker) containing at least one digit. Ids are ``f"{source_id}-e{n}"``
-    with n from 1; ``quote`` is the sentence with whitespace collapsed.
+    with n from ``first_id`` (1 for a whole source; a later chunk continues the count, so
+    ids do not depend on how a source was split); ``quote`` is the sentence with whitespace
+    collapsed.
     """
     evidence: list[dict] = []
     for sentence in rules.body_sentences(text):
         if not any(ch.isdigit() for ch in sentence):
             continue
         evidence.append({
-            "id": f"{source_id}-e{len(evidence) + 1}",
+            "id": f"{source_id}-e{first_id + len(evidence)}",
             "source_id": source_id,
             "quote": sentence,
             "figures": rules.figures(sentence),
@@ -88,7 +94,10 @@ def extract_evidence(source_id: str, text: str) -> list[dict]:
 def _task_extract(payload: dict) -> dict:
     source_id = _require(payload, "source_id", str)
     text = _require(payload, "text", str)
-    return {"evidence": extract_evidence(source_id, text)}
+    first_id = payload.get("first_id", 1)
+    if not isinstance(first_id, int) or first_id < 1:
+        raise ValueError("extract: 'first_id' must be an int >= 1")
+    return {"evidence": extract_evidence(source_id, text, first_id)}
 
 
 # --- verify ----------------------------------------------------------------------------
@@ -111,10 +120,14 @@ def verify_claim(quote: str, passage: str) -> tuple[bool, str]:
 
 def _task_verify(payload: dict) -> dict:
     results = []
-    for claim in _dicts(payload, "claims"):
+    claims = _dicts(payload, "claims")
+    for claim in claims:
         ok, reason = verify_claim(str(claim.get("quote", "")), str(claim.get("passage", "")))
         results.append({"id": claim.get("id"), "supported": ok, "reason": reason})
-    return {"results": results}
+    supported = {str(r["id"]) for r in results if r["supported"]}
+    return {"results": results,
+            "conflicts": rules.find_conflicts([c for c in claims
+                                               if str(c.get("id")) in supported])}
 
 
 # --- synthesize ------------------------------------------------------------------------
@@ -264,6 +277,8 @@ def _task_rank(payload: dict) -> dict:
 
 # --- check / summarise -----------------------------------------------------------------
 def _task_check(payload: dict) -> dict:
+    # The quotes that come with each claim are for a language model to judge; the rules
+    # below check only what rules can: cited at all, and cited ids known.
     known = {str(i) for i in _require(payload, "evidence_ids_known", list)}
     problems: list[str] = []
     for n, claim in enumerate(_dicts(payload, "claims"), start=1):
@@ -273,6 +288,27 @@ def _task_check(payload: dict) -> dict:
             problems.append(f"{label} cites no evidence")
         problems += [f"{label} cites unknown evidence {i}" for i in ids if i not in known]
     return {"problems": problems}
+
+
+def _task_render(payload: dict) -> dict:
+    """Sentences for a document section: each finding's lead claim, then the top risk.
+
+    Rule-based like the rest: the sentences are the syntheses' own first claims (so every
+    figure stays in the evidence they cite) and the top risk's title.
+    """
+    sentences = []
+    for finding in _dicts(payload, "findings"):
+        claims = [c for c in finding.get("claims") or [] if isinstance(c, dict)]
+        if claims and claims[0].get("evidence_ids"):
+            title = str(finding.get("title", "")).strip()
+            text = str(claims[0].get("text", "")).strip()
+            sentences.append({"text": f"{title}: {text}" if title else text,
+                              "evidence_ids": [str(i) for i in claims[0]["evidence_ids"]]})
+    risks = [r for r in payload.get("risks") or [] if isinstance(r, dict)]
+    if risks and risks[0].get("evidence_ids"):
+        sentences.append({"text": f"Top risk: {risks[0].get('title', '')}",
+                          "evidence_ids": [str(i) for i in risks[0]["evidence_ids"]]})
+    return {"sentences": sentences}
 
 
 _STOPWORDS = frozenset((
@@ -334,6 +370,7 @@ _TASKS: dict[str, Callable[[dict], dict]] = {
     "synthesize": _task_synthesize,
     "rank": _task_rank,
     "check": _task_check,
+    "render": _task_render,
     "summarise": _task_summarise,
 }
 

@@ -1,8 +1,10 @@
 """The offline default model, wrapped as a litellm provider.
 
 ``register()`` makes ``local/keepstep-offline`` callable through ``litellm.completion`` like any
-other model, at zero cost. The provider reads the last user message as a JSON payload, runs
-``offline_model.respond`` on it and answers with the result as sorted JSON.
+other model, at zero cost. It answers the prompts every model gets: it reads the INPUT block
+of the rendered user message (``prompts.read_input_block``), runs ``offline_model.respond``
+on it and answers with the result as sorted JSON. A message without an INPUT block (a bare
+JSON payload, say) is refused: there is no second payload format.
 
 Importing this module does not import litellm: the ``CustomLLM`` subclass is built on the first
 ``register()`` call. Only the gateway should call ``register()``.
@@ -15,6 +17,7 @@ import threading
 from typing import Any
 
 from keepstep.engine.gateway import offline_model
+from keepstep.engine.gateway.prompts import message_text, read_input_block
 
 PROVIDER = "local"
 MODEL = f"{PROVIDER}/{offline_model.MODEL_NAME}"
@@ -30,32 +33,21 @@ class OfflinePayloadError(ValueError):
 
 
 def build_response_content(messages: list[dict[str, Any]]) -> str:
-    """The JSON text the offline provider answers for ``messages``.
+    """The JSON text the offline provider answers for ``messages`` (a rendered prompt).
 
-    Raises OfflinePayloadError when there is no user message, it is not a JSON object, or
-    ``offline_model.respond`` rejects it.
+    Raises OfflinePayloadError when no user message carries an INPUT block, or
+    ``offline_model.respond`` rejects the block.
     """
-    user_messages = [m for m in messages if m.get("role") == "user"]
-    if not user_messages:
-        raise OfflinePayloadError("the offline model needs a user message holding a JSON payload")
-    try:
-        payload = json.loads(_text(user_messages[-1].get("content")))
-    except ValueError as exc:
+    payload = read_input_block(messages)
+    if payload is None:
         raise OfflinePayloadError(
-            f"the offline model needs the last user message to be a JSON object ({exc})"
-        ) from None
+            "the offline model answers keepstep prompts: no user message carries an INPUT "
+            "block (a line 'INPUT' then a ```json fence)")
     try:
         result = offline_model.respond(payload)
     except ValueError as exc:
         raise OfflinePayloadError(str(exc)) from None
     return json.dumps(result, sort_keys=True, ensure_ascii=False)
-
-
-def _text(content: Any) -> str:
-    # OpenAI-style content may be a list of parts; only text parts matter here.
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return "" if content is None else str(content)
 
 
 def _make_handler(litellm: Any) -> Any:
@@ -71,7 +63,7 @@ def _make_handler(litellm: Any) -> Any:
                 # 400 so litellm raises BadRequestError: a bad payload will not get better
                 # by retrying.
                 raise CustomLLMError(status_code=400, message=str(exc)) from None
-            prompt_text = "\n".join(_text(m.get("content")) for m in messages)
+            prompt_text = "\n".join(message_text(m.get("content")) for m in messages)
             tokens_in = offline_model.count_tokens(prompt_text)
             tokens_out = offline_model.count_tokens(content)
             return litellm.ModelResponse(

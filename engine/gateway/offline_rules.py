@@ -246,3 +246,90 @@ AUDIENCE_RISK_WEIGHT: dict[str, frozenset[str]] = {
 # tends to add. The first ranking round includes it so the claim check has something real
 # to catch; it is always flagged and dropped on revision.
 UNSUPPORTED_RISK = ("macro", "General economic slowdown cuts demand", 3, 4)
+
+
+# --- conflicting figures -----------------------------------------------------------
+# A figure, optionally followed by a scale word, then the words that name what it counts.
+_QUANTITY_RE = re.compile(
+    r"(?<![\w.,])(\d+(?:[.,]\d+)*%?)(?:\s+(million|billion|thousand|percent|per cent))?"
+    r"((?:\s+[a-z][a-z-]*){1,4})")
+_YEAR_RE = re.compile(r"\b(?:19|20)\d\d\b")
+_METRIC_STOP = frozenset((
+    "the", "a", "an", "of", "in", "on", "for", "by", "to", "and", "or", "with", "at", "from",
+    "is", "are", "was", "were", "be", "will", "would", "per", "each", "than", "more", "over",
+    "about", "around", "nearly", "almost", "its", "their", "this", "that", "these", "those",
+))
+_SUPERSEDES = ("revised", "updated", "corrected", "restated", "supersed", "replaces")
+_DEFINITION = ("defined as", "definition", "counts only", "excluding", "including", "excludes",
+               "includes")
+_FOOTNOTE = ("footnote", "note:", "outdated", "earlier estimate")
+
+
+def quantities(sentence: str) -> list[tuple[str, str, str]]:
+    """(metric, value, period) for each counted quantity in a sentence.
+
+    The metric is the first two content words after the figure ("1.9 million metered water
+    connections" -> "metered water"), the value the figure with its scale word, the period
+    the sentence's other four-digit years. Bare years are not quantities.
+    """
+    text = normalise(sentence)
+    years = set(_YEAR_RE.findall(text))
+    out = []
+    for figure, scale, tail in _QUANTITY_RE.findall(text):
+        if _YEAR_RE.fullmatch(figure):
+            continue
+        words = [w for w in tail.split() if w not in _METRIC_STOP]
+        if len(words) < 2:
+            continue
+        value = f"{figure} {scale}".strip()
+        period = ",".join(sorted(years - {figure}))
+        out.append((" ".join(words[:2]), value, period))
+    return out
+
+
+_NAME_RE = re.compile(r"(?<=[\s(])([A-Z][a-z]+(?:[A-Z][a-z]+)*)\b")
+_NOT_NAMES = frozenset(("January", "February", "March", "April", "May", "June", "July",
+                        "August", "September", "October", "November", "December", "The",
+                        "This", "It", "Its", "They", "Their"))
+
+
+def names(sentence: str) -> set[str]:
+    """Capitalised words other than the sentence's first word: who or what it is about."""
+    return {n for n in _NAME_RE.findall(sentence) if n not in _NOT_NAMES} | (
+        {sentence.split()[0]} if sentence.split() and sentence.split()[0] not in _NOT_NAMES
+        and sentence.split()[0][:1].isupper() else set())
+
+
+def _conflict_reason(a: str, b: str) -> tuple[str, str]:
+    both = f"{normalise(a)} || {normalise(b)}"
+    if any(k in both for k in _SUPERSEDES):
+        return "conflict-resolved", "a newer source supersedes the older figure"
+    if any(k in both for k in _DEFINITION):
+        return "conflict-resolved", "a definition difference: the sources count different things"
+    if any(k in both for k in _FOOTNOTE):
+        return "conflict-resolved", "an outdated footnote: the main text's figure holds"
+    return "conflict-open", "unexplained: the sources give the same quantity different values"
+
+
+def find_conflicts(claims: list[dict]) -> list[dict]:
+    """Pairs of claims from different sources giving one quantity different values, in id
+    order; each with both ids, the values and a reason. One quantity: the same metric, the
+    same period, and a name both quotes mention (46% of meters for one supplier and 12% for
+    another are two quantities, not a conflict)."""
+    seen: dict[tuple[str, str], list[tuple[str, str, str, str]]] = {}
+    for claim in sorted(claims, key=lambda c: str(c.get("id"))):
+        cid, sid, quote = str(claim.get("id")), str(claim.get("source_id", "")), str(
+            claim.get("quote", ""))
+        for metric, value, period in quantities(quote):
+            seen.setdefault((metric, period), []).append((cid, sid, value, quote))
+    conflicts = []
+    for (metric, period), items in sorted(seen.items()):
+        for i, (aid, asrc, aval, aquote) in enumerate(items):
+            for bid, bsrc, bval, bquote in items[i + 1:]:
+                if asrc == bsrc or aval == bval or not names(aquote) & names(bquote):
+                    continue
+                status, reason = _conflict_reason(aquote, bquote)
+                conflicts.append({"ids": [aid, bid], "metric": metric,
+                                  "period": period, "values": [aval, bval],
+                                  "status": status, "reason": reason})
+    return conflicts

@@ -2,9 +2,10 @@
 
 A kind is a function ``run(ctx: UnitContext) -> KindOutcome``. It reads its
 dependencies' committed artifacts and its approved sources, calls models only
-through ``ctx.call_model`` (budgeted, ledgered, replayable), stages outputs
-with ``ctx.write`` and returns validator results. It never touches storage or
-changes a state: only the orchestrator does that.
+through the model step (``kinds.model_step.run_model_step``, which uses
+``ctx.call_model``: budgeted, ledgered, recorded, reusable, replayable), stages
+outputs with ``ctx.write`` and returns validator results with the problems behind
+them. It never touches storage or changes a state: only the orchestrator does that.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from keepstep.engine.core.inputs import Contract, InputSnapshot, SourceEntry
 from keepstep.engine.core.plan import Plan, Unit
 
 if TYPE_CHECKING:
+    from keepstep.engine.gateway.profile import ModelProfile
+    from keepstep.engine.gateway.prompts import Prompt
+    from keepstep.engine.kinds.model_step import CheckedAnswer, Checker, StepCall
     from keepstep.storage.models import Event
 
 
@@ -38,11 +42,17 @@ class ValidatorResult(BaseModel):
 
 
 class KindOutcome(BaseModel):
-    """What a kind returns: validator results, and optional facts for the checkpoint."""
+    """What a kind returns: validator results, and optional facts for the checkpoint.
+
+    ``problems`` (``answers.Problem`` dumps: field, rule, message, value) and ``answers``
+    (artifact paths of rejected model answers) say what is behind failed validators; the
+    orchestrator stores them with the attempt when it fails."""
 
     validators: list[ValidatorResult] = Field(default_factory=list)
     facts: dict[str, Any] = Field(default_factory=dict)  # small, e.g. {"evidence_count": 14}
     rounds: int = 1
+    problems: list[dict[str, str]] = Field(default_factory=list)
+    answers: list[str] = Field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -57,6 +67,7 @@ class UnitContext(Protocol):
     plan: Plan
     contract: Contract
     snapshot: InputSnapshot
+    revise_rounds: int  # revise rounds a model step may add after its first call
 
     def sources_for_unit(self) -> list[SourceEntry]:
         """Approved sources named by the unit's ``source:`` and ``group:`` inputs, by id."""
@@ -81,12 +92,24 @@ class UnitContext(Protocol):
         """A template from the project's ``templates/`` folder (``template:<name>`` input)."""
         ...
 
-    def call_model(self, payload: dict[str, Any], *, round: int = 1,
-                   expect_json: bool = True) -> dict[str, Any]:
-        """One model call through the gateway; returns the parsed JSON response.
+    def prompt(self, name: str) -> Prompt:
+        """The prompt template ``name`` (the project's ``prompts/<name>.md`` or the packaged
+        one)."""
+        ...
 
-        Raises BudgetExhausted before the call when the budget would be passed,
-        and the classified ModelError subclasses on provider failures.
+    def model_profile(self) -> ModelProfile:
+        """What is known about the unit's model: window, output cap, structured output."""
+        ...
+
+    def call_model(self, call: StepCall, *, check: Checker) -> CheckedAnswer:
+        """One round of a model step: send ``call.messages``, judge the answer with ``check``
+        and record it (``calls/*.json``, with its verdict). On a retry of the unit, an earlier
+        attempt's recorded answer to the very same request is reused when its file still has
+        its recorded hash and ``check`` passes it.
+
+        Raises RequestTooLarge before any call when the request cannot fit the model's
+        window, BudgetExhausted before the call when the budget would be passed, and the
+        classified ModelError subclasses on provider failures.
         """
         ...
 

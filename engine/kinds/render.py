@@ -6,6 +6,13 @@
 fails the structure validator. The evidence table's template lists its columns instead.
 Every finding cites evidence ids and the sources they come from, as
 ``[A1-e3, B2-e1] (sources: A1, B2)``.
+
+With a language model configured for the unit (anything but the offline heuristic), the
+report's executive summary and the brief's supporting findings are written by the model
+(the ``render`` prompt) from the syntheses' claims and the top risks; every sentence cites
+evidence ids, and every figure it states must be in what it cites. The offline heuristic
+keeps the rule-based text and makes no call. Tables, the recommendation rule and the
+appendix are always rule-based.
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ import csv
 import io
 import re
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from keepstep.engine.core.plan import UnitKind
 from keepstep.engine.kinds.common import (
@@ -31,6 +40,8 @@ from keepstep.engine.kinds.common import (
     result,
 )
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
+from keepstep.engine.kinds.model_step import StepResult, run_model_step
+from keepstep.engine.kinds.synthesize import Claim, claim_rules
 
 DOCUMENT_OUTPUTS = {
     "report": "report.md",
@@ -226,6 +237,44 @@ def _evidence_table(inp: _Inputs, template: str) -> tuple[str, list[str]]:
 
 
 _FILLERS = {"report": _report, "decision-brief": _brief, "appendix": _appendix}
+class RenderAnswer(BaseModel):
+    """The render step's answer: the section's sentences, each citing evidence ids."""
+
+    model_config = ConfigDict(extra="allow")
+
+    sentences: list[Claim]
+
+
+# The prose section a language model writes, per document.
+PROSE_SECTIONS = {"report": "executive_summary", "decision-brief": "supporting_findings"}
+
+
+def _prose(ctx: UnitContext, inp: _Inputs, document: str) -> tuple[str | None, StepResult]:
+    """The model-written section (``None`` when the step failed) and the step."""
+    findings = [{"title": s.get("title", ""), "question": s.get("question", ""),
+                 "claims": [{"text": c.get("text", ""), "evidence_ids": c.get("evidence_ids", [])}
+                            for c in s.get("claims", [])]} for s in inp.syntheses]
+    risks = [{"title": r["title"], "score": r["score"], "evidence_ids": r["evidence_ids"]}
+             for r in inp.risks()[:TOP_RISKS]]
+    quotes = {str(e["id"]): str(e.get("quote", "")) for e in inp.evidence}
+    # Ids cited by a finding or risk but not among the verified evidence given here carry
+    # the text that cites them, so a sentence restating that text passes the figure rule.
+    for item in [c for f in findings for c in f["claims"]] + [
+            {"text": r["title"], "evidence_ids": r["evidence_ids"]} for r in risks]:
+        for i in item["evidence_ids"]:
+            quotes[str(i)] = quotes.get(str(i), "") + " " + str(item["text"])
+    inputs = {"task": "render", "document": document, "section": PROSE_SECTIONS[document],
+              "audience": inp.audience, "findings": findings, "risks": risks,
+              "evidence": {k: v.strip() for k, v in sorted(quotes.items())}}
+    step = run_model_step(ctx, prompt="render", inputs=inputs, schema=RenderAnswer,
+                          rules=claim_rules("sentences", quotes))
+    if not step.ok:
+        return None, step
+    lines = [f"- {c.text.strip()} {cite(c.evidence_ids, inp.index)}"
+             for c in step.value.sentences]
+    return "\n".join(lines), step
+
+
 
 
 @register(SPEC)
@@ -233,6 +282,7 @@ def run(ctx: UnitContext) -> KindOutcome:
     document = str(ctx.unit.params.get("document", ""))
     name = str(ctx.unit.params.get("template", ""))
     shape: list[str] = []
+    step: StepResult | None = None
     if document not in DOCUMENT_OUTPUTS:
         shape.append(f"params.document is {document!r}; use one of {', '.join(DOCUMENT_OUTPUTS)}")
         return KindOutcome(validators=[result("structure", shape)])
@@ -257,6 +307,13 @@ def run(ctx: UnitContext) -> KindOutcome:
                   "goal": str(inp.contract.get("goal", "")),
                   "scope": str(inp.contract.get("scope", "")),
                   "notice": inp.notice_line(), **_FILLERS[document](inp)}
+        if document in PROSE_SECTIONS and not ctx.model_profile().offline:
+            ctx.safe_point(f"write the {PROSE_SECTIONS[document]} of {document}")
+            prose, step = _prose(ctx, inp, document)
+            if prose is not None:
+                values[PROSE_SECTIONS[document]] = prose
+            else:
+                shape += [f"{PROSE_SECTIONS[document]}: {p.line()}" for p in step.problems]
         text, unknown = fill_template(template, values)
         shape += [f"template {name} uses unknown placeholder {{{{{u}}}}}" for u in unknown]
         cited = cited_evidence_ids(text)
@@ -275,4 +332,6 @@ def run(ctx: UnitContext) -> KindOutcome:
         validators=[result("structure", shape, f"{DOCUMENT_OUTPUTS[document]} rendered"),
                     result("citations", citations, "every cited id is verified evidence")],
         facts=facts,
+        problems=[p.model_dump() for p in (step.problems if step else [])],
+        answers=list(step.answers if step else []),
     )

@@ -3,14 +3,25 @@
 The audience reaches a unit only through a ``contract:audience`` input (an audience
 edge); without one the unit writes for a general reader, so an audience edit cannot
 change its output. ``rank`` is the bounded loop: generate -> check claims -> revise,
-at most ``max_rounds`` rounds, each round's calls tagged with its round number.
+at most ``max_rounds`` rounds, each round's calls tagged with its round number; the check
+sees each risk with the quotes it cites, so a model can judge more than the rules can.
+
+Every claim must cite evidence ids of the given evidence, and every figure a claim states
+must appear in the evidence it cites (``figure_problems``): what a model writes stays
+grounded, and the rules say exactly which claim broke which rule when it does not.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from keepstep.engine.core.plan import UnitKind
+from keepstep.engine.gateway.answers import Problem, problem
+from keepstep.engine.gateway.offline_rules import normalise
 from keepstep.engine.kinds.common import (
     JSON,
     MARKDOWN,
@@ -23,8 +34,92 @@ from keepstep.engine.kinds.common import (
     result,
 )
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
+from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_step
 
 GENERAL_AUDIENCE = "general"
+
+
+class Claim(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    text: str = Field(description="one or two sentences")
+    evidence_ids: list[str] = Field(description="the ids of the evidence it rests on")
+
+
+class SynthesisAnswer(BaseModel):
+    """The synthesize step's answer: findings, each citing evidence ids."""
+
+    model_config = ConfigDict(extra="allow")
+
+    claims: list[Claim]
+    summary: str = ""
+
+
+class Risk(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(description="R1, R2, ... from the top")
+    title: str
+    score: int = Field(description="likelihood (1-5) x impact (1-5)")
+    evidence_ids: list[str]
+
+
+class RankAnswer(BaseModel):
+    """The rank step's answer: risks from the highest score down."""
+
+    model_config = ConfigDict(extra="allow")
+
+    risks: list[Risk]
+    round: int | None = None
+    revisions: list[str] = Field(default_factory=list)
+
+
+class CheckAnswer(BaseModel):
+    """The claim check's answer: the problems found (empty: none)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    problems: list[str]
+
+
+# A figure standing on its own: "2026", "4.5%", "1,250" — not the digits of "S01" or "A1-e3".
+_FIGURE_RE = re.compile(r"(?<![A-Za-z0-9_.,-])\d+(?:[.,]\d+)*%?(?![A-Za-z0-9_-])")
+
+
+def figures_of(text: str) -> list[str]:
+    """The stand-alone figures of a text, in order."""
+    return _FIGURE_RE.findall(text)
+
+
+def figure_problems(at: str, text: str, ids: list[str], quotes: Mapping[str, str]) -> list[Problem]:
+    """A problem per figure of ``text`` that none of the cited quotes contains."""
+    cited = set()
+    for i in ids:
+        cited |= set(figures_of(normalise(quotes.get(i, ""))))
+    return [problem(f"{at}.text", "cited_figure", "the figure is in none of the cited quotes",
+                    f) for f in figures_of(normalise(text)) if f not in cited]
+
+
+def claim_rules(field_name: str, quotes: Mapping[str, str]) -> Any:
+    """Rules for an answer of claims: text, at least one known id, figures in the cited
+    quotes."""
+
+    def rules(answer: Any, inputs: Mapping[str, Any]) -> list[Problem]:
+        claims = getattr(answer, field_name)
+        problems: list[Problem] = []
+        if quotes and not claims:
+            problems.append(problem(field_name, "non_empty", "no claims were made"))
+        for n, c in enumerate(claims):
+            at = f"{field_name}[{n}]"
+            if not c.text.strip():
+                problems.append(problem(f"{at}.text", "required", "the claim has no text"))
+            if not c.evidence_ids:
+                problems.append(problem(f"{at}.evidence_ids", "cites", "cites no evidence"))
+            problems += known_ids(f"{at}.evidence_ids", c.evidence_ids, set(quotes))
+            problems += figure_problems(at, c.text, c.evidence_ids, quotes)
+        return problems
+
+    return rules
 
 SYNTHESIZE = KindSpec(
     name="synthesize",
@@ -86,10 +181,15 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
     index = evidence_index(evidence)
     audience, question = audience_for(ctx), question_for(ctx)
     response: dict[str, Any] = {}
+    step: StepResult | None = None
     if evidence:
         ctx.safe_point(f"synthesize over {len(evidence)} statement(s)")
-        response = ctx.call_model({"task": "synthesize", "question": question,
-                                   "audience": audience, "evidence": evidence})
+        quotes = {str(e["id"]): str(e.get("quote", "")) for e in evidence}
+        step = run_model_step(ctx, prompt="synthesize", inputs={
+            "task": "synthesize", "question": question, "audience": audience,
+            "evidence": evidence}, schema=SynthesisAnswer, rules=claim_rules("claims", quotes))
+        response = step.parsed
+        shape += [p.line() for p in step.problems if p.rule != "known_id"]
     raw = response.get("claims") if isinstance(response, dict) else None
     if evidence and not isinstance(raw, list):
         shape.append("the response has no claims list")
@@ -124,27 +224,43 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
         validators=[result("structure", shape, f"{len(claims)} claim(s)"),
                     result("citations", citations, "every cited id is in the given evidence")],
         facts={"claims": len(claims), "evidence_count": len(evidence), "audience": audience},
+        problems=[p.model_dump() for p in (step.problems if step else [])],
+        answers=list(step.answers if step else []),
     )
 
 
 # --- rank ------------------------------------------------------------------------------
-def _rule_problems(risks: list[dict[str, Any]]) -> list[str]:
-    """What a ranking must satisfy whatever the model says: ids unique, scores 1-25, sorted."""
-    problems: list[str] = []
-    seen: set[str] = set()
-    previous: int | None = None
-    for risk in risks:
-        rid, score = str(risk.get("id")), risk.get("score")
-        if rid in seen:
-            problems.append(f"{rid} is listed twice")
-        seen.add(rid)
-        if not isinstance(score, int) or not 1 <= score <= 25:
-            problems.append(f"{rid} score {score!r} is outside 1-25")
-            continue
-        if previous is not None and score > previous:
-            problems.append(f"{rid} scores higher than the risk ranked above it")
-        previous = score
-    return problems
+def _rank_rules(known: set[str], quotes: Mapping[str, str]) -> Any:
+    """What a ranking must satisfy whatever the model says: ids unique, scores 1-25, sorted,
+    cited ids known, a figure in a title in the evidence it cites. (Whether the evidence
+    bears a risk out is the claim check's question.)"""
+
+    def rules(answer: RankAnswer, inputs: Mapping[str, Any]) -> list[Problem]:
+        problems: list[Problem] = []
+        seen: set[str] = set()
+        previous: int | None = None
+        for n, risk in enumerate(answer.risks):
+            at = f"risks[{n}]"
+            if risk.id in seen:
+                problems.append(problem(f"{at}.id", "unique", "is listed twice", risk.id))
+            seen.add(risk.id)
+            problems += known_ids(f"{at}.evidence_ids", risk.evidence_ids, known)
+            problems += [problem(f"{at}.title", "cited_figure",
+                                 "the figure is in none of the cited quotes", f)
+                         for f in figures_of(normalise(risk.title))
+                         if f not in {g for i in risk.evidence_ids
+                                      for g in figures_of(normalise(quotes.get(i, "")))}]
+            if not 1 <= risk.score <= 25:
+                problems.append(problem(f"{at}.score", "range", "must be 1-25", risk.score))
+                continue
+            if previous is not None and risk.score > previous:
+                problems.append(problem(f"{at}.score", "order",
+                                        "scores higher than the risk ranked above it",
+                                        risk.score))
+            previous = risk.score
+        return problems
+
+    return rules
 
 
 def _risks_of(response: Any, index: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
@@ -186,20 +302,31 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
     rounds: list[dict[str, Any]] = []
     responses: list[Any] = []
     stop = "no verified evidence"
+    quotes = {str(e["id"]): str(e.get("quote", "")) for e in evidence}
+    steps: list[StepResult] = []
     for rnd in range(1, max_rounds + 1) if evidence else ():
         ctx.safe_point(f"rank round {rnd}/{max_rounds}")
-        ranked = ctx.call_model({"task": "rank", "question": question, "audience": audience,
-                                 "evidence": evidence, "round": rnd, "feedback": problems},
-                                round=rnd)
+        rank_step = run_model_step(ctx, prompt="rank", inputs={
+            "task": "rank", "question": question, "audience": audience, "evidence": evidence,
+            "round": rnd, "feedback": problems}, schema=RankAnswer,
+            rules=_rank_rules(set(known), quotes), round=rnd, label=f"round {rnd}")
+        ranked = rank_step.parsed
         risks = _risks_of(ranked, index)
         ctx.safe_point(f"check round {rnd}/{max_rounds}")
-        checked = ctx.call_model({"task": "check", "evidence_ids_known": known, "claims": [
-            {"id": r["id"], "evidence_ids": r["evidence_ids"]} for r in risks]}, round=rnd)
+        check_step = run_model_step(ctx, prompt="check", inputs={
+            "task": "check", "evidence_ids_known": known, "claims": [
+                {"id": r["id"], "title": r["title"], "score": r["score"],
+                 "evidence_ids": r["evidence_ids"],
+                 "evidence": [{"id": i, "quote": quotes[i]} for i in r["evidence_ids"]
+                              if i in quotes]} for r in risks]},
+            schema=CheckAnswer, round=rnd, label=f"check round {rnd}")
+        steps += [rank_step, check_step]
+        checked = check_step.parsed
         responses += [ranked, checked]
         found = checked.get("problems") if isinstance(checked, dict) else None
         problems = [str(p) for p in found] if isinstance(found, list) else [
             "the check response has no problems list"]
-        problems += _rule_problems(risks)
+        problems += [p.line() for p in rank_step.problems]
         revisions = ranked.get("revisions") if isinstance(ranked, dict) else None
         rounds.append({"round": rnd, "risk_ids": [r["id"] for r in risks], "problems": problems,
                        "revisions": [str(x) for x in revisions or []]})
@@ -232,4 +359,6 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
         ],
         facts={"rounds": len(rounds), "stop": stop, "risks": len(risks)},
         rounds=max(1, len(rounds)),
+        problems=[p.model_dump() for s in steps[-2:] for p in s.problems],
+        answers=[a for s in steps for a in s.answers],
     )

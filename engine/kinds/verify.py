@@ -2,18 +2,27 @@
 
 Rules first (cheap, certain): the evidence must cite a source its extraction unit was
 given, and the quote must occur in that source. Only the survivors go to the model, in
-one call, each with its source text as the passage. The passage is never written out:
-``verified.json`` keeps the quote and nothing more of the source.
+one step (several when they do not fit one request), each claim with its own passage —
+the paragraph of its source that holds the quote, never the whole source. The model judges
+each claim against its passage and lists conflicts: two sources giving one quantity
+different values (both ids, the values, the reason, ``conflict-open`` or
+``conflict-resolved``). No passage is written out: ``verified.json`` keeps the quote and
+nothing more of the source.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from keepstep.engine.core.plan import UnitKind
+from keepstep.engine.gateway.answers import Problem, problem
 from keepstep.engine.kinds.common import (
     EVIDENCE_REQUIRED,
     JSON,
+    collapse_ws,
     dep_units,
     dump_json,
     natural_key,
@@ -24,10 +33,111 @@ from keepstep.engine.kinds.common import (
     unit_source_ids,
 )
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
+from keepstep.engine.kinds.extract import paragraphs
+from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_step, step_tokens
 
 OUTPUT = "verified.json"
 DEFAULT_MIN_SUPPORTED = 0.5
 _KEPT_FIELDS = ("id", "source_id", "group", "topic", "quote", "figures")
+
+PROMPT = "verify"
+CONFLICT_STATES = ("conflict-open", "conflict-resolved")
+
+
+class Verdict(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    supported: bool
+    reason: str = ""
+
+
+class Conflict(BaseModel):
+    model_config = ConfigDict(extra="allow", coerce_numbers_to_str=True)
+
+    ids: list[str] = Field(description="the two claim ids that disagree")
+    metric: str = Field(description="the quantity both give")
+    values: list[str] = Field(description="the two values, as quoted")
+    reason: str = Field(description="why they differ")
+    status: Literal["conflict-open", "conflict-resolved"]
+    period: str | None = None
+
+
+class VerifyAnswer(BaseModel):
+    """The claim check's answer: a verdict per claim, and the conflicts found."""
+
+    model_config = ConfigDict(extra="allow")
+
+    results: list[Verdict]
+    conflicts: list[Conflict] = Field(default_factory=list)
+
+
+def _verify_rules(answer: VerifyAnswer, inputs: Mapping[str, Any]) -> list[Problem]:
+    claims = {str(c["id"]) for c in inputs.get("claims", [])}
+    problems: list[Problem] = []
+    answered: set[str] = set()
+    for n, verdict in enumerate(answer.results):
+        if verdict.id not in claims:
+            problems.append(problem(f"results[{n}].id", "known_id",
+                                    "is not a claim id of INPUT", verdict.id))
+        elif verdict.id in answered:
+            problems.append(problem(f"results[{n}].id", "unique", "judged twice", verdict.id))
+        answered.add(verdict.id)
+    problems += [problem("results", "complete", "no verdict for this claim", cid)
+                 for cid in sorted(claims - answered, key=natural_key)]
+    quotes = {str(c["id"]): str(c.get("quote", "")) for c in inputs.get("claims", [])}
+    for n, conflict in enumerate(answer.conflicts):
+        problems += known_ids(f"conflicts[{n}].ids", conflict.ids, claims)
+        both = collapse_ws(" ".join(quotes.get(i, "") for i in conflict.ids)).lower()
+        problems += [problem(f"conflicts[{n}].values", "quoted_value",
+                             "a value must be copied from one of the two quotes", v)
+                     for v in conflict.values if collapse_ws(str(v)).lower() not in both]
+        if len(set(conflict.ids)) != 2:
+            problems.append(problem(f"conflicts[{n}].ids", "pair",
+                                    "a conflict names exactly two different claims",
+                                    conflict.ids))
+    return problems
+
+
+def passage_for(quote: str, text: str) -> str:
+    """The paragraph of ``text`` holding ``quote`` (or the fewest adjacent paragraphs that
+    do); the whole text only when no paragraph run holds it."""
+    paras = paragraphs(text)
+    for width in range(1, len(paras) + 1):
+        for start in range(0, len(paras) - width + 1):
+            window = "\n\n".join(paras[start:start + width])
+            if quote_in_text(quote, window):
+                return window
+    return text
+
+
+def _batches(ctx: UnitContext, claims: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The claims in one batch when the request fits, else consecutive batches that each do."""
+    limit = ctx.model_profile().input_tokens
+
+    def fits(batch: list[dict[str, Any]]) -> bool:
+        return step_tokens(ctx, prompt=PROMPT, inputs={"task": "verify", "claims": batch},
+                           schema=VerifyAnswer) <= limit
+
+    if fits(claims):
+        return [claims]
+    batches: list[list[dict[str, Any]]] = []
+    current: list[dict[str, Any]] = []
+    for claim in claims:
+        if current and not fits([*current, claim]):
+            batches.append(current)
+            current = []
+        if not fits([claim]):
+            tokens = step_tokens(ctx, prompt=PROMPT, inputs={"task": "verify",
+                                                              "claims": [claim]},
+                                 schema=VerifyAnswer)
+            raise ctx.model_profile().too_large(
+                f"{ctx.unit.id}: the claim check of {claim['id']}", tokens)
+        current.append(claim)
+    if current:
+        batches.append(current)
+    return batches
+
 
 SPEC = KindSpec(
     name="verify",
@@ -97,17 +207,27 @@ def run(ctx: UnitContext) -> KindOutcome:
 
     verdicts: dict[str, dict[str, Any]] = {}
     responses: list[dict[str, Any]] = []
-    if candidates:
-        ctx.safe_point(f"claim check of {len(candidates)} statement(s)")
-        response = ctx.call_model({"task": "verify", "claims": [
-            {"id": e["id"], "quote": e["quote"], "passage": texts[e["source_id"]]}
-            for e in candidates]})
-        responses.append(response)
-        results = response.get("results") if isinstance(response, dict) else None
+    conflicts: list[dict[str, Any]] = []
+    steps: list[StepResult] = []
+    claims = [{"id": e["id"], "source_id": e["source_id"], "quote": e["quote"],
+               "passage": passage_for(str(e["quote"]), texts[e["source_id"]])}
+              for e in candidates]
+    batches = _batches(ctx, claims) if claims else []
+    for b, batch in enumerate(batches, start=1):
+        part = f", batch {b}/{len(batches)}" if len(batches) > 1 else ""
+        ctx.safe_point(f"claim check of {len(batch)} statement(s){part}")
+        step = run_model_step(ctx, prompt=PROMPT, inputs={"task": "verify", "claims": batch},
+                              schema=VerifyAnswer, rules=_verify_rules, label=part.lstrip(", "))
+        steps.append(step)
+        responses.append(step.parsed)
+        results = step.parsed.get("results")
         if not isinstance(results, list):
             shape.append("the claim check response has no results list")
             results = []
-        verdicts = {str(r.get("id")): r for r in results if isinstance(r, dict)}
+        verdicts.update({str(r.get("id")): r for r in results if isinstance(r, dict)})
+        found = step.parsed.get("conflicts")
+        conflicts += [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
+        shape += [p.line() for p in step.problems if p.rule != "complete"]
 
     supported: list[dict[str, Any]] = []
     unanswered: list[str] = []
@@ -140,6 +260,7 @@ def run(ctx: UnitContext) -> KindOutcome:
         "checked": checked,
         "evidence": supported,
         "rejected": rejected,
+        "conflicts": conflicts,
         "notice": "; ".join(notices(*responses)),
     }
     ctx.write(OUTPUT, dump_json(doc), media_type=JSON, source_ids=source_ids)
@@ -150,5 +271,8 @@ def run(ctx: UnitContext) -> KindOutcome:
             result("claim_check", claim_problems, f"{fraction:.0%} of {checked} supported"),
         ],
         facts={"checked": checked, "supported": len(supported), "rejected": len(rejected),
-               "supported_fraction": fraction},
+               "supported_fraction": fraction,
+               **({"conflicts": len(conflicts)} if conflicts else {})},
+        problems=[p.model_dump() for s in steps for p in s.problems],
+        answers=[a for s in steps for a in s.answers],
     )

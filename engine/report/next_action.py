@@ -31,7 +31,11 @@ def next_action(status: Any, decision: Decision) -> str:
     budget_units = [u for u, v in status.units.items() if v.state == "blocked"
                     and (v.reason or "").startswith("budget")]
     if budget_units:
-        return (f"raise the budget ({_cmd(status, 'budget raise', '--calls N --reason ...')}), "
+        reason = status.units[budget_units[0]].reason or ""
+        exact = reason.split("raise with `", 1)[1].split("`", 1)[0] if "raise with `" in reason \
+            else None
+        command = f"`{exact}`" if exact else _cmd(status, "budget raise", "--calls N --reason ...")
+        return (f"raise the budget ({command}), "
                 f"then resume ({resume}) ({', '.join(budget_units)} blocked: "
                 f"{status.units[budget_units[0]].reason})")
     if status.pending_approvals:

@@ -23,6 +23,9 @@ class UnitView(BaseModel):
     attempts: int
     current_attempt: str | None
     reason: str | None = None
+    # A failed unit's validator problems and rejected answers (see UnitExplanation).
+    problems: list[dict[str, Any]] = Field(default_factory=list)
+    answers: list[str] = Field(default_factory=list)
 
 
 class RunStatus(BaseModel):
@@ -115,6 +118,8 @@ def run_status(run: RunHandle) -> RunStatus:
             attempts=attempts.get(u.id, 0),
             current_attempt=lease.attempt_id if lease else (rec.attempt if rec else None),
             reason=st.reason if st else None,
+            problems=list((st.details.get("diagnosis") or {}).get("problems", [])) if st else [],
+            answers=list((st.details.get("diagnosis") or {}).get("answers", [])) if st else [],
         )
     c = counts(facts, plan, ready)
     orphans = store.orphaned_attempts(run.run_id)

@@ -3,6 +3,12 @@
 claim -> execute (model calls via the gateway) -> stage -> verify -> commit.
 A heartbeat thread renews the lease; losing it (a stale token) stops the
 attempt at its next safe point and leaves its files as an orphan.
+
+Model calls (``AttemptContext.call_model``): every answer is recorded as a hashed attempt
+artifact ``calls/r<round>-<n>.json`` with its verdict, and its ledger row points at it. A
+retry of the unit reuses an earlier attempt's verified answer to the same request (the
+rules are in ``run.call_reuse``) and records the reuse in the ledger (outcome ``reused``,
+cost 0); a tampered file is refused, with an event, and the call is paid again.
 """
 
 from __future__ import annotations
@@ -20,7 +26,6 @@ from keepstep.engine.core.timefmt import iso_utc
 from keepstep.engine.errors import (
     AuthError,
     BudgetExhausted,
-    InvalidOutput,
     KeepstepError,
     LeaseLost,
     ModelError,
@@ -31,6 +36,8 @@ from keepstep.engine.errors import (
 )
 from keepstep.engine.files.project import ProjectFiles
 from keepstep.engine.kinds.context import KindOutcome
+from keepstep.engine.kinds.model_step import DEFAULT_REVISE_ROUNDS, CheckedAnswer, StepCall
+from keepstep.engine.run.call_reuse import ReuseIndex
 from keepstep.storage import (
     ArtifactEntry,
     Claim,
@@ -81,6 +88,12 @@ def input_fingerprints(unit: Unit, files: ProjectFiles, snapshot: InputSnapshot,
             out[ref] = templates.get(name, "")
         elif kind == "policy":
             out[ref] = versions.get(name, "")
+    from keepstep.engine.core.changes import prompt_refs
+
+    for ref in prompt_refs(unit):
+        # The prompt's hash joins the unit's fingerprint: a prompt edit is a typed change.
+        if ref in versions:
+            out[ref] = versions[ref]
     return out
 
 
@@ -125,7 +138,6 @@ class AttemptContext:
         self.records = records
         self.gateway = gateway
         self.model = model
-        self.api_base = api_base
         self.replay = replay
         self.cancel = cancel
         self.lease_lost = lease_lost
@@ -137,6 +149,15 @@ class AttemptContext:
         self.progress = "claimed"
         self._call_seq = 0
         self.model_calls = 0
+        self.reused_calls = 0
+        self.revisions = 0
+        config = files.config
+        self.revise_rounds = getattr(config, "revise_rounds", DEFAULT_REVISE_ROUNDS)
+        self.api_base = (config.api_base_for(model) if hasattr(config, "api_base_for")
+                         else api_base)
+        self._prompts: dict[str, Any] = {}
+        self._profile: Any = None
+        self._reuse: ReuseIndex | None = None
 
     # -- reading ---------------------------------------------------------------
     def sources_for_unit(self) -> list[SourceEntry]:
@@ -219,19 +240,53 @@ class AttemptContext:
             fencing_token=self.claim.fencing_token)
 
     # -- model calls -------------------------------------------------------------
-    def call_model(self, payload: dict[str, Any], *, round: int = 1,
-                   expect_json: bool = True) -> dict[str, Any]:
+    def prompt(self, name: str) -> Any:
+        if name not in self._prompts:
+            from keepstep.engine.gateway.prompts import load_prompt
+
+            self._prompts[name] = load_prompt(name, self.files.root)
+        return self._prompts[name]
+
+    def model_profile(self) -> Any:
+        if self._profile is None:
+            from keepstep.engine.gateway.profile import model_profile
+
+            cfg = self.files.config
+            self._profile = model_profile(self.model, max_tokens=cfg.max_tokens,
+                                          context_tokens=cfg.context_tokens)
+        return self._profile
+
+    def _ledger(self) -> Any:
+        from keepstep.engine.gateway.call_ledger import StoreCallLedger
+
+        return StoreCallLedger(self.store, self.run_id, self.branch_id)
+
+    def call_model(self, call: StepCall, *, check: Any) -> CheckedAnswer:
+        from keepstep.engine.gateway.answers import problem, summary
+        from keepstep.engine.gateway.call_ledger import artifact_ref
         from keepstep.engine.gateway.client import CallContext, ModelRequest, request_hash
 
         self.safe_point()
-        self._call_seq += 1
+        profile = self.model_profile()
+        cfg = self.files.config
         request = ModelRequest(
-            model=self.model,
-            messages=[{"role": "user", "content": canonical_json(payload)}],
-            api_base=self.api_base,
-            expect_json=expect_json,
+            model=self.model, messages=call.messages, temperature=cfg.temperature,
+            max_tokens=profile.output_tokens, api_base=self.api_base,
+            timeout_s=cfg.request_timeout_s,
+            response_format=profile.response_format(call.schema_name, call.json_schema),
+            options=profile.options(),
         )
+        tokens_in = profile.count(call.messages)
+        if tokens_in > profile.input_tokens:
+            what = f"{self.unit.id}: the {call.prompt} request" + (
+                f" ({call.label})" if call.label else "")
+            raise profile.too_large(what, tokens_in)
         rhash = request_hash(request)
+        self._call_seq += 1
+        ctx = CallContext(run_id=self.run_id, branch=self.branch_id, unit=self.unit.id,
+                          attempt=self.attempt_id, round=call.round)
+        result = None
+        reused_from: str | None = None
         if self.replay is not None:
             content = self.replay.get(rhash)
             if content is None:
@@ -240,21 +295,52 @@ class AttemptContext:
                     "sources or prompts changed since the recorded run",
                     hint="replay reproduces a run exactly; use resume to run changed units",
                 )
+            value, parsed, problems = check(content)
         else:
-            crash_point("unit.before_call")
-            ctx = CallContext(run_id=self.run_id, branch=self.branch_id, unit=self.unit.id,
-                              attempt=self.attempt_id, round=round)
-            result = self.gateway.complete(ctx, request)
-            crash_point("unit.after_call")
-            content = result.content
-            self.model_calls += 1
-        name = f"calls/r{round}-{self._call_seq:03d}.json"
-        self.write(name, {"request_hash": rhash, "model": self.model, "round": round,
-                          "content": content}, media_type="application/json")
-        try:
-            return json.loads(content) if expect_json else {"text": content}
-        except json.JSONDecodeError as exc:
-            raise InvalidOutput(f"{self.unit.id}: model output is not JSON ({exc.msg})") from None
+            if self._reuse is None:
+                self._reuse = ReuseIndex(self.store, self.run_id, self.branch_id, self.unit.id,
+                                         self.attempt_id, self.records.get(self.unit.id))
+            found = self._reuse.answer(rhash, check)
+            if found is not None:
+                reused_from, content, (value, parsed, problems) = found
+            else:
+                crash_point("unit.before_call")
+                est_out = profile.output_tokens
+                result = self.gateway.complete(
+                    ctx, request, est_tokens=tokens_in + est_out,
+                    est_cost=profile.estimate_cost(tokens_in, est_out))
+                crash_point("unit.after_call")
+                content = result.content
+                self.model_calls += 1
+                value, parsed, problems = check(content)
+                if result.finish_reason == "length":
+                    problems = [problem("(answer)", "truncated",
+                                        f"the answer was cut off at max_tokens = "
+                                        f"{profile.output_tokens}; answer more briefly"),
+                                *problems]
+        name = f"calls/r{call.round}-{self._call_seq:03d}.json"
+        record: dict[str, Any] = {
+            "request_hash": rhash, "model": self.model, "round": call.round,
+            "revision": call.revision, "prompt": call.prompt,
+            "prompt_sha256": call.prompt_sha256, "content": content,
+            "valid": not problems, "problems": [p.model_dump() for p in problems]}
+        if reused_from:
+            record["reused_from"] = reused_from
+        self.write(name, record, media_type="application/json")
+        entry = self.staged[-1]
+        ref = artifact_ref(entry.path, entry.sha256)
+        if reused_from is not None:
+            self._ledger().record_reuse(ctx, model=self.model, request_hash=rhash,
+                                        response_artifact=ref)
+            self.reused_calls += 1
+        elif result is not None and result.call_id:
+            self._ledger().record_verdict(result.call_id, result, valid=not problems,
+                                          response_artifact=ref,
+                                          safe_message=summary(problems) if problems else None)
+        if call.revision:
+            self.revisions += 1
+        return CheckedAnswer(content=content, value=value, parsed=parsed, problems=problems,
+                             reused=reused_from is not None, artifact=entry.path)
 
     # -- writing -----------------------------------------------------------------
     def write(self, name: str, data: bytes | str | dict | list, *, media_type: str | None = None,
@@ -339,16 +425,46 @@ def build_record(ctx: AttemptContext, outcome: KindOutcome,
         # per commit: what made bookkeeping grow with the plan).
         inputs_fp=inputs_fp, unit_fp=sha256_hex(canonical_json(ctx.unit.model_dump(mode="json"))),
         plan_n=ctx.plan_n,
-        facts={**outcome.facts, "rounds": outcome.rounds, "model_calls": ctx.model_calls},
+        facts={**outcome.facts, "rounds": outcome.rounds, "model_calls": ctx.model_calls,
+               **({"reused_calls": ctx.reused_calls} if ctx.reused_calls else {}),
+               **({"revise_rounds": ctx.revisions} if ctx.revisions else {})},
         validators_passed=outcome.passed,
     )
+
+
+_DIAGNOSIS_PROBLEMS = 20
+
+
+def record_diagnosis(ctx: AttemptContext, outcome: KindOutcome) -> dict[str, Any]:
+    """What is behind an attempt's failed validators, kept with the attempt: the failed
+    validators' details, the model answers' problems (field, rule, message, offending value —
+    never more of a source than the offending quote) and the recorded rejected answers.
+
+    Written as the attempt's ``problems.json`` artifact (hashed like every artifact); the
+    returned dict is what the attempt's events and the unit's status carry."""
+    problems = outcome.problems[:_DIAGNOSIS_PROBLEMS]
+    diagnosis: dict[str, Any] = {
+        "validators": [{"name": v.name, "detail": v.detail} for v in outcome.validators
+                       if not v.passed],
+        "problems": problems,
+        "more_problems": max(0, len(outcome.problems) - len(problems)),
+        "answers": list(outcome.answers),
+    }
+    ctx.write("problems.json", diagnosis, media_type="application/json")
+    diagnosis["file"] = ctx.staged[-1].path
+    return diagnosis
 
 
 def blocked_reason(exc: BaseException) -> tuple[str, str, dict[str, Any]]:
     """(status, reason, details) for an error that needs a person or a decision."""
     if isinstance(exc, BudgetExhausted):
-        return "blocked", "budget: " + str(exc).split(" — ")[0].split(": ", 1)[-1], {
-            "kind": "budget", "figures": exc.figures}
+        details: dict[str, Any] = {"kind": "budget", "figures": exc.figures}
+        reason = "budget: " + str(exc).split(" — ")[0].split(": ", 1)[-1]
+        command = getattr(exc, "raise_command", None)
+        if command:
+            details["raise"] = command
+            reason += f"; raise with `{command}`"
+        return "blocked", reason, details
     if isinstance(exc, QuotaExhausted):
         return "blocked", "provider quota exhausted", {"kind": "quota"}
     if isinstance(exc, AuthError):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from keepstep.engine.errors import BudgetDecisionError
-from keepstep.storage import EventIn
+from keepstep.engine.errors import BudgetDecisionError, BudgetExhausted
+from keepstep.storage import Budget, BudgetLimitReached, EventIn
 
 if TYPE_CHECKING:
     from keepstep.engine.run.handle import RunHandle
@@ -14,7 +14,21 @@ KNOWN = ("calls", "tool_calls", "tokens", "cost", "wall_time_s", "retries", "rec
          "storage_bytes")
 
 
-def raise_budget(run: RunHandle, *, reason: str, who: str, limits: dict[str, float | None]) -> Any:
+def charge_retry(run: RunHandle, unit: str) -> BudgetExhausted | None:
+    """Charge one unit retry to the ``retries`` budget; the BudgetExhausted to block the unit
+    with when that would pass the limit (nothing is charged then)."""
+    from keepstep.engine.gateway.call_ledger import StoreCallLedger
+
+    ledger = StoreCallLedger(run.store, run.run_id, run.branch_id)
+    try:
+        run.store.add_usage(run.run_id, {"retries": 1}, branch_id=run.branch_id, enforce=True)
+    except BudgetLimitReached as exc:
+        return ledger._exhausted(unit, exc, "the unit was not retried")
+    return None
+
+
+def raise_budget(run: RunHandle, *, reason: str, who: str,
+                 limits: dict[str, float | None]) -> Budget:
     """Raise limits with a decision event; release units that the budget blocked.
 
     Raises BudgetDecisionError (nothing recorded) for an unknown counter, no limit, an empty

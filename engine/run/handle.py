@@ -277,10 +277,14 @@ class Workspace:
 
     def versions(self) -> dict[str, str]:
         """The code, model, prompt, tool and policy versions a checkpoint records."""
+        from keepstep.engine.gateway.prompts import prompt_hashes
+
         cfg = self.files.config
         return {"code": PRODUCER_VERSION, "model": cfg.default_model, "prompt": PROMPT_VERSION,
                 "tool": "kinds-1", "policy": cfg.versions.get("policy", "policy-1"),
-                **{k: v for k, v in cfg.versions.items() if k != "policy"}}
+                **{k: v for k, v in cfg.versions.items() if k != "policy"},
+                # "prompt:<name>": sha256 — an edited prompt is a typed change (core.changes)
+                **prompt_hashes(self.root)}
 
     def run_handle(self, run_id: str, branch_id: str = "main") -> RunHandle:
         """A handle on a run known to exist (``engine.api.Project`` returns its ``Run``)."""
@@ -432,8 +436,7 @@ class RunHandle:
 
     def model_for(self, unit: Unit) -> str:
         """The model a unit calls: its kind's model from keepstep.toml, else the default."""
-        cfg = self.project.files.config
-        return cfg.models.get(unit.kind.value, cfg.default_model)
+        return self.project.files.config.model_for(unit.id, unit.kind.value)
 
     def gateway(self) -> ModelGateway:
         """The run's model gateway (built once; the injected factory's when given)."""

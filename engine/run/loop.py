@@ -87,6 +87,7 @@ from keepstep.engine.run.attempt import (
     blocked_reason,
     build_record,
     input_fingerprints,
+    record_diagnosis,
     verify_staged,
 )
 from keepstep.engine.run.gates import request_gates
@@ -571,7 +572,8 @@ class RunLoop:
             if not outcome.passed and unit.kind != UnitKind.audit:
                 failed = [v.name for v in outcome.validators if not v.passed]
                 return self._fail(claim, unit, "failed", "validators failed: "
-                                  + ", ".join(failed), "invalid_output")
+                                  + ", ".join(failed), "invalid_output",
+                                  diagnosis=record_diagnosis(ctx, outcome))
             ctx.safe_point("verified")
             record = build_record(ctx, outcome, input_fingerprints(
                 unit, run.project.files, run.snapshot, run.templates, run.versions))
@@ -668,8 +670,11 @@ class RunLoop:
         return AttemptResult(unit.id, aid, "blocked", message)
 
     def _fail(self, claim: Any, unit: Any, attempt_status: str, message: str, error_class: str,
-              *, final: bool = False) -> AttemptResult:
-        """Record a failed attempt; retry within bounds, then mark the unit failed."""
+              *, final: bool = False, diagnosis: dict[str, Any] | None = None) -> AttemptResult:
+        """Record a failed attempt; retry within bounds (and the retries budget), then mark
+        the unit failed. ``diagnosis`` (validator problems, rejected answers) goes with the
+        attempt's event and the unit's status."""
+        from keepstep.engine.run.budget import charge_retry
         run, store = self.run, self.store
         aid = claim.attempt_id
         store.set_attempt_status(run.run_id, aid, attempt_status, error_class=error_class,
@@ -687,14 +692,28 @@ class RunLoop:
             store.append_event(run.run_id, "alert.repeated_error", branch_id=run.branch_id,
                                unit=unit.id, payload={"error_class": error_class,
                                                       "count": len(same_errors)})
+        extra = {"diagnosis": diagnosis} if diagnosis else {}
         if final or len(tries) > limit:
             store.set_unit_status(run.run_id, run.branch_id, unit.id, "failed", message,
-                                  {"kind": error_class, "attempts": len(tries)}, attempt_id=aid)
+                                  {"kind": error_class, "attempts": len(tries), **extra},
+                                  attempt_id=aid)
+            if diagnosis:
+                store.append_event(run.run_id, "attempt.failed", branch_id=run.branch_id,
+                                   unit=unit.id, attempt_id=aid, payload={
+                                       "error_class": error_class, "message": message[:300],
+                                       "will_retry": False, **extra})
             return AttemptResult(unit.id, aid, "failed", message)
-        store.add_usage(run.run_id, {"retries": 1}, branch_id=run.branch_id)
+        over = charge_retry(run, unit.id)
+        if over is not None:
+            # The retries budget is never passed: the unit waits for a budget decision.
+            _status, reason, details = blocked_reason(over)
+            store.set_unit_status(run.run_id, run.branch_id, unit.id, "blocked", reason,
+                                  {**details, **extra}, attempt_id=aid)
+            return AttemptResult(unit.id, aid, "blocked", reason)
         store.append_event(run.run_id, "attempt.failed", branch_id=run.branch_id, unit=unit.id,
                            attempt_id=aid, payload={"error_class": error_class,
-                                                    "message": message[:300], "will_retry": True})
+                                                    "message": message[:300], "will_retry": True,
+                                                    **extra})
         return AttemptResult(unit.id, aid, "retry", message)
 
     def _cutoff(self, unit_id: str, record: UnitRecord,

@@ -120,10 +120,10 @@ CASES: list[Case] = [
                 Worker()),
          observe=(DB, REMOTE), expect="done", reexec=frozenset({"U07"}),
          no_dup=("commit:U07",), checks=("provider_charges_in_ledger",)),
-    Case(id="F17", group="provider", what="malformed output (not JSON): the attempt fails as "
-         "invalid output and U07 is retried as a2", pre=FRESH,
-         injection="provider: non-JSON content for C1 once",
-         provider=({"match": C1, "do": "malformed", "times": 1},), steps=(Worker(),),
+    Case(id="F17", group="provider", what="malformed output (not JSON) in every round of C1's "
+         "step: the attempt fails as invalid output and U07 is retried as a2", pre=FRESH,
+         injection="provider: non-JSON content for C1's first ask and both revise rounds",
+         provider=({"match": C1, "do": "malformed", "times": 3},), steps=(Worker(),),
          observe=(DB, REMOTE), expect="done", reexec=frozenset({"U07"}),
          no_dup=("commit:U07",), checks=("provider_charges_in_ledger",)),
     Case(id="F18", group="provider", what="U28's claim check fails in every allowed round: "

@@ -48,9 +48,9 @@ def install_call_rules(rules: list[dict[str, Any]]) -> None:
     seen: Counter[str] = Counter()
     complete, completion = ModelGateway.complete, ModelGateway._completion
 
-    def traced_complete(self: Any, ctx: Any, request: Any) -> Any:
+    def traced_complete(self: Any, ctx: Any, request: Any, **estimates: Any) -> Any:
         current.unit = ctx.unit
-        return complete(self, ctx, request)
+        return complete(self, ctx, request, **estimates)
 
     def faulty_completion(self: Any) -> Any:
         fn = completion(self)

@@ -10,6 +10,8 @@ and replaces the next ``times`` answers (``None``: every answer) with a fault:
 (429 with OpenAI's quota body), ``unauthorized`` (401), ``malformed`` (200, content that is
 not JSON), ``check_fails`` (a claim check that always finds a problem).
 
+The payload a rule matches is the prompt's INPUT block — what every model reads.
+
 ``answered`` counts the successful answers (the calls a real provider would charge for) per
 ``task:source`` — the fault cases compare it with the call ledger.
 """
@@ -24,6 +26,7 @@ from typing import Any
 
 from keepstep.engine.gateway import offline_model
 from keepstep.engine.gateway.offline_provider import build_response_content
+from keepstep.engine.gateway.prompts import read_input_block
 
 MODEL = "openai/fake-model"
 
@@ -115,10 +118,7 @@ def _handler(provider: FaultProvider) -> type[BaseHTTPRequestHandler]:
             body = json.loads(raw or b"{}")
             messages = body.get("messages") or []
             prompt = "\n".join(str(m.get("content", "")) for m in messages)
-            try:
-                payload = json.loads(messages[-1]["content"])
-            except (ValueError, LookupError, TypeError):
-                payload = {}
+            payload = read_input_block(messages) or {}
             model = str(body.get("model", "fake-model"))
             fault = provider.fault_for(payload)
             if fault == "server_error":

@@ -57,12 +57,22 @@ def make_dag_project(dest: Path, deps: Mapping[str, list[str]], **config: Any) -
     return dest
 
 
+def _read(content: str) -> tuple[Any, dict[str, Any], list[Any]]:
+    value = json.loads(content)
+    return value, value, []
+
+
 def dag_kind(ctx: Any) -> Any:
     from keepstep.engine.kinds.context import KindOutcome, ValidatorResult
+    from keepstep.engine.kinds.model_step import StepCall
 
     seen = {d.unit: hashlib.sha256(ctx.dep_bytes(d.unit, "out.json")).hexdigest()
             for d in ctx.unit.depends_on}
-    answer = ctx.call_model({"task": "dag", "unit": ctx.unit.id, "deps": seen})
+    payload = json.dumps({"task": "dag", "unit": ctx.unit.id, "deps": seen}, sort_keys=True)
+    call = StepCall(prompt="dag", prompt_sha256=hashlib.sha256(b"dag").hexdigest(),
+                    messages=[{"role": "user", "content": payload}], schema_name="dag",
+                    json_schema={"type": "object"})
+    answer = ctx.call_model(call, check=_read).value
     ctx.write("out.json", {"unit": ctx.unit.id, "deps": seen, "answer": answer})
     return KindOutcome(validators=[ValidatorResult(name="structure", passed=True)])
 
@@ -83,6 +93,8 @@ def use_dag_kind() -> Iterator[None]:
 class _Result:
     def __init__(self, content: str) -> None:
         self.content = content
+        self.call_id: str | None = None
+        self.finish_reason = "stop"
 
 
 class FakeGateway:
@@ -100,7 +112,7 @@ class FakeGateway:
         self.max_in_flight = 0
         self.calls = 0
 
-    def complete(self, ctx: Any, request: Any) -> _Result:
+    def complete(self, ctx: Any, request: Any, **_estimates: Any) -> _Result:
         from keepstep.engine.gateway.client import request_hash
 
         rhash = request_hash(request)

@@ -3,8 +3,9 @@
 ``FakeContext`` keeps the contract of ``engine.context.UnitContext`` strict where a kind
 could cheat: ``dep_bytes`` only serves declared dependencies, ``template_text`` only
 declared ``template:`` inputs, ``source_text`` only approved sources. ``call_model``
-calls the offline model directly (through a JSON round trip, like a real provider) and
-records every call; ``write`` keeps the bytes and returns their sha256.
+gets the rendered prompt, reads its INPUT block like every model does, answers with the
+responder (the offline model by default) as JSON text and records every call (``payload``
+is the INPUT block); ``write`` keeps the bytes and returns their sha256.
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ from keepstep.engine.files.project import (
     snapshot_sources,
 )
 from keepstep.engine.gateway.offline_model import respond
+from keepstep.engine.gateway.profile import ModelProfile, model_profile
+from keepstep.engine.gateway.prompts import Prompt, load_prompt, read_input_block
 from keepstep.engine.kinds import get_kind
 from keepstep.engine.kinds.context import KindOutcome
+from keepstep.engine.kinds.model_step import CheckedAnswer, StepCall
 from keepstep.storage.hashing import canonical_json, sha256_hex
 from keepstep.storage.models import Event
 
@@ -58,6 +62,9 @@ class FakeContext:
     output_sources: dict[str, list[str] | None] = field(default_factory=dict)
     safe_points: list[str | None] = field(default_factory=list)
     log: list[str] = field(default_factory=list)  # "safe_point" / "call" in order
+    revise_rounds: int = 2
+    profile: ModelProfile | None = None  # default: the offline model's
+    prompt_root: Path | None = None  # a project folder whose prompts/ override the packaged
 
     def __post_init__(self) -> None:
         self.attempt_id = self.attempt_id or f"{self.unit.id}/a1"
@@ -87,12 +94,23 @@ class FakeContext:
             raise KeyError(f"template {name} is not an input of {self.unit.id}")
         return self.templates[name]
 
-    def call_model(self, payload: dict[str, Any], *, round: int = 1,
-                   expect_json: bool = True) -> dict[str, Any]:
-        sent = json.loads(json.dumps(payload))
-        self.calls.append({"round": round, "task": sent.get("task"), "payload": sent})
+    def prompt(self, name: str) -> Prompt:
+        return load_prompt(name, self.prompt_root)
+
+    def model_profile(self) -> ModelProfile:
+        return self.profile or model_profile("local/keepstep-offline")
+
+    def call_model(self, call: StepCall, *, check: Any) -> CheckedAnswer:
+        sent = read_input_block(call.messages)
+        assert sent is not None, "every prompt carries an INPUT block"
+        self.calls.append({"round": call.round, "task": sent.get("task"), "payload": sent,
+                           "revision": call.revision, "messages": call.messages})
         self.log.append("call")
-        return json.loads(json.dumps(self.responder(sent)))
+        content = json.dumps(self.responder(json.loads(json.dumps(sent))), sort_keys=True)
+        value, parsed, problems = check(content)
+        return CheckedAnswer(content=content, value=value, parsed=parsed, problems=problems,
+                             artifact=f"{self.attempt_id}/calls/r{call.round}-"
+                             f"{len(self.calls):03d}.json")
 
     def write(self, name: str, data: bytes | str | dict[str, Any] | list[Any], *,
               media_type: str | None = None, source_ids: list[str] | None = None) -> str:

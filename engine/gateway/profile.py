@@ -1,0 +1,174 @@
+"""What keepstep knows about a model before calling it: window, output cap, price, how it
+takes an output schema. All of it comes from litellm's model information (its local price
+map), with keepstep.toml's ``context_tokens`` as the fallback for a model litellm does not
+know — nothing here calls a model.
+
+Callers may rely on:
+- ``ModelProfile.count`` counting a request's tokens with litellm's counter for the model
+  (the offline model counts like its provider reports: ``ceil(chars / 4)``);
+- ``input_tokens`` being what one request's messages may use, ``output_tokens`` what is
+  reserved (and sent as ``max_tokens``) for the answer;
+- ``estimate_cost`` being litellm's price × tokens (0.0 for an unpriced model);
+- ``response_format`` / ``options`` being what the gateway sends: a json_schema
+  ``response_format`` (strict where litellm says the model supports response schemas), the
+  same for Ollama (litellm sends it as Ollama's ``format``) plus ``num_ctx``; ``None`` for a
+  provider without structured output, whose prompt then carries the schema as text.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from keepstep.engine.errors import PermanentModelError
+from keepstep.engine.gateway import offline_provider
+from keepstep.engine.gateway.answers import strict_schema
+
+DEFAULT_CONTEXT_TOKENS = 32_768  # a model litellm does not know, without context_tokens
+OLLAMA_CONTEXT_TOKENS = 8_192  # sent as num_ctx: Ollama's own default window is smaller
+DEFAULT_MAX_TOKENS = 4_096
+OLLAMA_PROVIDERS = ("ollama", "ollama_chat")
+
+Structured = Literal["json_schema", "ollama", "prompt"]
+
+
+class RequestTooLarge(PermanentModelError):
+    """One request cannot fit the model's window; refused before any call or reservation."""
+
+
+class ModelProfile(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    provider: str
+    input_tokens: int
+    output_tokens: int
+    window_source: str  # "litellm", "context_tokens" or "default"
+    structured: Structured
+    strict: bool = False
+    num_ctx: int | None = None
+    input_cost_per_token: float = 0.0
+    output_cost_per_token: float = 0.0
+
+    @property
+    def offline(self) -> bool:
+        return self.provider == offline_provider.PROVIDER
+
+    @property
+    def schema_in_prompt(self) -> bool:
+        """Whether the answer's JSON Schema must be written into the prompt text."""
+        return self.structured != "json_schema"
+
+    def count(self, messages: list[dict[str, Any]]) -> int:
+        if self.offline:
+            from keepstep.engine.gateway.offline_model import count_tokens
+
+            return count_tokens("\n".join(str(m.get("content") or "") for m in messages))
+        return _count(self.model, messages)
+
+    def count_text(self, text: str) -> int:
+        return self.count([{"role": "user", "content": text}])
+
+    def estimate_cost(self, tokens_in: int, tokens_out: int) -> float:
+        return tokens_in * self.input_cost_per_token + tokens_out * self.output_cost_per_token
+
+    def response_format(self, name: str, schema: dict[str, Any]) -> dict[str, Any] | None:
+        if self.structured == "prompt":
+            return None
+        body: dict[str, Any] = {"name": name, "schema": schema}
+        if self.strict:
+            body = {"name": name, "schema": strict_schema(schema), "strict": True}
+        return {"type": "json_schema", "json_schema": body}
+
+    def options(self) -> dict[str, Any]:
+        return {"num_ctx": self.num_ctx} if self.num_ctx else {}
+
+    def window_text(self) -> str:
+        source = {"litellm": "litellm's model information",
+                  "context_tokens": "context_tokens in keepstep.toml",
+                  "default": f"keepstep's default for a model litellm does not know "
+                  f"({DEFAULT_CONTEXT_TOKENS:,})"}[self.window_source]
+        return f"{self.model} takes at most {self.input_tokens:,} input tokens ({source})"
+
+    def too_large(self, what: str, tokens: int) -> RequestTooLarge:
+        return RequestTooLarge(
+            f"{what} needs ~{tokens:,} tokens but {self.window_text()}; refused before any call",
+            hint="use a model with a larger window (or set context_tokens in keepstep.toml if "
+            "the model's real window is larger), or split the input into smaller units")
+
+
+def _litellm() -> Any:
+    from keepstep.engine.gateway.client import _litellm as load
+
+    return load()
+
+
+def _count(model: str, messages: list[dict[str, Any]]) -> int:
+    try:
+        return int(_litellm().token_counter(model=model, messages=messages))
+    except Exception:  # noqa: BLE001 - an unknown tokenizer: a cautious estimate instead
+        chars = sum(len(str(m.get("content") or "")) for m in messages)
+        return math.ceil(chars / 3)
+
+
+@functools.lru_cache(maxsize=64)
+def model_profile(model: str, *, max_tokens: int | None = None,
+                  context_tokens: int | None = None) -> ModelProfile:
+    """The profile of ``model`` under a project's ``max_tokens`` / ``context_tokens``."""
+    from keepstep.engine.gateway.client import provider_of
+
+    provider = provider_of(model)
+    output = int(max_tokens or DEFAULT_MAX_TOKENS)
+    if provider == offline_provider.PROVIDER:
+        # Known without asking litellm (its import is slow): no window to speak of, no price.
+        return ModelProfile(model=model, provider=provider,
+                            input_tokens=offline_provider.MAX_TOKENS, output_tokens=output,
+                            window_source="litellm", structured="prompt")
+    litellm = _litellm()
+    info: dict[str, Any] = {}
+    try:
+        info = dict(litellm.get_model_info(model))
+    except Exception:  # noqa: BLE001, S110 - litellm does not know every model
+        pass
+    known_in = info.get("max_input_tokens") or info.get("max_tokens")
+    known_out = info.get("max_output_tokens")
+    if known_out:
+        output = min(output, int(known_out))
+    num_ctx = None
+    if provider in OLLAMA_PROVIDERS:
+        # Ollama's window holds prompt and answer together; keepstep sets it explicitly so a
+        # long prompt is never silently truncated at Ollama's default.
+        num_ctx = int(context_tokens or known_in or OLLAMA_CONTEXT_TOKENS)
+        window, source = num_ctx - output, ("context_tokens" if context_tokens else
+                                            "litellm" if known_in else "default")
+        structured: Structured = "ollama"
+    else:
+        if known_in:
+            window, source = int(known_in), "litellm"
+        elif context_tokens:
+            window, source = int(context_tokens) - output, "context_tokens"
+        else:
+            window, source = DEFAULT_CONTEXT_TOKENS - output, "default"
+        structured = "json_schema" if _supports_schema(litellm, model) else "prompt"
+    return ModelProfile(
+        model=model, provider=provider, input_tokens=max(1, window), output_tokens=output,
+        window_source=source, structured=structured, strict=structured == "json_schema",
+        num_ctx=num_ctx,
+        input_cost_per_token=float(info.get("input_cost_per_token") or 0.0),
+        output_cost_per_token=float(info.get("output_cost_per_token") or 0.0))
+
+
+def _supports_schema(litellm: Any, model: str) -> bool:
+    if model.startswith(f"{offline_provider.PROVIDER}/"):
+        return False  # the offline model reads the schema from nowhere: same prompt as text
+    try:
+        return bool(litellm.supports_response_schema(model))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+__all__ = ["DEFAULT_CONTEXT_TOKENS", "DEFAULT_MAX_TOKENS", "ModelProfile", "RequestTooLarge",
+           "model_profile"]

@@ -1,0 +1,219 @@
+"""Prompt templates: versioned, shipped with the package, overridable per project.
+
+A prompt is a Markdown file with TOML front matter (``name``, ``version``, ``description``)
+between ``+++`` lines, then a ``=== system ===`` and a ``=== user ===`` section rendered with
+Jinja2 (undefined names are errors). ``<project>/prompts/<name>.md`` replaces the packaged
+``engine/gateway/prompt_templates/<name>.md`` of the same name.
+
+The user message carries the unit's inputs as ONE delimited block::
+
+    INPUT
+    ```json
+    {...}
+    ```
+
+rendered by ``input_block`` (sorted keys, one value per line, so the block ends at the first
+line that is exactly ```` ``` ````). Every model — the offline heuristic included — reads the
+same block (``read_input_block``); there is no other payload format.
+
+Callers may rely on: ``Prompt.sha256`` being the hash of the file's bytes (what joins a
+unit's fingerprint and what a prompt change compares); ``prompt_hashes`` listing every
+prompt a project resolves, by name; rendering being deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections.abc import Mapping
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from keepstep.engine.errors import ProjectError
+from keepstep.storage.hashing import sha256_hex
+
+PROJECT_PROMPTS_DIR = "prompts"
+PACKAGE_DIR = "prompt_templates"
+REVISE = "revise"
+_SECTION_RE = re.compile(r"^=== (system|user) ===[ \t]*$", re.MULTILINE)
+_INPUT_RE = re.compile(r"^INPUT[ \t]*\n```json[ \t]*\n(.*?)\n```[ \t]*$", re.DOTALL | re.MULTILINE)
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
+
+
+class Prompt(BaseModel):
+    """One loaded template: where it came from, its version and hash, its two sections."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    version: str
+    description: str = ""
+    origin: str  # "package" or the project file's path
+    sha256: str
+    system: str
+    user: str
+
+    @property
+    def ref(self) -> str:
+        """The unit input this prompt is: ``prompt:<name>``."""
+        return f"prompt:{self.name}"
+
+
+def _package_dir() -> Any:
+    return files("keepstep.engine.gateway").joinpath(PACKAGE_DIR)
+
+
+def packaged_names() -> list[str]:
+    """The prompts shipped with keepstep, by name."""
+    return sorted(p.name[:-3] for p in _package_dir().iterdir()
+                  if p.name.endswith(".md") and not p.name.startswith("_"))
+
+
+def _read(name: str, root: Path | None) -> tuple[bytes, str]:
+    if not _NAME_RE.match(name):
+        raise ProjectError(f"prompt name {name!r} is not valid",
+                           hint="prompt names are lowercase words, e.g. extract or verify")
+    if root is not None:
+        own = Path(root) / PROJECT_PROMPTS_DIR / f"{name}.md"
+        if own.is_file():
+            return own.read_bytes(), str(own)
+    shipped = _package_dir().joinpath(f"{name}.md")
+    if not shipped.is_file():
+        raise ProjectError(
+            f"no prompt {name!r}: neither {PROJECT_PROMPTS_DIR}/{name}.md in the project nor a "
+            "packaged one", hint=f"packaged prompts: {', '.join(packaged_names())}")
+    return shipped.read_bytes(), "package"
+
+
+def parse_prompt(name: str, blob: bytes, origin: str) -> Prompt:
+    """Parse a template file; every problem names the file and what to do."""
+    text = blob.decode("utf-8")
+    where = origin if origin != "package" else f"packaged prompt {name}"
+    lines = text.splitlines(keepends=True)
+    if not lines or lines[0].strip() != "+++":
+        raise ProjectError(f"{where}: no front matter",
+                           hint='start it with "+++", name/version lines, then "+++"')
+    try:
+        end = next(i for i in range(1, len(lines)) if lines[i].strip() == "+++")
+    except StopIteration:
+        raise ProjectError(f"{where}: front matter is not closed",
+                           hint='add a "+++" line after the fields') from None
+    try:
+        meta = tomllib.loads("".join(lines[1:end]))
+    except tomllib.TOMLDecodeError as exc:
+        raise ProjectError(f"{where}: front matter is not valid TOML: {exc}") from None
+    body = "".join(lines[end + 1:])
+    parts = _SECTION_RE.split(body)
+    sections = {parts[i]: parts[i + 1].strip("\n") for i in range(1, len(parts) - 1, 2)}
+    if "user" not in sections:
+        raise ProjectError(f"{where}: needs a '=== user ===' section (and usually a "
+                           "'=== system ===' one)",
+                           hint="see the packaged prompts (docs/config.md, Prompts)")
+    if "version" not in meta:
+        raise ProjectError(f"{where}: front matter needs a version",
+                           hint='add e.g. version = "1" (bump it when you edit the prompt)')
+    return Prompt(name=name, version=str(meta["version"]),
+                  description=str(meta.get("description", "")), origin=origin,
+                  sha256=sha256_hex(blob), system=sections.get("system", ""),
+                  user=sections["user"])
+
+
+def load_prompt(name: str, root: Path | None = None) -> Prompt:
+    """The prompt ``name``: the project's ``prompts/<name>.md`` if present, else the packaged
+    one. Raises ProjectError (with a hint) for an unknown name or a malformed file."""
+    blob, origin = _read(name, root)
+    return parse_prompt(name, blob, origin)
+
+
+def prompt_hashes(root: Path | None = None) -> dict[str, str]:
+    """``{"prompt:<name>": sha256}`` for every packaged prompt and every project prompt."""
+    names = set(packaged_names())
+    own = Path(root) / PROJECT_PROMPTS_DIR if root is not None else None
+    if own is not None and own.is_dir():
+        names |= {p.stem for p in own.glob("*.md") if _NAME_RE.match(p.stem)}
+    out = {}
+    for name in sorted(names):
+        blob, _origin = _read(name, root)
+        out[f"prompt:{name}"] = sha256_hex(blob)
+    return out
+
+
+# --- rendering -------------------------------------------------------------------------------
+
+def input_block(inputs: Mapping[str, Any]) -> str:
+    """The delimited INPUT block of a user message (see the module doc)."""
+    body = json.dumps(dict(inputs), indent=1, sort_keys=True, ensure_ascii=False)
+    return f"INPUT\n```json\n{body}\n```"
+
+
+def read_input_block(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The INPUT object of the first user message that carries one, else None."""
+    for message in messages:
+        if message.get("role") != "user":
+            continue
+        found = _INPUT_RE.search(message_text(message.get("content")))
+        if found is None:
+            continue
+        try:
+            value = json.loads(found.group(1))
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+    return None
+
+
+def message_text(content: Any) -> str:
+    """The text of a chat message's content (OpenAI-style content may be a list of parts)."""
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def _env() -> Any:
+    import jinja2
+
+    return jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
+                              autoescape=False, trim_blocks=True, lstrip_blocks=True)
+
+
+def _render(prompt: Prompt, section: str, values: Mapping[str, Any]) -> str:
+    import jinja2
+
+    try:
+        return _env().from_string(getattr(prompt, section)).render(**values).strip() + "\n"
+    except jinja2.TemplateError as exc:
+        where = prompt.origin if prompt.origin != "package" else f"packaged prompt {prompt.name}"
+        raise ProjectError(f"{where}: the {section} section does not render: {exc}",
+                           hint="the names a prompt may use are listed in docs/config.md "
+                           "(Prompts)") from None
+
+
+def render_messages(prompt: Prompt, *, inputs: Mapping[str, Any], contract: Mapping[str, str],
+                    unit: Mapping[str, str], schema: dict[str, Any] | None) -> list[dict[str, str]]:
+    """``[system, user]`` for one call. ``schema`` (the answer's JSON Schema) is written into
+    the user message only when given — for providers without structured output."""
+    values = {
+        "contract": dict(contract), "unit": dict(unit), "input": input_block(inputs),
+        "schema": json.dumps(schema, indent=1, sort_keys=True) if schema else "",
+    }
+    return [{"role": "system", "content": _render(prompt, "system", values)},
+            {"role": "user", "content": _render(prompt, "user", values)}]
+
+
+def revise_messages(revise: Prompt, messages: list[dict[str, str]], answer: str,
+                    problems: list[str]) -> list[dict[str, str]]:
+    """The next round's messages: the earlier ones, the rejected answer, then the feedback
+    naming each problem (rendered from the ``revise`` prompt)."""
+    values = {"problems": list(problems), "count": len(problems)}
+    feedback = _render(revise, "user", values)
+    return [*messages, {"role": "assistant", "content": answer},
+            {"role": "user", "content": feedback}]
+
+
+__all__ = ["PROJECT_PROMPTS_DIR", "Prompt", "input_block", "load_prompt", "message_text",
+           "packaged_names", "parse_prompt", "prompt_hashes", "read_input_block",
+           "render_messages", "revise_messages"]

@@ -1,0 +1,95 @@
+"""The budget is checked before every model call: calls, tokens and cost (litellm's price ×
+the estimated tokens) are reserved first, so a limit blocks the call that would pass it —
+and the retries budget is never passed, by the gateway or by unit retries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from keepstep.engine.api import open_project
+from tests.support.engine_harness import RUN, make_small_project
+from tests.support.model_server import running_server
+
+MODEL = "openai/gpt-4o-mini"
+COST_LIMIT = 0.004
+
+
+@pytest.fixture(autouse=True)
+def _dummy_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-keepstep-dummy-0000")
+
+
+def test_a_cost_limit_blocks_before_the_call_that_would_pass_it(tmp_path: Path) -> None:
+    """Each call reserves its estimated cost first; the one that would pass the limit is
+    never sent, the unit is blocked with the figures and the exact raise command, and the
+    cost spent stays within the limit."""
+    with running_server("clean") as server:
+        root = make_small_project(tmp_path / "small", default_model=MODEL,
+                                  api_base=server.api_base, budget={"cost": COST_LIMIT})
+        with open_project(root) as p:
+            run = p.start_run(RUN)
+            status = run.run()
+            calls = run.calls()
+            used = p.store.get_budget(RUN).used
+    assert status.decision == "blocked"
+    [blocked] = [u for u, v in status.units.items() if v.state == "blocked"]
+    reason = status.units[blocked].reason or ""
+    assert "cost" in reason and f"/{COST_LIMIT:.4f}" in reason and "this call needs" in reason
+    assert f"keepstep budget raise DIR --run {RUN} --cost " in reason
+    assert "--calls" not in reason and "tokens 0/" not in reason
+    assert f"`keepstep budget raise DIR --run {RUN} --cost" in status.next_action
+    assert used["cost"] <= COST_LIMIT
+    assert len(calls) == len(server.log)  # the refused call reached no server
+    assert 0 < len(calls) < 8
+
+
+def test_raising_by_the_suggested_command_lets_the_run_go_on(tmp_path: Path) -> None:
+    """The suggested limit is enough for the refused call: after that decision the blocked
+    unit runs."""
+    with running_server("clean") as server:
+        root = make_small_project(tmp_path / "small", default_model=MODEL,
+                                  api_base=server.api_base, budget={"cost": COST_LIMIT})
+        with open_project(root) as p:
+            run = p.start_run(RUN)
+            first = run.run()
+            [blocked] = [u for u, v in first.units.items() if v.state == "blocked"]
+            suggested = float(first.units[blocked].reason.split("--cost ")[1].split()[0])
+            run.raise_budget(cost=suggested, reason="the client agreed")
+            second = run.run()
+    assert second.units[blocked].state == "succeeded"
+
+
+def test_unit_retries_never_pass_the_retries_budget(tmp_path: Path) -> None:
+    """An answer that never validates fails U03's attempts; the retry that would pass the
+    retries limit is not made: U03 is blocked on the budget, used == limit."""
+    bad = {"match": {"task": "extract", "source_id": "A1"}, "do": "no_json", "times": None}
+    with running_server("clean", rules=[bad]) as server:
+        root = make_small_project(tmp_path / "small", default_model=MODEL,
+                                  api_base=server.api_base, budget={"retries": 1})
+        with open_project(root) as p:
+            run = p.start_run(RUN)
+            status = run.run()
+            attempts = [a.status for a in p.store.attempts(RUN, "U03")]
+            used = p.store.get_budget(RUN).used
+    u03 = status.units["U03"]
+    assert u03.state == "blocked" and "retries 1/1" in (u03.reason or ""), u03.reason
+    assert "--retries " in (u03.reason or "")
+    assert used["retries"] == 1
+    assert attempts == ["failed", "failed"]
+
+
+def test_a_gateway_retry_is_charged_to_the_retries_budget(tmp_path: Path) -> None:
+    """With no retries left, a 429 is not retried: the unit is blocked (budget), not failed."""
+    with running_server("rate_limited") as server:
+        root = make_small_project(tmp_path / "small", default_model=MODEL,
+                                  api_base=server.api_base, budget={"retries": 0})
+        with open_project(root) as p:
+            status = p.start_run(RUN).run()
+            used = p.store.get_budget(RUN).used
+    u03 = status.units["U03"]
+    assert u03.state == "blocked" and "not retried" not in (u03.reason or "")
+    assert "retries 0/0" in (u03.reason or "")
+    assert used.get("retries", 0) == 0
+    assert len(server.log) == 1

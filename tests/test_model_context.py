@@ -1,0 +1,79 @@
+"""The model's window: a source too long for one request is split into chunks on paragraph
+boundaries (evidence ids as in one piece); a single request that cannot fit is refused
+before any call, with a message naming the limit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from keepstep.engine.api import open_project
+from keepstep.engine.gateway.offline_model import extract_evidence
+from keepstep.engine.gateway.prompts import read_input_block
+from tests.support.engine_harness import PACK, RUN, make_small_project
+from tests.support.model_server import running_server
+from tests.support.small_project import extract_only_units
+
+SMALL_MODEL = "openai/keepstep-small-window"  # litellm does not know it: context_tokens rules
+WINDOW = {"context_tokens": 3000, "max_tokens": 600}
+
+
+@pytest.fixture(autouse=True)
+def _dummy_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-keepstep-dummy-0000")
+
+
+def _project(tmp_path: Path, api_base: str, text: str) -> Path:
+    root = make_small_project(tmp_path / "ctx", per_group=1, units=extract_only_units(1),
+                              default_model=SMALL_MODEL, api_base=api_base, **WINDOW)
+    (root / "sources" / "A1-market-overview.md").write_text(text, encoding="utf-8")
+    return root
+
+
+def _long_text() -> str:
+    return "\n\n".join(p.read_text(encoding="utf-8")
+                       for p in sorted((PACK / "sources").glob("[A-D]*.md")))
+
+
+def test_a_long_source_is_chunked_with_stable_evidence_ids(tmp_path: Path) -> None:
+    """The source is sent in several paragraph chunks, each request within the window, each
+    chunk numbering on from ``first_id``: the evidence equals the one-piece extraction."""
+    text = _long_text()
+    with running_server("clean") as server:
+        root = _project(tmp_path, server.api_base, text)
+        with open_project(root) as p:
+            status = p.start_run(RUN).run()
+            record = p.get_run(RUN).facts_records()["E01"]
+            evidence = json.loads((p.store.artifacts.root / record.outputs["evidence.json"].path)
+                                  .read_text())["evidence"]
+    assert status.decision == "done", status.reasons
+    chunks = [read_input_block(e["messages"]) for e in server.requests_for(source_id="A1")]
+    assert len(chunks) > 2
+    assert [c["first_id"] for c in chunks][0] == 1
+    assert "".join(c["text"] for c in chunks).replace("\n", "") == text.replace("\n", "")
+    assert all(e["prompt_tokens"] < 3000 for e in server.log)
+    assert record.facts["chunked_sources"] == 1
+    whole = extract_evidence("A1", text)
+    mine = [e for e in evidence if e["source_id"] == "A1"]
+    assert [(e["id"], e["quote"]) for e in mine] == [(e["id"], e["quote"]) for e in whole]
+
+
+def test_an_overlong_single_request_is_refused_before_any_call(tmp_path: Path) -> None:
+    """One paragraph longer than any request can hold: the unit fails at once, naming the
+    model's limit and where it comes from; no call is reserved or sent."""
+    sentence = "The installed base grew by 4% a year in every region of the country. "
+    with running_server("clean") as server:
+        root = _project(tmp_path, server.api_base, "# One block\n\n" + sentence * 400)
+        with open_project(root) as p:
+            status = p.start_run(RUN).run()
+            calls = p.get_run(RUN).calls()
+    unit = status.units["E01"]
+    assert unit.state == "failed"
+    reason = unit.reason or ""
+    assert "keepstep-small-window takes at most 2,400 input tokens" in reason
+    assert "context_tokens in keepstep.toml" in reason and "refused before any call" in reason
+    assert "tokens 0/" not in reason and "--calls" not in reason
+    assert calls == [] and server.log == []
+    assert status.units["E01"].attempts == 1  # permanent: not retried
