@@ -51,23 +51,27 @@ def test_resume_stops_at_a_checkpoint_edited_in_sql_and_names_it(finished: Path)
         assert run.events(kinds=["recovery.failed"])
 
 
-def test_a_handover_of_a_broken_chain_is_refused_and_leaves_nothing(finished: Path,
-                                                                    tmp_path: Path) -> None:
-    """export_handover verifies the whole chain: refused with the version named, no zip and
-    no partial file left behind; with allow_unverified the manifest says it is unverified."""
+def test_a_handover_of_a_broken_chain_is_marked_unverified_or_refused(finished: Path,
+                                                                     tmp_path: Path) -> None:
+    """export_handover verifies the whole chain: by default the bundle is written but marked
+    unverified (verify_bundle then says it is not OK, naming the checkpoint); required to
+    verify, it is refused with the version named and nothing — no zip, no partial — left."""
+    from keepstep.engine.report.handover import export_handover, verify_bundle
+
     _edit_checkpoint(finished, 3)
-    out = tmp_path / "bundle.zip"
     with open_project(finished) as p:
         run = p.get_run(RUN)
         with pytest.raises(ChainBroken, match="checkpoint 3"):
-            run.handover(out)
+            export_handover(run, tmp_path / "bundle.zip", require_verified=True)
         assert list(tmp_path.glob("*bundle*")) == []
-        from keepstep.engine.report.handover import export_handover
-
-        folder = export_handover(run, tmp_path / "marked", allow_unverified=True)
+        folder = run.handover(tmp_path / "marked")
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["chain"]["verified"] is False
     assert any("checkpoint 3" in problem for problem in manifest["chain"]["problems"])
+    report = verify_bundle(folder)
+    assert report.files_ok and not report.ok
+    assert "UNVERIFIED" in report.render() and "checkpoint 3" in report.render()
+    assert "bundle OK" not in report.render()
 
 
 def test_a_bundle_is_private_and_says_its_chain_verified(finished: Path, tmp_path: Path) -> None:

@@ -228,13 +228,14 @@ def _is_bundle_manifest(data: bytes) -> bool:
         return False
 
 
-def export_handover(run: RunHandle, out: str | Path, *, allow_unverified: bool = False) -> Path:
+def export_handover(run: RunHandle, out: str | Path, *, require_verified: bool = False) -> Path:
     """Write the handover bundle of ``run`` to ``out`` (a folder, or a zip if it ends in
     ``.zip``) and return its path. An earlier bundle at ``out`` is replaced; anything else
     there is refused. The narrative is checked against the state before it is written.
 
-    The whole checkpoint chain is verified first: a broken chain raises ChainBroken naming
-    the version, unless ``allow_unverified`` (the bundle then says it is unverified). The
+    The whole checkpoint chain is verified first. A broken chain marks the bundle
+    unverified (its manifest names the checkpoints; ``verify_bundle`` then reports it as not
+    OK), or, with ``require_verified``, raises ChainBroken naming the version. The
     bundle is written under a temporary name, verified against its manifest, and only then
     moved to ``out``; one that does not verify is kept as ``<out>.failed`` and raises.
     Folders are created 0700 and files 0600: a bundle is as private as the run state.
@@ -242,14 +243,13 @@ def export_handover(run: RunHandle, out: str | Path, *, allow_unverified: bool =
     out = Path(out)
     _prepare_target(out)
     chain = run.store.verify_chain(run.run_id, run.branch_id)
-    if not chain.ok and not allow_unverified:
+    if not chain.ok and require_verified:
         where = "; ".join(f"checkpoint {p.version}: {p.problem}" for p in chain.problems[:3])
         raise ChainBroken(
             f"run {run.run_id} ({run.branch_id}): the checkpoint chain does not verify "
             f"({where}); a bundle would hand over state nobody can trust",
             hint=f"see where it breaks with `keepstep verify {run.project.root} --run "
-            f"{run.run_id}` and restore from a backup (`keepstep restore`); to hand it over "
-            "anyway, marked unverified, pass --allow-unverified")
+            f"{run.run_id}` and restore from a backup (`keepstep restore`)")
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.with_name(f".{out.name}.partial-{secrets.token_hex(4)}")
     try:
@@ -268,7 +268,7 @@ def export_handover(run: RunHandle, out: str | Path, *, allow_unverified: bool =
         else:
             _write_bundle(run, staging, chain)
         report = verify_bundle(staging)
-        if not report.ok:
+        if not report.files_ok:
             failed = out.with_name(out.name + ".failed")
             _remove(failed)
             staging.rename(failed)
@@ -376,6 +376,15 @@ class BundleReport(BaseModel):
     unlisted: list[str] = Field(default_factory=list)
     secrets: list[str] = Field(default_factory=list)
     problems: list[str] = Field(default_factory=list)
+    # The run's checkpoints that did not verify when the bundle was exported: its files may
+    # match their hashes, but the state they describe cannot be trusted.
+    unverified_chain: list[str] = Field(default_factory=list)
+
+    @property
+    def files_ok(self) -> bool:
+        """Every file is present, listed and unchanged (whatever the chain said)."""
+        return not (self.missing or self.changed or self.unlisted or self.secrets
+                    or self.problems)
 
     def render(self) -> str:
         head = (f"bundle OK: {self.checked} file(s) match manifest.json ({self.path})" if self.ok
@@ -387,6 +396,9 @@ class BundleReport(BaseModel):
         lines += [f"  not in the manifest: {u}" for u in self.unlisted]
         lines += [f"  key-like string: {s}" for s in self.secrets]
         lines += [f"  problem: {p}" for p in self.problems]
+        if self.unverified_chain:
+            lines.append("  UNVERIFIED: the run's checkpoint chain did not verify when this "
+                         "bundle was exported — " + "; ".join(self.unverified_chain[:3]))
         return "\n".join(lines)
 
 
@@ -414,8 +426,7 @@ def verify_bundle(path: str | Path) -> BundleReport:
             _check(report, names, read)
     except zipfile.BadZipFile:
         report.problems.append("not a folder and not a zip file")
-    report.ok = not (report.missing or report.changed or report.unlisted or report.secrets
-                     or report.problems)
+    report.ok = report.files_ok and not report.unverified_chain
     return report
 
 
@@ -452,6 +463,9 @@ def _check(report: BundleReport, names: list[str], read: Callable[[str], bytes])
         except UnicodeDecodeError:
             continue
         report.secrets += [f"{rel}: {name}" for name in find_secrets(text)]
+    chain = manifest.get("chain") or {}
+    if chain.get("verified") is False:
+        report.unverified_chain = [str(p) for p in chain.get("problems", [])] or ["(no detail)"]
     for row in manifest.get("artifacts", []):
         rel = row.get("bundle_path")
         if rel and rel in files and files[rel].get("sha256") != row.get("sha256"):
