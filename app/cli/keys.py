@@ -17,7 +17,6 @@ import typer
 
 from keepstep.app.cli import output as out
 from keepstep.app.cli.common import EXIT_RUNTIME, JsonOpt, UsageProblem, add_command, check_dir
-from keepstep.engine import KeepstepError
 
 if TYPE_CHECKING:
     from keepstep.engine import KeyStatus
@@ -85,7 +84,7 @@ def keys_test(provider: ProviderArg,
               project: ProjectOpt = None) -> None:
     """Make one tiny call with the provider's key and say whether it answered (costs a
     fraction of a cent on a paid provider; nothing is recorded in any run)."""
-    from keepstep.engine import check_key, load_config
+    from keepstep.engine import KeepstepError, check_key, load_config
 
     try:
         result = check_key(provider, model=model,
