@@ -86,6 +86,11 @@ class WebhookConfig(BaseModel):
         parts = urllib.parse.urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"{value!r} is not an http(s) URL")
+        if parts.username is not None or parts.password is not None:
+            # Never echo the URL: it holds the password.
+            raise ValueError(f"the URL of {parts.scheme}://{parts.hostname} carries a user or "
+                             "password; credentials come from the OS keyring or the "
+                             "environment, never from keepstep.toml")
         return value
 
 
@@ -96,6 +101,9 @@ ADAPTER_TYPES = ("file_drop", "webhook")
 class ProjectConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
+    # The run a command shows when --run is not given (`keepstep init` and the sample pack
+    # write it); without it, the newest run.
+    default_run: str | None = None
     default_model: str = "local/keepstep-offline"
     models: dict[str, str] = Field(default_factory=dict)  # per unit kind, optional
     api_base: str | None = None
