@@ -245,7 +245,7 @@ def snapshot_sources(root: Path, sf: SourcesFile) -> InputSnapshot:
             raise SourceError(
                 f"source {s.id}: file {s.path} is missing",
                 hint="restore the file, or revoke the source with "
-                f"`keepstep sources DIR revoke {s.id}` (units that used it will be invalidated)",
+                f"`keepstep sources revoke {s.id}` (units that used it will be invalidated)",
             )
         hashes[s.id] = file_sha256(str(p))
         groups[s.id] = s.group
