@@ -72,9 +72,9 @@ def register(app: typer.Typer) -> None:
 
     @cli.command(app, "backup")
     def backup(
-        root: cli.DirArg,
         to: Annotated[Path, typer.Option(
             "--out", "--to", help="A new folder, or a file ending .zip.", show_default=False)],
+        root: cli.DirArg = None,
         as_json: cli.JsonOpt = False,
     ) -> None:
         """Back up the run state: database, committed artifacts and a manifest of hashes."""
@@ -105,10 +105,10 @@ def register(app: typer.Typer) -> None:
 
     @cli.command(app, "gc")
     def gc(
-        root: cli.DirArg,
         older_than: Annotated[float, typer.Option(
             "--older-than", metavar="DAYS", min=0,
             help="Only delete what is older than this many days.", show_default=False)],
+        root: cli.DirArg = None,
         as_json: cli.JsonOpt = False,
     ) -> None:
         """Delete attempt folders nothing needs any more; strip old event payloads."""
