@@ -10,8 +10,6 @@ from __future__ import annotations
 import functools
 import getpass
 import os
-import re
-import shlex
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -23,6 +21,7 @@ import click
 import typer
 
 from keepstep.app.cli import output as out
+from keepstep.app.cli.output import commands_for, find_project, here
 
 if TYPE_CHECKING:
     from keepstep.engine import Project, Run, RunStatus
@@ -30,9 +29,6 @@ if TYPE_CHECKING:
 # Exit codes (documented in README and `keepstep --help`): run and resume end with
 # EXIT_OK (done, or stopped where asked), EXIT_BLOCKED (waiting for a person: an approval,
 # the budget, an unknown external outcome, a held unit) or EXIT_FAILED (units failed).
-# `keepstep VERB` or `keepstep GROUP SUB` as the engine writes them (see commands_for).
-COMMAND_WORDS = re.compile(r"`keepstep (?:(?:budget|recovery|effects|sources|keys) "
-                           r"[a-z][a-z-]*|[a-z][a-z-]*)")
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_BLOCKED, EXIT_FAILED, EXIT_CANCELLED = 0, 1, 2, 3, 4, 130
 DEBUG_ENV = "KEEPSTEP_DEBUG"
 
@@ -209,16 +205,6 @@ def who_or_login(who: str | None) -> str:
         return "user"
 
 
-def find_project(start: Path | None = None) -> Path | None:
-    """The nearest folder holding keepstep.toml: ``start`` (default: the working directory)
-    or one of its parents — the way git finds its repository."""
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / "keepstep.toml").is_file():
-            return folder
-    return None
-
-
 def check_dir(root: Path | None) -> Path:
     """``root`` when it is a keepstep project folder (None: the project found from the working
     directory upward); UsageProblem saying what to do otherwise."""
@@ -276,23 +262,6 @@ def existing_run(project: Project, run_id: str | None, branch: str = "main") -> 
         raise UsageProblem(f"no run {run_id!r} in {project.root} (runs: {known})",
                            f"start it with `keepstep run {here(project.root)}--run {run_id}`")
     return project.get_run(run_id, branch)
-
-
-def here(root: Path) -> str:
-    """``"DIR "`` for a command a person types now, or ``""`` when they are inside it."""
-    found = find_project()
-    if found is not None and found == Path(root).resolve():
-        return ""
-    return f"{shlex.quote(str(root))} "
-
-
-def commands_for(text: str, root: Path) -> str:
-    """The engine writes commands as they run inside the project (``keepstep resume --run
-    R``); outside it, put the project path in (``keepstep resume /path/to/proj --run R``)."""
-    prefix = here(root)
-    if not prefix:
-        return text
-    return COMMAND_WORDS.sub(lambda m: f"{m.group(0)} {prefix.rstrip()}", text)
 
 
 def check_unit(run: Run, unit: str) -> None:

@@ -8,12 +8,17 @@ the CLI's start-up must stay light.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+# `keepstep VERB` or `keepstep GROUP SUB` as the engine writes them (see commands_for).
+COMMAND_WORDS = re.compile(r"`keepstep (?:(?:budget|recovery|effects|sources|keys) "
+                           r"[a-z][a-z-]*|[a-z][a-z-]*)")
 OFFLINE_MODEL = "local/keepstep-offline"
 OFFLINE_NOTE = "the offline heuristic: deterministic rules, no language model, no network"
 
@@ -37,6 +42,33 @@ def symbols(stream: Any = None) -> dict[str, str]:
     except (LookupError, UnicodeEncodeError):
         return dict(_ASCII_SYMBOLS)
     return dict(_UNICODE_SYMBOLS)
+
+
+def find_project(start: Path | None = None) -> Path | None:
+    """The nearest folder holding keepstep.toml: ``start`` (default: the working directory)
+    or one of its parents — the way git finds its repository."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "keepstep.toml").is_file():
+            return folder
+    return None
+
+
+def here(root: Path) -> str:
+    """``"DIR "`` for a command a person types now, or ``""`` when they are inside it."""
+    found = find_project()
+    if found is not None and found == Path(root).resolve():
+        return ""
+    return f"{shlex.quote(str(root))} "
+
+
+def commands_for(text: str, root: Path) -> str:
+    """The engine writes commands as they run inside the project (``keepstep resume --run
+    R``); outside it, put the project path in (``keepstep resume /path/to/proj --run R``)."""
+    prefix = here(root)
+    if not prefix:
+        return text
+    return COMMAND_WORDS.sub(lambda m: f"{m.group(0)} {prefix.rstrip()}", text)
 
 
 # --- generic ----------------------------------------------------------------------------

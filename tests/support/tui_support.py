@@ -73,7 +73,30 @@ async def wait_for(pilot: Any, condition: Callable[[], bool], *, timeout: float 
 
 
 def screen_text(app: Any) -> str:
-    """All text the current screen shows in Static widgets (for assertions)."""
-    from textual.widgets import Static
+    """All text the current screen shows in Static widgets, option lists and tables (for
+    assertions)."""
+    from textual.widgets import DataTable, OptionList, Static
 
-    return "\n".join(str(w.render()) for w in app.screen.query(Static))
+    parts = [str(w.render()) for w in app.screen.query(Static)]
+    for options in app.screen.query(OptionList):
+        parts += [str(options.get_option_at_index(i).prompt)
+                  for i in range(options.option_count)]
+    for table in app.screen.query(DataTable):
+        parts += [" ".join(str(c) for c in table.get_row_at(i)) for i in range(table.row_count)]
+    return "\n".join(parts)
+
+
+def gate_project(dest: Path, options: tuple[str, ...] = ("summary", "full report")) -> Path:
+    """The `keepstep init` example with a gate on U5 whose options the contract does not
+    decide (its audience is not among them): every option is accepted."""
+    from typer.testing import CliRunner
+
+    from keepstep.app.cli.main import app
+
+    result = CliRunner().invoke(app, ["init", str(dest)])
+    assert result.exit_code == 0, result.output
+    opts = ", ".join(f'"{o}"' for o in options)
+    with open(dest / "plan.toml", "a", encoding="utf-8") as fh:
+        fh.write(f'\n[[gate]]\nid = "depth"\nunit = "U5"\nquestion = "How deep should the '
+                 f'findings go?"\noptions = [{opts}]\n')
+    return dest
