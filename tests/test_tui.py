@@ -47,7 +47,8 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def at_gate(gate: Path, tmp_path: Path) -> Path:
-    """A project whose run ME-042 waits at the audience gate (28 units current; U28–U30 are held by the same gate)."""
+    """A project whose run ME-042 waits at the audience gate (28 units current; U28–U30 are
+    held by the same gate)."""
     return copy_of(gate, tmp_path / "market-entry")
 
 

@@ -79,7 +79,7 @@ class DashboardScreen(Screen[None]):
         # Shown on `?` and in the palette; the footer keeps to 100 columns.
         Binding("p", "plan", "plan", show=False),
         Binding("v", "events", "events", show=False),
-        Binding("l", "effects", "effects"),
+        Binding("l", "effects", "effects", show=False),
         Binding("q", "app.quit", "quit"),
     ]
 
