@@ -139,7 +139,7 @@ class ProgressTracker:
         self._lock = threading.Lock()
         self._flight: dict[str, InFlight] = {}
         self._started = self.clock()
-        self._last_read = float("-inf")
+        self._last_read = float("-inf")  # on time.monotonic: the display clock may stand still
         self._last = ""
         self._finished: str | None = None
         self._failed: set[str] = set()
@@ -224,7 +224,7 @@ class ProgressTracker:
                     flight.step = lease.progress
             for unit in [u for u in self._flight if u not in leases and u in current]:
                 del self._flight[unit]
-        self._last_read = self.clock()
+        self._last_read = time.monotonic()
 
     def _eta(self, in_flight: list[InFlight]) -> float | None:
         remaining = [u for u in self._titles if u not in self._current]
@@ -243,7 +243,7 @@ class ProgressTracker:
 
     def snapshot(self, *, read: bool | None = None) -> ProgressSnapshot:
         """The progress now; re-reads the store when ``refresh_s`` passed (or ``read``)."""
-        if read or (read is None and self.clock() - self._last_read >= self.refresh_s):
+        if read or (read is None and time.monotonic() - self._last_read >= self.refresh_s):
             try:
                 self._read()
             except Exception:  # a busy or closing store: show what the events said

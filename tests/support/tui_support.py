@@ -100,3 +100,49 @@ def gate_project(dest: Path, options: tuple[str, ...] = ("summary", "full report
         fh.write(f'\n[[gate]]\nid = "depth"\nunit = "U5"\nquestion = "How deep should the '
                  f'findings go?"\noptions = [{opts}]\n')
     return dest
+
+
+class SlowGateway:
+    """The offline model, slowed down: every call waits until ``release`` is set, so a unit
+    stays in flight while a test looks at the screen. When the dashboard's cancel Event is
+    set (quitting, c) the call stops as a cancellation at a safe point."""
+
+    def __init__(self, ledger: Any, release: Any, entered: Any,
+                 cancelled: Callable[[], bool]) -> None:
+        from keepstep.engine.gateway.client import ModelGateway
+
+        self.inner = ModelGateway(ledger=ledger)
+        self.release, self.entered, self.cancelled = release, entered, cancelled
+
+    def complete(self, ctx: Any, request: Any) -> Any:
+        from keepstep.engine import RunCancelled
+
+        self.entered.set()
+        while not self.release.wait(0.05):
+            if self.cancelled():
+                raise RunCancelled("cancelled while the model was answering")
+        return self.inner.complete(ctx, request)
+
+
+def slow_app(root: Path, *, clock: Callable[[], float] | None = None) -> tuple[Any, Any]:
+    """(app, release Event): ME-042 whose model calls wait for ``release``; heartbeats every
+    50 ms so each unit's step reaches its lease at once."""
+    import threading
+
+    from keepstep.app.tui import make_app
+
+    release, entered = threading.Event(), threading.Event()
+    holder: dict[str, Any] = {}
+
+    def cancelled() -> bool:
+        app = holder.get("app")
+        return app is not None and app.dashboard.cancel_event.is_set()
+
+    options = {**APP_OPTIONS, "policy": {"heartbeat_seconds": 0.05}}
+    if clock is not None:
+        options["clock"] = clock
+    app = make_app(root, RUN_ID, gateway_factory=lambda ledger: SlowGateway(
+        ledger, release, entered, cancelled), **options)
+    holder["app"] = app
+    app.entered = entered
+    return app, release

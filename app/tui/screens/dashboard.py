@@ -65,6 +65,10 @@ NEED_MARKS = {"approval": "?", "budget": "◼", "effect": "!", "expert": "◼", 
               "blocked": "◼", "recovery": "!"}
 
 
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 class DashboardScreen(Screen[None]):
     BINDINGS = [
         Binding("r", "run", "run"),
@@ -198,7 +202,8 @@ class DashboardScreen(Screen[None]):
             return
         c = dict(status.counts)
         if self.running and self.tracker is not None:
-            c["running"] = len(self.tracker.snapshot(read=False).in_flight)
+            snap = self.tracker.snapshot(read=False)
+            c["running"], c["current"] = len(snap.in_flight), snap.done
         shown = [f"✓ current {c.get('current', 0)}/{len(status.units)}"]
         for key, label in (("superseded", "superseded"), ("running", "● running"),
                            ("ready", "▶ ready"), ("invalidated", "↺ invalidated"),
@@ -239,8 +244,8 @@ class DashboardScreen(Screen[None]):
         status = self.status
         if status is None:
             return
-        lines = [f"● {unit} {title[:44]} · {step or 'started'} · {fmt_duration(elapsed)}"
-                 for unit, title, step, elapsed in self._flights()]
+        lines = [f"● {unit} {_short(title, 38)} · {step or 'started'} · "
+                 f"{fmt_duration(elapsed)}" for unit, title, step, elapsed in self._flights()]
         if self.running and self.tracker is not None:
             snap = self.tracker.snapshot(read=False)
             eta = f" · ETA ~{fmt_duration(snap.eta_s)}" if snap.eta_s else ""
@@ -273,11 +278,22 @@ class DashboardScreen(Screen[None]):
     def _tick(self) -> None:
         """Once a second: the elapsed times tick; without a run here, watch the status."""
         if self.running:
+            run = self.app.active_run
+            if run is not None and time.monotonic() - self._watched >= WATCH_EVERY_S:
+                self._watched = time.monotonic()
+                status = self.app.guarded("Could not read the run's status", run.status)
+                if status is not None:
+                    self.show_status(status)
+                    return
             self._show_counts()
             self._show_now()
-        elif self.app.screen is self and self.app.active_run is not None and \
-                time.monotonic() - self._watched >= WATCH_EVERY_S:
+        elif self.app.screen is self and time.monotonic() - self._watched >= WATCH_EVERY_S:
             self._watched = time.monotonic()
+            if self.app.active_run is None:  # started by another executor meanwhile?
+                if self.app.run_id not in self.app.project.runs():
+                    return
+                self.app.active_run = self.app.project.get_run(self.app.run_id,
+                                                               self.app.branch_id)
             self.refresh_status()
         elif self.status is not None and self.status.in_flight:
             self._show_now()
