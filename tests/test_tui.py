@@ -79,7 +79,7 @@ async def test_dashboard_shows_versions_units_budget_and_the_waiting_gate(at_gat
         assert "U03 ✓ current Frame the research questions" in text
         assert "? gate audience: Confirm the audience" in text and "→ answer the approval" in text
         assert "external unknown" not in text  # only what needs the person
-        assert "answer the approval for gate 'audience'" in text and "DIR" not in text
+        assert "next   answer the approval — a answers it" in text and "DIR" not in text
         table = app.screen.query_one(UnitTable)
         assert table.state_of("U01") == "succeeded" and table.state_of("U27") == "pending"
 

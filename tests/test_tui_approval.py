@@ -56,7 +56,7 @@ async def test_enter_and_space_choose_the_highlighted_option(tmp_path: Path) -> 
         async with app.run_test(size=SIZE) as pilot:
             await _at_the_gate(app, pilot)
             await pilot.press("down", key)
-            await wait_for(pilot, lambda: not isinstance(app.screen, ApprovalModal)
+            await wait_for(pilot, lambda app=app: not isinstance(app.screen, ApprovalModal)
                            and not app.dashboard.running, what="the resumed run")
         assert _decided(root) == ["full report"], key
 

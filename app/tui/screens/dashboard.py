@@ -26,7 +26,6 @@ from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 from textual.worker import Worker, WorkerState
 
-from keepstep.app.cli.output import commands_for
 from keepstep.app.tui.format import DECISION_LABELS, event_line, progress_text
 from keepstep.app.tui.messages import (
     ApprovalRequested,
@@ -244,8 +243,12 @@ class DashboardScreen(Screen[None]):
         status = self.status
         if status is None:
             return
-        lines = [f"● {unit} {_short(title, 38)} · {step or 'started'} · "
-                 f"{fmt_duration(elapsed)}" for unit, title, step, elapsed in self._flights()]
+        width = max(40, self.query_one("#now", Static).size.width or 60)
+        lines = []
+        for unit, title, step, elapsed in self._flights():
+            tail = f" · {step or 'started'} · {fmt_duration(elapsed)}"
+            room = max(12, width - len(unit) - len(tail) - 3)
+            lines.append(f"● {unit} {_short(title, room)}{tail}")
         if self.running and self.tracker is not None:
             snap = self.tracker.snapshot(read=False)
             eta = f" · ETA ~{fmt_duration(snap.eta_s)}" if snap.eta_s else ""
@@ -254,11 +257,22 @@ class DashboardScreen(Screen[None]):
             lines.append(f"last   {self.progress}")
         since = self._since(status.last_commit_at)
         lines.append(f"last commit {since} · {status.checkpoint_commits} checkpoint commits")
-        if self.running:
-            lines.append("next   running here: c cancels at the next safe point")
-        else:
-            lines.append(f"next   {commands_for(status.next_action, self.app.project.root)}")
+        lines.append(f"next   {self._next_line(status)}")
         self.query_one("#now", Static).update("\n".join(lines))
+
+    def _next_line(self, status: RunStatus) -> str:
+        """The next step in this TUI's keys (the CLI command is under Needs you and `?`)."""
+        if self.running:
+            return "running here: c cancels at the next safe point"
+        if status.decision == "done":
+            return "done: f shows and exports the deliverables · h the handover"
+        if status.needs:
+            need = status.needs[0]
+            how = "a answers it" if need.kind == "approval" else "enter on it under Needs you"
+            return f"{need.action} — {how}"
+        if status.decision == "claim":
+            return status.next_action.split(" (`")[0] + " — r resumes"
+        return status.next_action
 
     def _since(self, iso: str | None) -> str:
         from keepstep.app.tui.format import ago
