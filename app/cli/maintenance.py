@@ -13,11 +13,9 @@ import typer
 
 
 def _size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n} B"
+    import humanize
+
+    return humanize.naturalsize(n, binary=True)
 
 
 def backup_text(report: Any) -> str:
