@@ -33,7 +33,8 @@ async def test_the_unit_in_flight_shows_its_title_step_and_ticking_elapsed_time(
         await pilot.press("r")
         await wait_for(pilot, lambda: "extract A" in screen_text(app), what="U05's step")
         text = screen_text(app)
-        assert "● U05 E01 Extract evidence: group A (market… · extract A1 (1/4) · 0 s" in text
+        assert "● U05 E01 Extract evidence" in text
+        assert "· extract A1 (1/4) · 0 s" in text
         assert "● running 1" in text
         assert "running here: c cancels" in text and "keepstep resume" not in text
         assert dashboard.query_one(UnitTable).state_of("U05") == "running"

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from textual.widgets import Input, Markdown, OptionList
+from textual.widgets import Button, Input, Markdown, OptionList
 
 from keepstep.app.tui import make_app
 from keepstep.app.tui.screens import (
@@ -107,7 +107,7 @@ async def test_needs_you_settles_an_unknown_outcome_by_lookup(tmp_path: Path, se
         needs.highlighted = 0
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, SettleModal), what="the modal")
-        await pilot.click("#lookup")
+        app.screen.query_one("#lookup", Button).press()
         await wait_for(pilot, lambda: isinstance(app.screen, EffectsScreen), what="settled")
         assert "committed" in screen_text(app)
     with open_project(root) as p:
@@ -133,14 +133,14 @@ async def test_settling_by_hand_needs_a_reason_and_records_not_sent(tmp_path: Pa
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, SettleModal), what="the modal")
         modal = app.screen
-        await pilot.click("#lookup")
+        modal.query_one("#lookup", Button).press()
         await pilot.pause()
         assert app.screen is modal and "cannot tell" in screen_text(app)
-        await pilot.click("#not-sent")
+        modal.query_one("#not-sent", Button).press()
         await pilot.pause()
         assert app.screen is modal and "needs a reason" in screen_text(app)
         modal.query_one("#settle-reason", Input).value = "their log shows nothing"
-        await pilot.click("#not-sent")
+        modal.query_one("#not-sent", Button).press()
         await wait_for(pilot, lambda: isinstance(app.screen, EffectsScreen), what="settled")
     with open_project(root) as p:
         run = p.get_run(RUN)
