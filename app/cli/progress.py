@@ -120,33 +120,35 @@ class LiveDisplay(QuietDisplay):
 
 
 def live_table(snap: ProgressSnapshot) -> Any:
-    """The live display of one snapshot (a rich renderable)."""
+    """The live display of one snapshot (a rich renderable): the bar with the figures, then
+    one line per unit in flight."""
+    from rich.console import Group
     from rich.progress_bar import ProgressBar
     from rich.table import Table
     from rich.text import Text
 
     from keepstep.engine import fmt_count, fmt_duration
 
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column()
-    grid.add_column()
-    head = Text(f"{snap.done}/{snap.total} units", style="bold")
+    head = Table.grid(padding=(0, 1))
+    head.add_column()
+    head.add_column()
     figures = (f"{len(snap.in_flight)} in flight · {snap.calls:g} calls · "
                f"{fmt_count(snap.tokens)} tokens · ${snap.cost:.2f} · "
                f"{fmt_duration(snap.elapsed_s)}")
-    if snap.eta_s is not None:
+    if snap.eta_s:
         figures += f" · ETA ~{fmt_duration(snap.eta_s)}"
-    grid.add_row(ProgressBar(total=max(1, snap.total), completed=snap.done, width=30),
-                 Text.assemble(head, " · ", figures))
+    head.add_row(ProgressBar(total=max(1, snap.total), completed=snap.done, width=30),
+                 Text.assemble((f"{snap.done}/{snap.total} units", "bold"), " · ", figures))
+    rows: list[Any] = [head]
     for f in snap.in_flight:
-        grid.add_row(Text(f"▶ {f.unit}", style="cyan bold"),
-                     Text(f"{f.title[:48]} · {f.step or 'started'} · "
-                          f"{fmt_duration(f.elapsed_s)}"))
+        rows.append(Text.assemble(("  ▶ ", "cyan"), (f.unit, "cyan bold"),
+                                  f" {f.title[:56]} · {f.step or 'started'} · "
+                                  f"{fmt_duration(f.elapsed_s)}"))
     if snap.failed:
-        grid.add_row(Text("✗ failed", style="red"), Text(", ".join(snap.failed)))
+        rows.append(Text(f"  ✗ failed: {', '.join(snap.failed)}", style="red"))
     if snap.blocked:
-        grid.add_row(Text("◼ blocked", style="yellow"), Text(", ".join(snap.blocked)))
-    return grid
+        rows.append(Text(f"  ◼ blocked: {', '.join(snap.blocked)}", style="yellow"))
+    return Group(*rows)
 
 
 def progress_display(run: Run | None, *, quiet: bool, as_json: bool) -> QuietDisplay:

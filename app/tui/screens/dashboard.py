@@ -60,6 +60,8 @@ STATUS_EVERY_S = 0.3  # a full RunStatus at most this often while units start an
 WATCH_EVERY_S = 2.0  # while nothing runs here: re-read the status (another executor may)
 EVENTS_SHOWN = 6
 QUIET_EVENTS = ("checkpoint.committed", "recovery.started", "recovery.audited")
+# Shown elsewhere: a stopped recovery is under Needs you; "nothing ready" is the next line.
+ALERTS_NOT_SHOWN = ("nothing_ready", "recovery_stopped")
 NEED_MARKS = {"approval": "?", "budget": "◼", "effect": "!", "expert": "◼", "failed": "✗",
               "blocked": "◼", "recovery": "!"}
 
@@ -255,6 +257,9 @@ class DashboardScreen(Screen[None]):
             lines.append(f"{snap.done}/{snap.total} done · {snap.calls:g} calls{eta}")
         elif self.progress:
             lines.append(f"last   {self.progress}")
+        for alert in [a for a in status.alerts if a.get("kind") not in ALERTS_NOT_SHOWN][:2]:
+            lines.append(f"! {alert.get('kind', 'alert').replace('_', ' ')}: "
+                         f"{alert.get('message', '')}")
         since = self._since(status.last_commit_at)
         lines.append(f"last commit {since} · {status.checkpoint_commits} checkpoint commits")
         lines.append(f"next   {self._next_line(status)}")
