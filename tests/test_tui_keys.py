@@ -95,3 +95,22 @@ async def test_a_palette_command_runs_the_screens_action(at_gate: Path) -> None:
         await pilot.pause()
         await pilot.pause()
         assert isinstance(app.screen, screens.SourcesScreen)
+
+
+async def test_checkboxes_draw_a_tick_only_when_checked() -> None:
+    """'approve now' and 'required final' read correctly: empty unchecked, ✓ checked (not
+    Textual's dimmed X either way)."""
+    from textual.app import App
+
+    from keepstep.app.tui.widgets import Tick
+
+    class One(App[None]):
+        def compose(self):
+            yield Tick("approve now", id="tick")
+
+    async with One().run_test() as pilot:
+        tick = pilot.app.query_one(Tick)
+        assert "X" not in tick._button.plain and tick._button.plain.strip("▐▌ ") == ""
+        tick.value = True
+        await pilot.pause()
+        assert "✓" in tick._button.plain
