@@ -99,8 +99,8 @@ class WebhookConfig(BaseModel):
         if parts.username is not None or parts.password is not None:
             # Never echo the URL back: it holds the secret.
             raise ValueError(
-                f"the URL carries a user name or password ({parts.scheme}://…@{parts.hostname}"
-                "/…); keepstep.toml must hold no credentials — remove them from the URL "
+                f"the URL carries a user or password ({parts.scheme}://…@{parts.hostname}/…); "
+                "keepstep.toml must hold no credentials — remove them from the URL "
                 "(credentials come from the keyring or the environment)")
         return value
 

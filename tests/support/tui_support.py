@@ -114,14 +114,14 @@ class SlowGateway:
         self.inner = ModelGateway(ledger=ledger)
         self.release, self.entered, self.cancelled = release, entered, cancelled
 
-    def complete(self, ctx: Any, request: Any) -> Any:
+    def complete(self, ctx: Any, request: Any, **estimates: Any) -> Any:
         from keepstep.engine import RunCancelled
 
         self.entered.set()
         while not self.release.wait(0.05):
             if self.cancelled():
                 raise RunCancelled("cancelled while the model was answering")
-        return self.inner.complete(ctx, request)
+        return self.inner.complete(ctx, request, **estimates)
 
 
 def slow_app(root: Path, *, clock: Callable[[], float] | None = None) -> tuple[Any, Any]:
