@@ -4,6 +4,7 @@ resume what is running; the recent events."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from keepstep.app.tui.screens import DashboardScreen
@@ -31,11 +32,14 @@ async def test_the_unit_in_flight_shows_its_title_step_and_ticking_elapsed_time(
         dashboard = app.screen
         assert isinstance(dashboard, DashboardScreen)
         await pilot.press("r")
-        await wait_for(pilot, lambda: "extract A" in screen_text(app), what="U05's step")
+        await wait_for(pilot, lambda: "● U05" in screen_text(app)
+                       and "model call 1" in screen_text(app), what="U05's step")
         text = screen_text(app)
         assert "● U05 E01 Extract evidence" in text
-        assert "· extract A1 (1/4) · 0 s" in text
-        assert "● running 1" in text
+        assert "● U05 E01 Extract evidence: group A … · model call 1 · 0 s" in text
+        # Independent extraction units run side by side (max_parallel 4 by default).
+        running = re.search(r"● running (\d+)", text)
+        assert running and 1 <= int(running.group(1)) <= 4
         assert "running here: c cancels" in text and "keepstep resume" not in text
         assert dashboard.query_one(UnitTable).state_of("U05") == "running"
         now[0] += 65
@@ -67,7 +71,7 @@ async def test_a_run_driven_elsewhere_shows_in_flight_here_too(tmp_path: Path) -
             assert entered.wait(60)
             async with watcher.run_test(size=SIZE) as pilot:
                 await wait_for(pilot, lambda: "● U05" in screen_text(watcher)
-                               and "extract A1" in screen_text(watcher), timeout=30,
+                               and "model call 1" in screen_text(watcher), timeout=30,
                                what="the other executor's unit and step")
                 assert not watcher.dashboard.running
         finally:

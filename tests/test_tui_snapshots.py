@@ -18,6 +18,7 @@ from tests.support.tui_support import (
     copy_sample,
     gate_template,
     make_test_app,
+    one_at_a_time,
     screen_text,
     slow_app,
     wait_for,
@@ -62,7 +63,7 @@ def test_dashboard_snapshot_at_80x24_light(snap_compare, at_gate: Path) -> None:
 async def _running(pilot) -> None:
     app = pilot.app
     await pilot.press("r")
-    await wait_for(pilot, lambda: "extract A1 (1/4)" in screen_text(app)
+    await wait_for(pilot, lambda: "model call 1" in screen_text(app)
                    and "U04/a1 succeeded" in screen_text(app), what="U05 in flight")
     await pilot.pause(1.2)  # one more tick of the timer: the screen is settled
 
@@ -71,5 +72,5 @@ async def _running(pilot) -> None:
 def test_dashboard_while_a_unit_runs_snapshot(snap_compare, tmp_path: Path, size) -> None:
     """While U05 runs: it is in flight with its title, step and elapsed time; titles of
     every unit by phase; the counts say one runs; the recent events."""
-    app, _release = slow_app(copy_sample(tmp_path / "market-entry"))
+    app, _release = slow_app(one_at_a_time(copy_sample(tmp_path / "market-entry")))
     assert snap_compare(app, terminal_size=size, run_before=_running)

@@ -34,6 +34,17 @@ def copy_sample(dest: Path) -> Path:
     return dest
 
 
+def one_at_a_time(root: Path) -> Path:
+    """Set ``max_parallel = 1`` in the pack's keepstep.toml: one unit in flight, so a
+    screenshot of a running dashboard is the same every time."""
+    config = root / "keepstep.toml"
+    lines = config.read_text(encoding="utf-8").splitlines(keepends=True)
+    first_table = next(i for i, line in enumerate(lines) if line.startswith("["))
+    lines.insert(first_table, "max_parallel = 1\n\n")
+    config.write_text("".join(lines), encoding="utf-8")
+    return root
+
+
 def gate_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The pack after one offline run that stopped at the audience gate (built once per
     test session, shared by every TUI test module)."""
@@ -43,7 +54,8 @@ def gate_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
         root = copy_sample(tmp_path_factory.mktemp("me042") / "market-entry")
         with open_project(root, clock=lambda: FIXED_NOW, executor_id=EXECUTOR,
                           synchronous="OFF") as project:
-            status = project.open_or_start(RUN_ID).run()
+            # One unit at a time: the event log (and so every screenshot) is the same each run.
+            status = project.open_or_start(RUN_ID).run(jobs=1)
         assert status.decision == "blocked" and status.pending_approvals, status.reasons
         _TEMPLATES["gate"] = root
     return _TEMPLATES["gate"]

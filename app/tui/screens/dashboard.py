@@ -203,6 +203,13 @@ class DashboardScreen(NeedsYouActions, Screen[None]):
         c = dict(status.counts)
         if self.running and self.tracker is not None:
             snap = self.tracker.snapshot(read=False)
+            # The tracker is fresher than the status read: a unit it reports in flight may
+            # still be pending (and ready) there. Move it, so no unit is counted twice.
+            for unit in {f.unit for f in snap.in_flight}:
+                view = status.units.get(unit)
+                if view is not None and view.state in ("pending", "invalidated"):
+                    c[view.state] = max(0, c.get(view.state, 0) - 1)
+                    c["ready"] = max(0, c.get("ready", 0) - 1)
             c["running"], c["current"] = len(snap.in_flight), snap.done
         shown = [f"✓ current {c.get('current', 0)}/{len(status.units)}"]
         for key, label in (("superseded", "superseded"), ("running", "● running"),
