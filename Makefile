@@ -4,6 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 DEMO    := demo-output/market-entry
+JOBS    ?= auto
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export PYTHON_KEYRING_BACKEND ?= keyring.backends.null.Keyring
 
@@ -23,7 +24,7 @@ demo: $(STAMP)
 	$(BIN)/python -m keepstep.app.demo $(DEMO)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(JOBS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check app engine storage tests bench

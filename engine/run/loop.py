@@ -101,6 +101,7 @@ from keepstep.storage import (
     StorageError,
     crash_point,
 )
+from keepstep.storage.errors import mount_point
 
 if TYPE_CHECKING:
     from keepstep.engine.run.handle import RunHandle
@@ -598,8 +599,11 @@ class RunLoop:
                 raise
             # A full disk is not the unit's fault and a retry cannot help until a person
             # frees space: block it (the partial file stays an orphan, never promoted).
+            where = exc.filename or run.project.root
             reason = (f"storage: the disk is full ({errno.errorcode[exc.errno]}) while "
-                      f"{unit.id} was staging its output")
+                      f"{unit.id} was staging its output — free space on "
+                      f"{mount_point(where)}, then run `keepstep retry {unit.id}`; work "
+                      "already committed is kept")
             store.set_attempt_status(run.run_id, aid, "blocked", error_class="storage",
                                      message=reason)
             store.release_lease(run.run_id, run.branch_id, unit.id, claim.fencing_token)

@@ -214,7 +214,8 @@ CASES: list[Case] = [
          steps=(Worker(disk_full="U07"), do("expect", "blocked:storage"), do("retry", "U07"),
                 Worker()),
          observe=(DB, DISK), expect="done", reexec=frozenset({"U07"}),
-         no_dup=("commit:U07",), checks=("partial_quarantined:U07/a1",)),
+         no_dup=("commit:U07",), checks=("partial_quarantined:U07/a1",
+                                         "disk_full_advice:U07/a1")),
 
     # -- changes -----------------------------------------------------------------------------
     Case(id="F31", group="changes", what="source A2's content changes: what reads group A is "

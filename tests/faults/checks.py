@@ -162,6 +162,13 @@ def named_check(cr: CaseRun, p: Project | None, name: str) -> None:
         tmps = list(d.rglob("*.tmp"))
         expect(bool(tmps), f"no partial file left in {arg}")
         expect(arg in orphan_attempts(p), f"{arg} holding a partial file is not an orphan")
+    elif head == "disk_full_advice":
+        # The person is told what to do: free space on the disk, then retry the unit.
+        att = store.get_attempt(RUN, arg)
+        message = (att.message or "") if att is not None else ""
+        unit = arg.partition("/")[0]
+        expect("free space on /" in message and f"keepstep retry {unit}" in message,
+               f"{arg}'s disk-full message gives no advice: {message!r}")
     elif head == "reserved_call":
         rows = [c for c in store.calls(RUN) if c.attempt_id == arg]
         expect(any(c.status == "reserved" for c in rows),
