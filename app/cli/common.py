@@ -233,14 +233,20 @@ def shift(root: Path | None, *values: Any) -> tuple[Path | None, ...]:
 
 
 @contextmanager
-def open_project_dir(root: Path | None, *, validate: bool = True) -> Iterator[Project]:
+def open_project_dir(root: Path | None, *, validate: bool = True,
+                     read_only: bool = False) -> Iterator[Project]:
     """The project at ``root`` (or found from the working directory), closed on exit.
     ``validate=False`` opens a project whose plan does not validate (for commands that only
-    read or edit sources)."""
+    read or edit sources); ``read_only=True`` is for commands that only look (status,
+    verify, explain, …): nothing is created, migrated or written, so they also work on a
+    read-only ``.keepstep``."""
     from keepstep.engine import open_project
 
     root = check_dir(root)
-    project = open_project(root) if validate else open_project(root, validate=False)
+    # Before the first run there is no database to look at: open it as before (it says "no
+    # runs yet"; a lost database beside earlier work is refused there, not re-created).
+    read_only = read_only and (root / ".keepstep" / "state.db").is_file()
+    project = open_project(root, validate=validate, read_only=read_only)
     try:
         yield project
     finally:

@@ -35,7 +35,7 @@ def verify(root: DirArg = None, run: RunOpt = None, branch: BranchOpt = "main",
     Example:
       keepstep verify --run ME-042 --json
     """
-    with open_project_dir(root) as project:
+    with open_project_dir(root, read_only=True) as project:
         report = existing_run(project, run, branch).verify()
         typer.echo(out.to_json(report.model_dump(mode="json")) if as_json
                    else out.chain_text(report))
@@ -57,7 +57,7 @@ def explain(root: DirArg = None,
     root, unit = shift(root, unit)
     if unit is None:
         raise UsageProblem("name the unit to explain", "e.g. keepstep explain U07")
-    with open_project_dir(root) as project:
+    with open_project_dir(root, read_only=True) as project:
         the_run = existing_run(project, run, branch)
         check_unit(the_run, unit)
         result = the_run.explain(unit)
@@ -78,7 +78,7 @@ def preview(root: DirArg = None, run: RunOpt = None, branch: BranchOpt = "main",
     Example:
       keepstep preview --run ME-042
     """
-    with open_project_dir(root) as project:
+    with open_project_dir(root, read_only=True) as project:
         the_run = existing_run(project, run, branch)
         result = the_run.preview()
         typer.echo(out.to_json(result.model_dump(mode="json")) if as_json

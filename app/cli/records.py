@@ -42,7 +42,7 @@ def calls(root: DirArg = None, run: RunOpt = None,
           unit: Annotated[str | None, typer.Option("--unit", help="Only this unit.")] = None,
           as_json: JsonOpt = False) -> None:
     """The model call ledger: unit, attempt, round, model, tokens, cost, outcome."""
-    with open_project_dir(root) as project:
+    with open_project_dir(root, read_only=True) as project:
         the_run = existing_run(project, run)
         rows = [out.call_row(c) for c in the_run.calls() if unit is None or c.unit == unit]
         typer.echo(out.to_json(rows) if as_json else out.calls_text(rows))
@@ -56,7 +56,7 @@ def events(root: DirArg = None, run: RunOpt = None,
                                                      help="Only the newest N.")] = None,
            as_json: JsonOpt = False) -> None:
     """The run's event log, oldest first."""
-    with open_project_dir(root) as project:
+    with open_project_dir(root, read_only=True) as project:
         the_run = existing_run(project, run)
         found = the_run.events(kind_prefix=kind, unit=unit, limit=limit,
                                newest_first=limit is not None)
@@ -79,7 +79,7 @@ def effects_list(root: DirArg = None, run: RunOpt = None, branch: BranchOpt = "m
     """
     from keepstep.engine import EFFECT_FIELDS
 
-    with open_project_dir(root) as project:
+    with open_project_dir(root, read_only=True) as project:
         the_run = existing_run(project, run, branch)
         rows = [r.model_dump(mode="json") for r in the_run.effects()]
         if as_json:

@@ -71,7 +71,7 @@ def status(
       keepstep status --run ME-042
       keepstep status ~/packs/me042 --json
     """
-    with open_project_dir(root) as project:
+    with open_project_dir(root, read_only=True) as project:
         runs = project.runs()
         if not runs and run is not None:
             existing_run(project, run, branch)  # names the run and how to start it

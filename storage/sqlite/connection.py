@@ -108,19 +108,31 @@ def unreadable(path: Path, exc: sqlite3.Error, *, write: bool) -> StorageError:
     return CorruptDatabase(f"{path} is not a readable keepstep database: {exc}")
 
 
+def read_only_uri(path: Path) -> str:
+    """The URI that opens ``path`` for reading only, also from a folder nobody can write.
+
+    ``mode=ro`` reads the write-ahead log when its -wal and -shm files exist (SQLite ≥
+    3.22 needs no write access then). Only when the folder cannot be written *and* there
+    is no log to read is ``immutable=1`` added — it makes SQLite ignore the log, which
+    would hide every change not yet checkpointed into the main file.
+    """
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    wal, shm = path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")
+    has_log = wal.is_file() and wal.stat().st_size > 0 and shm.is_file()
+    if not os.access(path.parent, os.W_OK) and not has_log:
+        uri += "&immutable=1"
+    return uri
+
+
 def connect(path: Path, *, synchronous: str = "FULL", read_only: bool = False) -> Database:
     """A new connection with keepstep's pragmas (one per thread).
 
     ``isolation_level=None``: the driver opens no implicit transactions, so writers
-    take ``BEGIN IMMEDIATE`` themselves. ``read_only`` opens with ``mode=ro`` (and,
-    when the folder cannot be written, ``immutable=1``: nobody can change it then).
+    take ``BEGIN IMMEDIATE`` themselves. ``read_only`` opens :func:`read_only_uri`.
     """
     try:
         if read_only:
-            uri = f"{path.resolve().as_uri()}?mode=ro"
-            if not os.access(path.parent, os.W_OK):
-                uri += "&immutable=1"
-            conn = sqlite3.connect(uri, uri=True, isolation_level=None,
+            conn = sqlite3.connect(read_only_uri(path), uri=True, isolation_level=None,
                                    timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=True)
         else:
             conn = sqlite3.connect(str(path), isolation_level=None,

@@ -26,6 +26,7 @@ from keepstep.storage.permissions import tighten as _tighten
 from keepstep.storage.sqlite.connection import (
     BUSY_TIMEOUT_MS,
     connect,
+    read_only_uri,
     sqlite_errors,
     storage_error,
     unreadable,
@@ -35,11 +36,8 @@ from keepstep.storage.sqlite.schema import MIGRATION_SET, SCHEMA_VERSION, migrat
 
 def read_schema_version(path: Path) -> tuple[int, list[str]]:
     """(user_version, applied migration names) read without writing anything."""
-    uri = f"{path.resolve().as_uri()}?mode=ro"
-    if not os.access(path.parent, os.W_OK):
-        uri += "&immutable=1"
     try:
-        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+        conn = sqlite3.connect(read_only_uri(path), uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
     except sqlite3.Error as exc:
         raise unreadable(path, exc, write=False) from exc
     try:
