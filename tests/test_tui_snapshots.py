@@ -64,7 +64,8 @@ async def _running(pilot) -> None:
     app = pilot.app
     await pilot.press("r")
     await wait_for(pilot, lambda: "model call 1" in screen_text(app)
-                   and "U04/a1 succeeded" in screen_text(app), what="U05 in flight")
+                   and "U04/a1 succeeded" in screen_text(app)
+                   and " 4 checkpoint commits" in screen_text(app), what="U05 in flight")
     await pilot.pause(1.2)  # one more tick of the timer: the screen is settled
 
 

@@ -211,6 +211,9 @@ class DashboardScreen(NeedsYouActions, Screen[None]):
                     c[view.state] = max(0, c.get(view.state, 0) - 1)
                     c["ready"] = max(0, c.get("ready", 0) - 1)
             c["running"], c["current"] = len(snap.in_flight), snap.done
+            others = sum(c.get(k, 0) for k in ("current", "running", "invalidated",
+                                                "blocked", "failed", "cancelled"))
+            c["pending"] = max(0, len(status.units) - others)
         shown = [f"✓ current {c.get('current', 0)}/{len(status.units)}"]
         for key, label in (("superseded", "superseded"), ("running", "● running"),
                            ("ready", "▶ ready"), ("invalidated", "↺ invalidated"),
