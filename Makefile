@@ -8,7 +8,7 @@ JOBS    ?= auto
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export PYTHON_KEYRING_BACKEND ?= keyring.backends.null.Keyring
 
-.PHONY: demo test install clean lint
+.PHONY: demo test install clean lint typecheck
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -29,5 +29,12 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check app engine storage tests bench
 
+# mypy finds keepstep.engine / keepstep.storage through links named like the packages.
+typecheck: $(STAMP)
+	mkdir -p .typecheck/keepstep
+	for d in app engine storage; do ln -sfn ../../$$d .typecheck/keepstep/$$d; done
+	$(BIN)/python -m mypy --strict -p keepstep.storage
+	$(BIN)/python -m mypy -p keepstep.engine
+
 clean:
-	rm -rf $(VENV) demo-output .pytest_cache
+	rm -rf $(VENV) demo-output .pytest_cache .typecheck .mypy_cache

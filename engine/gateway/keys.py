@@ -234,7 +234,7 @@ def unexpected_address(provider: str, address: str) -> bool:
     """True when a key for ``provider`` would go somewhere other than its default address
     and not to this machine — the case a person must see before a key is sent there."""
     default = DEFAULT_ADDRESSES.get(provider.strip().lower())
-    return bool(default) and address.rstrip("/") != default.rstrip("/") and \
+    return default is not None and address.rstrip("/") != default.rstrip("/") and \
         not is_local_api_base(address)
 
 

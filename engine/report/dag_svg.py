@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from keepstep.engine.core.html import STATE_COLORS
 from keepstep.engine.core.plan import Plan
+from keepstep.engine.report.status import run_status
 
 if TYPE_CHECKING:
     from keepstep.engine.run.handle import RunHandle
@@ -169,7 +170,7 @@ def _legend(y: float, width: float) -> list[str]:
 
 def run_dag_svg(run: RunHandle) -> str:
     """The DAG of the plan the run is at, coloured by each unit's state now."""
-    status = run.status()
+    status = run_status(run)
     orphans = [o.attempt_id for o in run.store.orphaned_attempts(run.run_id)]
     title = (f"run {run.run_id} · {status.plan_version} · checkpoint {status.head_version} · "
              f"{status.decision}")

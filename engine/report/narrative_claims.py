@@ -100,7 +100,8 @@ def render(lines: list[Line]) -> str:
 # -- the check ---------------------------------------------------------------------------------
 def pattern(template: str) -> tuple[re.Pattern[str], list[str]]:
     """A regex matching a line rendered from ``template``, and its fields in group order."""
-    parts, names = [], []
+    parts: list[str] = []
+    names: list[str] = []
     for literal, name, _spec, _conv in string.Formatter().parse(template):
         parts.append(re.escape(literal))
         if name is not None:

@@ -21,6 +21,7 @@ from keepstep.engine.report.narrative_claims import (
     number,
     plural,
 )
+from keepstep.engine.report.status import run_status
 
 if TYPE_CHECKING:
     from keepstep.engine.run.handle import RunHandle
@@ -64,7 +65,7 @@ def gather(run: RunHandle) -> Facts:
     """Load the facts; the baseline is the head if it verifies, else the newest checkpoint
     before the first one that does not."""
     store = run.store
-    status = run.status()
+    status = run_status(run)
     checkpoints = store.list_checkpoints(run.run_id, run.branch_id)
     baseline, verification = None, "its link and state hash verify"
     report = store.verify_head(run.run_id, run.branch_id)

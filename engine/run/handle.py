@@ -203,7 +203,7 @@ class Workspace:
                                  read_only=read_only)
 
     def _files_signature(self) -> tuple[Any, ...]:
-        out = []
+        out: list[tuple[Any, ...]] = []
         for name in ("keepstep.toml", "contract.md", "sources.toml", "plan.toml"):
             try:
                 st = (self.root / name).stat()
@@ -244,7 +244,7 @@ class Workspace:
         pool = getattr(self, "_worker_pool", None)
         if pool is not None:  # the run loop's unit threads (engine.run.loop.WorkerPool)
             pool.close()
-            self._worker_pool = None
+            self._worker_pool: Any = None
         self.store.close()
 
     @property

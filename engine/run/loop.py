@@ -104,6 +104,7 @@ from keepstep.storage import (
 from keepstep.storage.errors import mount_point
 
 if TYPE_CHECKING:
+    from keepstep.engine.kinds.model_step import CheckedAnswer, StepCall
     from keepstep.engine.run.handle import RunHandle
 
 RETRYABLE_OUTCOMES = ("failed", "timed_out")
@@ -165,7 +166,7 @@ class _PoolThread(threading.Thread):
 def worker_pool(run: RunHandle) -> WorkerPool:
     """The project's pool (closed with the project)."""
     project = run.project
-    pool = getattr(project, "_worker_pool", None)
+    pool: WorkerPool | None = getattr(project, "_worker_pool", None)
     if pool is None:
         pool = project._worker_pool = WorkerPool()
     return pool
@@ -187,9 +188,9 @@ class _Attempt(AttemptContext):
         if report is not None:
             report(value)
 
-    def call_model(self, payload: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    def call_model(self, call: StepCall, *, check: Any) -> CheckedAnswer:
         self.progress = f"model call {self._call_seq + 1}"
-        return super().call_model(payload, **kwargs)
+        return super().call_model(call, check=check)
 
 
 class _InFlight:

@@ -124,7 +124,7 @@ class Checkpoints(ChainChecks):
                 "INSERT INTO budgets (run_id, branch_id, limits, used) VALUES (?, ?, ?, '{}')",
                 [run_id, branch_id, canonical_json(dict(limits or {}))])
             insert_events(conn, run_id, branch_id, ts, [EventIn(kind="run.created"), *events])
-        return Head(run_id=run_id, branch_id=branch_id, version=0, hash=row["hash"])
+        return Head(run_id=run_id, branch_id=branch_id, version=0, hash=str(row["hash"]))
 
     def runs(self) -> list[str]:
         return [r["run_id"] for r in self._q("SELECT run_id FROM runs ORDER BY created_at, run_id")]

@@ -136,10 +136,10 @@ def convert_pdf(path: Path, *, cancel: threading.Event | None
         try:
             reader = pypdf.PdfReader(fh, strict=False)
             if reader.is_encrypted:
-                try:
-                    opened = reader.decrypt("")  # "owner password only" PDFs open like this
+                try:  # "owner password only" PDFs open like this
+                    opened = bool(reader.decrypt(""))
                 except (PyPdfError, NotImplementedError, ValueError):
-                    opened = 0
+                    opened = False
                 if not opened:
                     raise EncryptedSourceError(path, "PDF")
             count = len(reader.pages)

@@ -144,14 +144,14 @@ def markdown_segments(text: str, *, cancel: threading.Event | None = None) -> li
         p = path()
         _, _, s = stack.pop()
         raw.append((p, "section", s, max(s, content_end), None, 1))
-    title = first_h1 if h1_count == 1 else None
+    doc_title = first_h1 if h1_count == 1 else None
     segments = []
     for locator, kind, s, e, line_locator, first in raw:
-        if title is not None:
-            locator = drop_title_prefix(locator, title)
+        if doc_title is not None:
+            locator = drop_title_prefix(locator, doc_title)
             if line_locator is not None:
-                line_locator = drop_title_prefix(line_locator,
-                                            title.replace("{", "{{").replace("}", "}}"))
+                line_locator = drop_title_prefix(
+                    line_locator, doc_title.replace("{", "{{").replace("}", "}}"))
         segments.append(Segment.model_construct(locator=locator, kind=kind, start=s, end=e,
                                                 line_locator=line_locator, first_number=first))
     segments.sort(key=lambda seg: (seg.start, -seg.end))

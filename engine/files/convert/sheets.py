@@ -14,6 +14,7 @@ import datetime as dt
 import re
 import threading
 from pathlib import Path
+from typing import Any
 
 from keepstep.engine.files.convert.builder import Converted, MarkdownBuilder
 from keepstep.engine.files.convert.errors import UnreadableSourceError
@@ -111,7 +112,7 @@ def _convert_sheet(ws, builder: MarkdownBuilder) -> None:
     for number, row in enumerate(ws.iter_rows(min_row=1), start=1):
         if number % _CANCEL_ROWS == 0:
             builder.check_cancel()
-        filled: list[tuple[int, str, object]] = []
+        filled: list[tuple[int, str, Any]] = []
         for index, cell in enumerate(row, start=1):
             value = getattr(cell, "value", None)
             if value is None:

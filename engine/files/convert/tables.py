@@ -70,8 +70,10 @@ def iter_table_rows(conv: ConvertedSource) -> Iterator[TableRow]:
         header = split_row(header_line)
         run = None
         k = 0
+        locator: str | None
         for line, start, end in rows:
-            if run is not None and run.start <= start < run.end:
+            if run is not None and run.line_locator is not None and \
+                    run.start <= start < run.end:
                 k += 1
                 locator = run.line_locator.format(n=run.first_number + k)
             else:

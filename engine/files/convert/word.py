@@ -66,7 +66,8 @@ class _Styles:
         return None
 
     def is_list(self, sid: str | None) -> bool:
-        return bool(sid) and self.info.get(sid, ("",))[0].startswith("list")
+        info = self.info.get(sid) if sid else None
+        return info is not None and str(info[0]).startswith("list")
 
 
 def _text(elem: ET.Element) -> str:
