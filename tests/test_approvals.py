@@ -126,7 +126,8 @@ def test_a_decision_records_who_when_choice_object_scope_and_expiry(ledger, cloc
 def test_an_approval_bound_to_plan_n_does_not_apply_at_n_plus_1_and_the_gate_asks_again(
     ledger, clock
 ) -> None:
-    """A plan-v2 decision does not open the gate at plan-v3; the next check supersedes and re-asks."""
+    """A plan-v2 decision does not open the gate at plan-v3; the next check supersedes and
+    re-asks."""
     first = _ask(ledger, clock)
     decide(ledger, RUN, GATE.id, "board", who="ana", bound_object=PLAN2, expires_days=7)
     assert gate_status(ledger, RUN, "main", GATE, PLAN2, clock()).open

@@ -154,7 +154,8 @@ def test_sigkill_after_intent_then_reconcile_sends_exactly_once(run_store, serve
 
 
 def test_sigkill_after_send_then_reconcile_finds_it_by_key(run_store, server, store_root) -> None:
-    """A child killed after the POST but before the receipt: reconcile finds the key, sends nothing."""
+    """A child killed after the POST but before the receipt: reconcile finds the key, sends
+    nothing."""
     proc = _child(store_root, server.url, "effect.after_send")
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     key = idempotency_key(RUN, UNIT, ACTION, 1)

@@ -1,4 +1,5 @@
-"""Pins the unit kinds (engine/kinds) on a fake context: small synthetic inputs and the ME-042 pack."""
+"""Pins the unit kinds (engine/kinds) on a fake context: small synthetic inputs and the ME-042
+pack."""
 
 from __future__ import annotations
 
@@ -494,7 +495,8 @@ def test_pack_run_is_byte_identical_twice(pack: PackRunner) -> None:
 
 
 def test_kinds_load_neither_litellm_nor_textual() -> None:
-    """Importing the kinds pulls in no model client and no UI; kinds use storage for hashing only."""
+    """Importing the kinds pulls in no model client and no UI; kinds use storage for hashing
+    only."""
     code = ("import sys, keepstep.engine.kinds; "
             "print([m for m in ('litellm', 'textual') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -46,13 +46,15 @@ def main() -> int:
                             lease_seconds=lease_seconds)
         say("claimed", claim.attempt_id, head)
         entry = store.artifacts.stage(
-            run, claim.attempt_id, "out.json", (f'{{"attempt":"{claim.attempt_id}"}}' * 64).encode(),
+            run, claim.attempt_id, "out.json",
+            (f'{{"attempt":"{claim.attempt_id}"}}' * 64).encode(),
             media_type="application/json", producer_version="crash-child",
             created_at="2024-01-01T00:00:00+00:00",
         )
         say("staged", claim.attempt_id)
         version = store.commit_checkpoint(
-            run, "main", head, {f"unit/{unit}": {"attempt": claim.attempt_id, "sha256": entry.sha256}},
+            run, "main", head,
+            {f"unit/{unit}": {"attempt": claim.attempt_id, "sha256": entry.sha256}},
             [entry], claim.fencing_token, unit=unit, attempt_id=claim.attempt_id,
         )
         store.artifacts.seal([entry])
