@@ -94,3 +94,24 @@ def test_a_clean_resume_verifies_only_what_was_committed_since(finished: Path) -
         run.resume()
         first = p.store.verify_since_last(RUN)
         assert first.ok and first.checked <= 2
+
+
+def test_through_the_cli_a_broken_chain_fails_resume_verify_and_the_handover_check(
+        finished: Path) -> None:
+    """`keepstep verify` says BROKEN and exits non-zero; `keepstep resume` exits non-zero
+    (blocked on a person) naming the checkpoint; `keepstep handover` writes a bundle whose
+    check says UNVERIFIED, never "bundle OK"."""
+    from typer.testing import CliRunner
+
+    from keepstep.app.cli.main import app
+
+    runner = CliRunner()
+    _edit_checkpoint(finished, 4)
+    verify = runner.invoke(app, ["verify", str(finished)])
+    assert verify.exit_code != 0 and "BROKEN" in verify.output, verify.output
+    resume = runner.invoke(app, ["resume", str(finished), "--quiet"])
+    assert resume.exit_code not in (0, None), resume.output
+    assert "checkpoint 4" in resume.output
+    handover = runner.invoke(app, ["handover", str(finished)])
+    assert "UNVERIFIED" in handover.output and "bundle OK" not in handover.output
+    assert handover.exit_code != 0, handover.output
