@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from keepstep.engine.core.explain import Preview, UnitExplanation, explain_unit, preview
+from keepstep.engine.core.plan import Plan
 from keepstep.engine.errors import ApprovalError, KeepstepError, ProjectError
 from keepstep.engine.report.status import RunStatus, run_status
 from keepstep.engine.report.views import (
@@ -366,11 +367,22 @@ class Run(RunHandle):
     def preview_sources(self, approved: dict[str, bool]) -> Preview:
         """What approving or revoking sources (``{"A3": False}``) would invalidate and
         reuse, before sources.toml is written — nothing is changed."""
+        return self._preview_candidate(approved=approved)
+
+    def preview_plan(self, plan: Plan) -> Preview:
+        """What saving ``plan`` as plan.toml would invalidate and reuse, before the file is
+        written — nothing is changed."""
+        return self._preview_candidate(plan=plan)
+
+    def _preview_candidate(self, *, approved: dict[str, bool] | None = None,
+                           plan: Plan | None = None) -> Preview:
         from keepstep.engine.core.changes import detect_changes
         from keepstep.engine.files.project import snapshot_sources
         from keepstep.engine.run.baseline import template_hashes
 
         files = self.project.reload()
+        approved = approved or {}
+        new_plan = plan if plan is not None else files.plan
         sources = files.sources.model_copy(deep=True)
         for entry in sources.sources:
             if entry.id in approved:
@@ -384,10 +396,10 @@ class Run(RunHandle):
         changes = detect_changes(
             old_inputs=old_inputs, new_snapshot=snapshot,
             old_contract_fields=info.get("contract_fields", {}), new_contract=files.contract,
-            old_plan=self.recorded_plan, new_plan=files.plan,
+            old_plan=self.recorded_plan, new_plan=new_plan,
             old_templates=info.get("templates", {}), new_templates=template_hashes(files.root),
             old_versions=self.versions, new_versions=self.project.versions())
-        return preview(files.plan, changes, self.facts_records(), self.calls(),
+        return preview(new_plan, changes, self.facts_records(), self.calls(),
                        high_risk_rules=files.config.high_risk_rules,
                        source_groups={**old_inputs.get("groups", {}), **snapshot.groups})
 

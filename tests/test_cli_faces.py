@@ -110,6 +110,27 @@ def test_revoking_a_source_prints_its_impact_before_writing(done_project: Path) 
     assert impact < result.stdout.index("source A1 revoked")
 
 
+def test_at_a_terminal_revoking_a_source_that_redoes_work_asks_first(
+        done_project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At a terminal: the impact, then "Revoke A1?"; answering no leaves sources.toml as it
+    was; yes (or --yes) revokes."""
+    from keepstep.app.cli import common
+
+    monkeypatch.setattr(common, "on_terminal", lambda: True)
+    monkeypatch.setattr("keepstep.app.cli.project.on_terminal", lambda: True)
+    sources = done_project / "sources.toml"
+    before = sources.read_bytes()
+    declined = RUNNER.invoke(app, ["sources", "revoke", str(done_project), "A1"], input="n\n")
+    assert declined.exit_code == 0, declined.output
+    assert "Revoke A1?" in declined.output and "not revoked" in declined.output
+    assert declined.output.index("the next resume invalidates") < declined.output.index(
+        "Revoke A1?")
+    assert sources.read_bytes() == before
+    accepted = RUNNER.invoke(app, ["sources", "revoke", str(done_project), "A1"], input="y\n")
+    assert accepted.exit_code == 0 and "source A1 revoked" in accepted.output
+    assert sources.read_bytes() != before
+
+
 # --- help ---------------------------------------------------------------------------------------
 def _commands():
     group = typer.main.get_command(app)

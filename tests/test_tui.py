@@ -19,7 +19,6 @@ from keepstep.app.tui.screens import (
     ExplainScreen,
     NarrativeScreen,
     PlanBuilderScreen,
-    PreviewModal,
     SourcesScreen,
     TakeoverScreen,
 )
@@ -328,8 +327,10 @@ async def test_plan_builder_adds_a_unit_and_shows_a_dependency_cycle(at_gate: Pa
     assert (at_gate / "plan.toml").read_bytes() == before
 
 
-async def test_plan_builder_saves_then_previews_and_can_undo(at_gate: Path) -> None:
-    """ctrl+s writes plan.toml, shows what the change invalidates; undo restores the file."""
+async def test_plan_builder_previews_before_writing_and_saves_only_when_asked(
+        at_gate: Path) -> None:
+    """ctrl+s shows what the change invalidates with plan.toml untouched; "keep editing"
+    writes nothing; ctrl+s then y writes it."""
     before = (at_gate / "plan.toml").read_bytes()
     app = make_test_app(at_gate)
     async with app.run_test(size=SIZE) as pilot:
@@ -343,13 +344,20 @@ async def test_plan_builder_saves_then_previews_and_can_undo(at_gate: Path) -> N
         await pilot.pause()
         assert builder.problems == [] and builder.plan.unit_map()["U17"].max_rounds == 2
         await pilot.press("ctrl+s")
-        await wait_for(pilot, lambda: isinstance(app.screen, PreviewModal), what="the preview")
-        assert b"max_rounds = 2" in (at_gate / "plan.toml").read_bytes()
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="the preview")
+        assert (at_gate / "plan.toml").read_bytes() == before
         text = screen_text(app)
         assert "unit U17 changed: max_rounds" in text and "↺ U25" in text
-        await pilot.press("u")
+        await pilot.press("n")
         await pilot.pause()
-    assert (at_gate / "plan.toml").read_bytes() == before
+        assert (at_gate / "plan.toml").read_bytes() == before
+        assert builder.plan.unit_map()["U17"].max_rounds == 2  # the edit is still there
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="the preview")
+        await pilot.press("y")
+        await pilot.pause()
+        assert b"max_rounds = 2" in (at_gate / "plan.toml").read_bytes()
+        assert not builder.dirty
 
 
 # -- takeover, handover, events ------------------------------------------------------------

@@ -435,13 +435,18 @@ def finish(project: Project, run: Run, status: RunStatus | None, cancelled: bool
         raise typer.Exit(code)
 
 
-def confirmed(question: str, yes: bool) -> bool:
-    """True with --yes; else ask when stdin is a terminal; else False (nothing is recorded)."""
+def on_terminal() -> bool:
+    """True when a person can answer a question on stdin."""
     import sys
 
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
+def confirmed(question: str, yes: bool) -> bool:
+    """True with --yes; else ask when stdin is a terminal; else False (nothing is recorded)."""
     if yes:
         return True
-    if sys.stdin is None or not sys.stdin.isatty():
+    if not on_terminal():
         typer.echo("not recorded: this is a preview (pass --yes to record it without asking)")
         return False
     if typer.confirm(question, default=False):

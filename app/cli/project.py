@@ -17,9 +17,11 @@ from keepstep.app.cli.common import (
     DirArg,
     JsonOpt,
     UsageProblem,
+    YesOpt,
     add_command,
     check_dir,
     here,
+    on_terminal,
     open_project_dir,
     shift,
     sub_app,
@@ -272,7 +274,7 @@ def _impact(root: Path, source_id: str, approved: bool) -> str | None:
             f"({found.summary})")
 
 
-def _set_approved(root: Path, source_id: str, approved: bool) -> None:
+def _set_approved(root: Path, source_id: str, approved: bool, *, yes: bool = True) -> None:
     from keepstep.engine import load_sources, save_sources
 
     sf = load_sources(root)
@@ -291,6 +293,12 @@ def _set_approved(root: Path, source_id: str, approved: bool) -> None:
     impact = _impact(root, source_id, approved)
     if impact:
         typer.echo(impact)
+    # A person at a terminal confirms a revoke that would redo work (scripts pass --yes or
+    # run without a terminal; re-approving undoes it).
+    if not yes and impact and "nothing invalidated" not in impact and on_terminal() and \
+            not typer.confirm(f"Revoke {source_id}?", default=False):
+        typer.echo(f"source {source_id} not revoked (sources.toml unchanged)")
+        return
     entry.approved = approved
     save_sources(root, sf)
     typer.echo(f"source {source_id} {verb} (sources.toml updated)")
@@ -334,14 +342,16 @@ def sources_approve(root: DirArg = None, source_id: SourceIdArg = None) -> None:
     _set_approved(*_source_id(root, source_id), True)
 
 
-def sources_revoke(root: DirArg = None, source_id: SourceIdArg = None) -> None:
-    """Revoke a source's approval; prints what the next resume would invalidate first.
+def sources_revoke(root: DirArg = None, source_id: SourceIdArg = None,
+                   yes: YesOpt = False) -> None:
+    """Revoke a source's approval; prints what the next resume would invalidate first and,
+    at a terminal, asks before writing when that is any work.
 
     \b
     Example:
       keepstep sources revoke A3
     """
-    _set_approved(*_source_id(root, source_id), False)
+    _set_approved(*_source_id(root, source_id), False, yes=yes)
 
 
 def sources_add(

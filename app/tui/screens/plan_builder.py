@@ -23,7 +23,6 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static, Tree
 
 from keepstep.app.tui.format import preview_lines
 from keepstep.app.tui.screens.confirm import ConfirmModal
-from keepstep.app.tui.screens.preview import PreviewModal
 from keepstep.app.tui.widgets.tick import Tick
 from keepstep.engine import PLAN_FILE, EdgeType, Gate, Plan, Unit, UnitKind, validate_plan
 
@@ -325,6 +324,32 @@ class PlanBuilderScreen(Screen[None]):
                                 "remain (listed under the form)", title="Not saved",
                                 hint="fix them, then ctrl+s again")
             return
+        run = self.app.active_run
+        if run is None:
+            if self._write():
+                self.notify("saved plan.toml (no run yet: nothing to invalidate)")
+            return
+        # The impact first, computed from the edited plan in memory: nothing is written
+        # unless the person says save.
+        plan = self.plan
+        preview = self.app.guarded("Could not preview the change",
+                                   lambda: run.preview_plan(plan))
+        if preview is None:
+            return
+
+        def decided(save: bool | None) -> None:
+            if not save:
+                self.notify("not saved: plan.toml is unchanged (the edits are still here)")
+                return
+            if self._write():
+                self.notify("saved plan.toml: the next resume commits the plan change")
+
+        self.app.push_screen(ConfirmModal("Save plan.toml? · what this change invalidates",
+                                          preview_lines(preview), yes="Save",
+                                          no="Keep editing"), decided)
+
+    def _write(self) -> bool:
+        """Write the edited plan to plan.toml; on any failure the file is put back."""
         path = self.app.project.root / PLAN_FILE
         before = path.read_bytes()
         try:
@@ -333,30 +358,9 @@ class PlanBuilderScreen(Screen[None]):
         except Exception as exc:  # the file stays as it was
             path.write_bytes(before)
             self.app.show_error(exc, title="plan.toml was not saved")
-            return
+            return False
         self.dirty = False
-        run = self.app.active_run
-        if run is None:
-            self.notify("saved plan.toml (no run yet: nothing to invalidate)")
-            return
-        preview = self.app.guarded("Could not preview the change", run.preview)
-        if preview is None:
-            return
-
-        def decided(keep: bool | None) -> None:
-            if keep:
-                self.notify("saved plan.toml: the next resume commits the plan change")
-                return
-            path.write_bytes(before)
-            self.app.guarded("Could not re-read the project", self.app.project.reload)
-            self.plan = self.app.project.files.plan.model_copy(deep=True)
-            self.rebuild_tree()
-            self.validate()
-            self.notify("undone: plan.toml is back as it was")
-
-        self.app.push_screen(PreviewModal("Saved plan.toml · what this change invalidates",
-                                          preview_lines(preview), keep="Keep",
-                                          undo="Undo the save"), decided)
+        return True
 
     def action_back(self) -> None:
         """Leave; with unsaved edits, ask first (plan.toml is untouched either way)."""
