@@ -192,12 +192,14 @@ def test_intake_unknown_step_fails_structure() -> None:
 
 # --- extract ---------------------------------------------------------------------------
 def test_extract_synthetic_sources_one_call_each() -> None:
-    """Each source of the unit gets one extract call after a safe point; quotes are verbatim."""
+    """Each source is converted after a safe point, then gets one extract call after a safe
+    point; quotes are verbatim."""
     ctx = _tiny_ctx("X1")
     outcome = _run(ctx)
     assert outcome.passed, _failed(outcome)
     assert [c["payload"]["source_id"] for c in ctx.calls] == ["X1", "X2"]
-    assert ctx.log == ["safe_point", "call", "safe_point", "call"]
+    assert ctx.log == ["safe_point", "safe_point", "safe_point", "call", "safe_point", "call"]
+    assert ctx.safe_points[:2] == ["convert X1 (1/2)", "convert X2 (2/2)"]
     evidence = ctx.json_output("evidence.json")["evidence"]
     assert [e["id"] for e in evidence] == ["X1-e1", "X1-e2", "X2-e1"]
     assert evidence[1]["quote"] == "Readings arrived on time for 97% of meters."

@@ -158,10 +158,12 @@ def generate(out: Path) -> dict[str, Path]:
 
 
 def figure_sentences(text: str) -> list[str]:
-    """The sentences the offline extractor turns into evidence (those holding a digit)."""
-    from keepstep.engine.gateway.offline_model import extract_evidence
+    """The prose sentences the offline extractor turns into evidence (those holding a digit;
+    table rows, which it also turns into evidence, are left out: the originals have none)."""
+    from keepstep.engine.gateway.offline_rules import statements
 
-    return [item["quote"] for item in extract_evidence("X", text)]
+    return [quote for kind, quote, _ in statements(text)
+            if kind == "sentence" and any(ch.isdigit() for ch in quote)]
 
 
 def check(written: dict[str, Path]) -> list[str]:
