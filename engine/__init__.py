@@ -92,8 +92,17 @@ if TYPE_CHECKING:
         save_sources,
         snapshot_sources,
     )
+    from keepstep.engine.files.convert import (
+        SUPPORTED_FORMATS_TEXT,
+        ConversionError,
+        SourceInfo,
+        detect_format,
+    )
     from keepstep.engine.files.sources import (
+        SourceCheck,
         add_source,
+        check_sources,
+        inspect_file,
     )
     from keepstep.engine.gateway.keys import (
         delete_api_key,
@@ -234,6 +243,13 @@ _EXPORTS: dict[str, str] = {
     "save_sources": "keepstep.engine.files.project",
     "snapshot_sources": "keepstep.engine.files.project",
     "add_source": "keepstep.engine.files.sources",
+    "SourceCheck": "keepstep.engine.files.sources",
+    "check_sources": "keepstep.engine.files.sources",
+    "inspect_file": "keepstep.engine.files.sources",
+    "SUPPORTED_FORMATS_TEXT": "keepstep.engine.files.convert",
+    "ConversionError": "keepstep.engine.files.convert",
+    "SourceInfo": "keepstep.engine.files.convert",
+    "detect_format": "keepstep.engine.files.convert",
     "expected_outputs": "keepstep.engine.kinds",
     "delete_api_key": "keepstep.engine.gateway.keys",
     "env_var_name": "keepstep.engine.gateway.keys",

@@ -229,10 +229,11 @@ def test_extract_flags_a_source_outside_the_unit() -> None:
 
 
 def test_extract_whole_pack_finds_160_statements(pack: PackRunner) -> None:
-    """The 12 extraction units find 160 statements with 4 calls each (one per source)."""
+    """The 12 extraction units find 163 statements (160 sentences, 3 table rows) with 4 calls
+    each (one per source)."""
     counts = [len(json.loads(pack.artifacts[u]["evidence.json"])["evidence"])
               for u in EXTRACT_UNITS]
-    assert sum(counts) == 160
+    assert sum(counts) == 163
     assert all(len(pack.contexts[u].calls) == 4 for u in EXTRACT_UNITS)
     assert all(pack.outcomes[u].passed for u in EXTRACT_UNITS)
 
@@ -278,9 +279,9 @@ def test_verify_claim_check_fails_below_the_minimum() -> None:
 
 
 def test_verify_pack_units_make_one_call_each(pack: PackRunner) -> None:
-    """Each of U17-U24 makes exactly one model call; together they verify all 160 statements."""
+    """Each of U17-U24 makes exactly one model call; together they verify all 163 statements."""
     assert [len(pack.contexts[u].calls) for u in VERIFY_UNITS] == [1] * 8
-    assert sum(pack.outcomes[u].facts["supported"] for u in VERIFY_UNITS) == 160
+    assert sum(pack.outcomes[u].facts["supported"] for u in VERIFY_UNITS) == 163
 
 
 # --- synthesize and rank ---------------------------------------------------------------
@@ -340,11 +341,11 @@ def test_rank_max_rounds_one_fails_claim_check() -> None:
 
 # --- render ----------------------------------------------------------------------------
 def test_render_evidence_table_has_a_row_per_verified_statement(pack: PackRunner) -> None:
-    """A02 is CSV with the template's header and 160 rows carrying group and figures."""
+    """A02 is CSV with the template's header and 163 rows carrying group and figures."""
     text = pack.artifacts["U32"]["evidence-table.csv"].decode()
     rows = list(csv.reader(io.StringIO(text)))
     assert rows[0] == ["id", "source_id", "group", "topic", "figures", "quote"]
-    assert len(rows) == 161
+    assert len(rows) == 164
     first = dict(zip(rows[0], rows[1], strict=True))
     assert first["id"] == "A1-e1" and first["group"] == "A" and "22%" in first["figures"]
 

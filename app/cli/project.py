@@ -65,8 +65,9 @@ def init(root: DirArg, force: Annotated[bool, typer.Option(
 
 
 def validate(root: DirArg) -> None:
-    """Check the project files: plan (units, dependencies, gates), contract, sources, and the
-    models (known to litellm, a key available for each provider) — without calling any."""
+    """Check the project files: plan (units, dependencies, gates), contract, sources (each
+    approved one converts to text within max_source_mb), and the models (known to litellm, a
+    key available for each provider) — without calling any."""
     from keepstep.engine import load_project_files, snapshot_sources
 
     root = check_dir(root)
@@ -74,13 +75,39 @@ def validate(root: DirArg) -> None:
     snapshot = snapshot_sources(root, files.sources)
     for warning in _output_warnings(files.plan):
         typer.echo(f"warning: {warning}")
+    source_errors, formats = _source_findings(files)
     errors = _model_findings(files)
     plan = files.plan
-    if errors:
-        raise UsageProblem(f"{errors} model problem(s) above",
-                           "fix the model names or keys, then validate again (docs/config.md)")
+    if source_errors or errors:
+        what = " and ".join(p for p in (
+            f"{source_errors} source problem(s)" if source_errors else "",
+            f"{errors} model problem(s)" if errors else "") if p)
+        raise UsageProblem(f"{what} above",
+                           "fix each source as its line says (or revoke it), and the model "
+                           "names or keys (docs/config.md), then validate again")
     typer.echo(f"plan OK: {len(plan.units)} units, {len(plan.gates)} gates "
-               f"({len(snapshot.sources)} approved sources)")
+               f"({len(snapshot.sources)} approved sources{formats})")
+
+
+def _source_findings(files: Any) -> tuple[int, str]:
+    """Print a line per source that cannot be read (an error when it is approved); return
+    how many are errors and the approved formats as ``: 43 MD, 1 PDF…``."""
+    from collections import Counter
+
+    from keepstep.engine import check_sources
+
+    checks = check_sources(files, approved_only=False)
+    errors = 0
+    for c in checks:
+        if c.ok:
+            continue
+        errors += c.approved
+        prefix = "error: " if c.approved else "warning: (not approved) "
+        typer.echo(f"{prefix}{c.problem}" + (f"\n  → {c.hint}" if c.hint else ""))
+    counts = Counter(c.format for c in checks if c.ok and c.approved)
+    shown = ", ".join(f"{n} {fmt.upper()}" for fmt, n in
+                      sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return errors, (f": {shown}" if shown else "")
 
 
 def _model_findings(files: Any) -> int:
@@ -136,6 +163,15 @@ def _run_snapshots(root: Path) -> tuple[dict[str, dict[str, Any]], str]:
         return {}, f"warning: run snapshots unavailable: {first}"
 
 
+def _source_type(path: Path) -> str:
+    from keepstep.engine import ConversionError, detect_format
+
+    try:
+        return detect_format(path).upper()
+    except (ConversionError, OSError):
+        return "?"
+
+
 def _sources_list(root: Path, run_id: str | None) -> None:
     from keepstep.engine import file_sha256, load_sources
 
@@ -166,11 +202,12 @@ def _sources_list(root: Path, run_id: str | None) -> None:
                 snap = chosen["label"]
             else:
                 snap = f"{chosen['label']} (file changed since)"
-        row = [s.id, s.group, "yes" if s.approved else "no", shown, s.title or s.path]
+        kind = _source_type(path) if sha else "-"
+        row = [s.id, s.group, "yes" if s.approved else "no", kind, shown, s.title or s.path]
         if chosen is not None:
-            row.insert(4, snap)
+            row.insert(5, snap)
         rows.append(row)
-    headers = ["id", "group", "approved", "sha256"]
+    headers = ["id", "group", "approved", "type", "sha256"]
     if chosen is not None:
         headers.append(f"run {run_id}")
     headers.append("title")
@@ -183,7 +220,7 @@ def _sources_list(root: Path, run_id: str | None) -> None:
 
 def sources_list(ctx: typer.Context, run: Annotated[str | None, typer.Option(
         "--run", "-r", help="Show the input snapshot this run is at.")] = None) -> None:
-    """List sources: id, group, approved, sha256 prefix, the run's snapshot version."""
+    """List sources: id, group, approved, type, sha256 prefix, the run's snapshot version."""
     _sources_list(ctx.obj["root"], run)
 
 
@@ -203,6 +240,11 @@ def _set_approved(root: Path, source_id: str, approved: bool) -> None:
     if approved and not (root / entry.path).is_file():
         raise UsageProblem(f"source {source_id}: file {entry.path} is missing",
                            "restore the file (or fix its path in sources.toml), then approve it")
+    if approved:
+        from keepstep.engine import inspect_file
+
+        info = inspect_file(root, root / entry.path)  # refuses a file that yields no text
+        typer.echo(f"source {source_id}: {info.describe()}")
     entry.approved = approved
     save_sources(root, sf)
     typer.echo(f"source {source_id} {verb} (sources.toml updated)")
@@ -238,20 +280,43 @@ def sources_revoke(ctx: typer.Context, source_id: SourceIdArg) -> None:
     _set_approved(_root_of(ctx), source_id, False)
 
 
+PREVIEW_LINES = 8
+
+
+def _show_info(info: Any) -> None:
+    """What a person sees before approving a file: type, structure, size, a text preview."""
+    typer.echo(f"detected: {info.describe()}")
+    for warning in info.warnings:
+        typer.echo(f"warning: {warning}")
+    lines = [line for line in info.preview.splitlines() if line.strip()][:PREVIEW_LINES]
+    typer.echo("preview:")
+    for line in lines:
+        typer.echo(f"  | {line if len(line) <= 96 else line[:95] + '…'}")
+
+
 def sources_add(
     ctx: typer.Context,
     path: Annotated[Path, typer.Argument(help="The source file (copied into sources/ if it "
-                                         "lives outside the project).")],
+                                         "lives outside the project): PDF, DOCX, XLSX, CSV, "
+                                         "PPTX, HTML, TXT or MD.")],
     source_id: Annotated[str, typer.Option("--id", help="A new, unique source id.")],
     group: Annotated[str, typer.Option("--group", help="Its source group.")] = "",
     title: Annotated[str, typer.Option("--title")] = "",
     kind: Annotated[str, typer.Option("--kind", help="e.g. 'market report'.")] = "",
     approve: Annotated[bool, typer.Option("--approve", help="Approve it at once.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Only show what was detected and the preview; add nothing.")] = False,
 ) -> None:
-    """Add a source to sources.toml (not approved unless --approve)."""
-    from keepstep.engine import add_source
+    """Add a source to sources.toml (not approved unless --approve), after showing its
+    detected type, pages/sheets/slides and a text preview. A file that yields no text, is
+    over max_source_mb, is of another type or is undecodable text is refused."""
+    from keepstep.engine import add_source, inspect_file
 
     root = _root_of(ctx)
+    _show_info(inspect_file(root, path))
+    if dry_run:
+        typer.echo("dry run: nothing added")
+        return
     entry = add_source(root, path, source_id=source_id, group=group, title=title, kind=kind,
                        approved=approve)
     if not path.resolve().is_relative_to(root.resolve()):
@@ -265,7 +330,8 @@ def sources_add(
 def register(app: typer.Typer) -> None:
     add_command(app, init, "init")
     add_command(app, validate, "validate")
-    sources_app = sub_app("List, approve, revoke and add sources (DIR first).")
+    sources_app = sub_app("List, approve, revoke and add sources (DIR first): PDF, DOCX, XLSX, "
+                          "CSV, PPTX, HTML, TXT or MD.")
     sources_app.callback(invoke_without_command=True)(friendly(sources_main))
     add_command(sources_app, sources_list, "list")
     add_command(sources_app, sources_approve, "approve")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -21,8 +22,11 @@ from keepstep.engine.core.inputs import SourceEntry
 from keepstep.engine.errors import ProjectError, SourceError
 from keepstep.engine.files.convert import (
     DEFAULT_MAX_BYTES,
+    ConversionCache,
     ConversionError,
     SourceInfo,
+    check_file,
+    detect_format,
     file_sha256,
     inspect_source,
     summarize,
@@ -154,67 +158,81 @@ def _write_new(target: Path, data: bytes) -> None:
 # --- checking the sources of a project --------------------------------------------------
 
 class SourceCheck(BaseModel):
-    """One listed source as the checks found it: ``info`` when it converts, else the refusal
-    (``problem`` names the file, ``hint`` says what to do)."""
+    """One listed source as the checks found it: its detected ``format`` and, when it was
+    converted by this check, its ``info``; else the refusal (``problem`` names the source
+    and the file, ``hint`` says what to do)."""
 
     source_id: str
     path: str
     approved: bool
+    format: str = ""
     info: SourceInfo | None = None
     problem: str = ""
     hint: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.info is not None
+        return not self.problem
 
 
 def check_sources(files: ProjectFiles, *, approved_only: bool = True,
-                  cancel: threading.Event | None = None) -> list[SourceCheck]:
-    """Convert every (approved) source as a unit will read it, in sources.toml order.
+                  cancel: threading.Event | None = None,
+                  progress: Callable[[str, str], None] | None = None) -> list[SourceCheck]:
+    """Check every (approved) source the way a unit will read it, in sources.toml order: the
+    file exists, is within ``max_source_mb``, is a supported type and converts to text.
 
-    Conversions are cached, so a run after a check converts nothing again. Missing files are
-    reported here too; RunCancelled when ``cancel`` is set.
+    A source whose conversion is already cached (same bytes, same converter version) is not
+    converted again; one that is not is converted now and cached, so the run after a check
+    converts nothing. RunCancelled soon after ``cancel`` is set. ``progress(source_id,
+    format)`` is called before each conversion the check has to make.
     """
+    # Its own cache object keeping nothing in memory: a check holds no source text after it.
+    cache = ConversionCache(conversion_cache(files.root).folder, memory_entries=0)
+    limit = files.config.max_source_bytes
     checks = []
     for entry in files.sources.sources:
         if approved_only and not entry.approved:
             continue
         path = files.root / entry.path
         check = SourceCheck(source_id=entry.id, path=entry.path, approved=entry.approved)
+        checks.append(check)
         if not path.is_file():
             check.problem = f"source {entry.id}: file {entry.path} is missing"
             check.hint = (f"restore the file, or revoke the source with `keepstep sources "
                           f"{files.root} revoke {entry.id}`")
-        else:
-            try:
-                sha = file_sha256(path, cancel)
-                conv = files.conversion_cache().get_or_convert(
-                    path, sha, max_bytes=files.config.max_source_bytes, cancel=cancel)
+            continue
+        try:
+            check_file(path, limit)
+            check.format = detect_format(path)
+            sha = file_sha256(path, cancel)
+            if not cache.contains(sha, check.format):
+                if progress is not None:
+                    progress(entry.id, check.format)
+                conv = cache.get_or_convert(path, sha, max_bytes=limit, cancel=cancel)
                 check.info = summarize(path, conv)
-            except ConversionError as exc:
-                check.problem = f"source {entry.id}: {exc.message}"
-                check.hint = exc.hint or ""
-            except OSError as exc:
-                check.problem = f"source {entry.id}: {path} cannot be read: {exc.strerror or exc}"
-                check.hint = "check the file's permissions"
-        checks.append(check)
+        except ConversionError as exc:
+            check.problem = f"source {entry.id}: {exc.message}"
+            check.hint = exc.hint or ""
+        except OSError as exc:
+            check.problem = f"source {entry.id}: {path} cannot be read: {exc.strerror or exc}"
+            check.hint = "check the file's permissions"
     return checks
 
 
-def require_readable_sources(files: ProjectFiles, *,
-                             cancel: threading.Event | None = None) -> list[SourceCheck]:
+def require_readable_sources(files: ProjectFiles, *, cancel: threading.Event | None = None,
+                             progress: Callable[[str, str], None] | None = None
+                             ) -> list[SourceCheck]:
     """``check_sources`` for the approved sources; raises one SourceError naming every source
-    that cannot be read (and what to do) — what a run checks before it claims any unit."""
-    checks = check_sources(files, cancel=cancel)
+    that cannot be read and what to do — what a run checks before it claims any unit."""
+    checks = check_sources(files, cancel=cancel, progress=progress)
     bad = [c for c in checks if not c.ok]
     if bad:
-        lines = "; ".join(c.problem for c in bad)
         hints = list(dict.fromkeys(c.hint for c in bad if c.hint))
+        hints.append(f"or revoke it with `keepstep sources {files.root} revoke ID`; nothing "
+                     "was started")
         raise SourceError(
-            f"{len(bad)} approved source(s) cannot be read: {lines}",
-            hint="; ".join(hints) + (f"; or revoke the source with `keepstep sources "
-                                     f"{files.root} revoke ID`" if hints else ""))
+            f"{len(bad)} approved source(s) cannot be read: " + "; ".join(c.problem for c in bad),
+            hint="; ".join(hints))
     return checks
 
 

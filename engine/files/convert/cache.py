@@ -110,6 +110,16 @@ class ConversionCache:
             self._remember(key, conv)
         return conv
 
+    def contains(self, sha256: str, fmt: str) -> bool:
+        """Whether a conversion of these bytes by the current converter for ``fmt`` is stored
+        (without reading it: a check that the source converted once already)."""
+        key = (sha256, converter_name(fmt), converter_version(fmt))
+        with self._lock:
+            if key in self._memory:
+                return True
+        meta, text = self._paths(key)
+        return meta.is_file() and text.is_file()
+
     def get_or_convert(self, path: Path, sha256: str | None = None, *,
                        max_bytes: int = DEFAULT_MAX_BYTES,
                        cancel: threading.Event | None = None) -> ConvertedSource:
@@ -140,8 +150,8 @@ class ConversionCache:
             self._memory[key] = conv
             self._memory.move_to_end(key)
             total = sum(len(c.text) for c in self._memory.values())
-            while len(self._memory) > 1 and (len(self._memory) > self._memory_entries
-                                             or total > self._memory_chars):
+            while self._memory and (len(self._memory) > self._memory_entries or (
+                    total > self._memory_chars and len(self._memory) > 1)):
                 _, dropped = self._memory.popitem(last=False)
                 total -= len(dropped.text)
 

@@ -33,6 +33,12 @@ MEDIA_TYPES: dict[str, str] = {
     "md": "text/markdown",
 }
 FORMATS: tuple[str, ...] = tuple(MEDIA_TYPES)
+# What a person calls each format (shown before approval).
+FORMAT_NAMES: dict[str, str] = {
+    "pdf": "PDF document", "docx": "Word document", "xlsx": "Excel workbook",
+    "pptx": "PowerPoint deck", "html": "web page", "csv": "CSV table", "txt": "plain text",
+    "md": "Markdown text",
+}
 
 
 class Segment(BaseModel):
@@ -247,7 +253,28 @@ class SourceInfo(BaseModel):
     converter_version: str = ""
     warnings: list[str] = Field(default_factory=list)
 
+    def structure(self) -> str:
+        """``2 pages``, ``2 sheets: Price list, Volume tiers``, ``3 slides`` or ""."""
+        if self.pages is not None:
+            return f"{self.pages} page{'s' if self.pages != 1 else ''}"
+        if self.slides is not None:
+            return f"{self.slides} slide{'s' if self.slides != 1 else ''}"
+        if self.sheets and self.format == "xlsx":
+            n = len(self.sheets)
+            return f"{n} sheet{'s' if n != 1 else ''}: {', '.join(self.sheets)}"
+        return ""
 
-__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_SOURCE_MB", "FORMATS", "MEDIA_TYPES",
-           "PREVIEW_CHARS", "ConvertedSource", "Segment", "SegmentKind", "SourceInfo",
-           "TableRow"]
+    def describe(self) -> str:
+        """One line for a person: ``PDF document (PDF), 2 pages, 12.3 KB, 932 characters of
+        text``."""
+        size = (f"{self.size_bytes / (1024 * 1024):.1f} MB" if self.size_bytes >= 1024 * 1024
+                else f"{self.size_bytes / 1024:.1f} KB")
+        name = FORMAT_NAMES.get(self.format, self.format)
+        parts = [f"{name} ({self.format.upper()})", self.structure(), size,
+                 f"{self.chars:,} characters of text"]
+        return ", ".join(p for p in parts if p)
+
+
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_SOURCE_MB", "FORMATS", "FORMAT_NAMES",
+           "MEDIA_TYPES", "PREVIEW_CHARS", "ConvertedSource", "Segment", "SegmentKind",
+           "SourceInfo", "TableRow"]
