@@ -81,6 +81,12 @@ if TYPE_CHECKING:
         TransientModelError,
         UnknownModelError,
     )
+    from keepstep.engine.files.convert import (
+        SUPPORTED_FORMATS_TEXT,
+        ConversionError,
+        SourceInfo,
+        detect_format,
+    )
     from keepstep.engine.files.project import (
         PLAN_FILE,
         ProjectConfig,
@@ -91,12 +97,6 @@ if TYPE_CHECKING:
         load_sources,
         save_sources,
         snapshot_sources,
-    )
-    from keepstep.engine.files.convert import (
-        SUPPORTED_FORMATS_TEXT,
-        ConversionError,
-        SourceInfo,
-        detect_format,
     )
     from keepstep.engine.files.sources import (
         SourceCheck,
