@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from keepstep.engine.core.plan import Unit, UnitKind
-from keepstep.engine.files.convert import ConvertedSource, locate_quote
+from keepstep.engine.files.convert import ConvertedSource, find_occurrence, locate_quote
 from keepstep.engine.kinds.context import UnitContext, ValidatorResult
 
 JSON = "application/json"
@@ -86,6 +86,33 @@ def locate_evidence(conv: ConvertedSource, quote: str, *, start: int = 0,
     if hint and quote_cited(conv, quote, hint):
         return hint
     return locate_quote(conv, quote, start=start, end=end)
+
+
+class QuoteLocator:
+    """Locates the quotes of one answer within ``text[start:end]`` of a converted source.
+
+    Quotes come in document order, so each search starts where the previous quote was found
+    (and only when it is not found after it, from ``start`` again): an answer of N items
+    costs about one pass over the text, not N. ``locate`` gives what ``locate_evidence``
+    gives.
+    """
+
+    def __init__(self, conv: ConvertedSource, start: int = 0, end: int | None = None) -> None:
+        self.conv, self.start = conv, start
+        self.end = len(conv.text) if end is None else end
+        self._cursor = start
+
+    def locate(self, quote: str, hint: str | None = None) -> str | None:
+        if hint and quote_cited(self.conv, quote, hint):
+            return hint
+        found = find_occurrence(self.conv, quote, start=self._cursor, end=self.end)
+        if found is None and self._cursor > self.start:
+            found = find_occurrence(self.conv, quote, start=self.start, end=self.end)
+        if found is None:
+            return None
+        self._cursor = found[0]  # the next quote may start inside this one's line
+        locator = self.conv.locator_of(*found)
+        return "" if locator is None else locator
 
 
 def result(name: str, problems: list[str], ok: str = "") -> ValidatorResult:

@@ -33,10 +33,10 @@ from keepstep.engine.gateway.answers import Problem, problem
 from keepstep.engine.kinds.common import (
     EVIDENCE_REQUIRED,
     JSON,
+    QuoteLocator,
     collapse_ws,
     dep_with_param,
     dump_json,
-    locate_evidence,
     natural_key,
     notices,
     quote_cited,
@@ -136,16 +136,19 @@ def _chunks(ctx: UnitContext, source_id: str, text: str,
             schema: dict[str, Any] | None) -> list[Chunk]:
     """The text in one piece when its request fits, else chunks that each fit."""
     profile = ctx.model_profile()
-    if len(text) <= _CHARS_PER_TOKEN_BOUND * profile.input_tokens:
-        whole = {"task": "extract", "source_id": source_id, "text": text}
-        if step_tokens(ctx, prompt=PROMPT, inputs=whole, schema=ExtractAnswer,
-                       json_schema=schema) <= profile.input_tokens:
-            return [Chunk(0, len(text))]
     empty = {"task": "extract", "source_id": source_id, "text": "", "first_id": 1}
     overhead = step_tokens(ctx, prompt=PROMPT, inputs=empty, schema=ExtractAnswer,
                            json_schema=schema)
-    # An answer quotes the text, so a chunk is also kept within what an answer may hold.
+    # An answer quotes the text, so a chunk is also kept within what an answer may hold —
+    # a source in one piece too: a window of a million tokens does not make an answer that
+    # long possible.
     room = int(min(profile.input_tokens - overhead, profile.output_tokens) * _MARGIN)
+    if len(text) <= _CHARS_PER_TOKEN_BOUND * room:
+        whole = {"task": "extract", "source_id": source_id, "text": text}
+        if step_tokens(ctx, prompt=PROMPT, inputs=whole, schema=ExtractAnswer,
+                       json_schema=schema) <= profile.input_tokens \
+                and profile.count_text(text) <= room:
+            return [Chunk(0, len(text))]
 
     def too_large(n: int, size: int) -> Exception:
         return profile.too_large(
@@ -205,12 +208,13 @@ def _rules(text: str, source_id: str, required: list[str]) -> Any:
 def _locate(items: list[Any], conv: ConvertedSource, chunk: Chunk) -> int:
     """Give each item the locator of its quote within the chunk; how many cite a table row."""
     rows = 0
+    where = QuoteLocator(conv, chunk.start, chunk.end)
     for item in items:
         if not isinstance(item, dict):
             continue
         hint = item.get("locator")
-        locator = locate_evidence(conv, str(item.get("quote", "")), start=chunk.start,
-                                  end=chunk.end, hint=hint if isinstance(hint, str) else None)
+        locator = where.locate(str(item.get("quote", "")),
+                               hint=hint if isinstance(hint, str) else None)
         if locator:
             item["locator"] = locator
             rows += 1 if conv.kind_of(locator) == "table-row" else 0

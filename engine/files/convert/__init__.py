@@ -53,7 +53,12 @@ from keepstep.engine.files.convert.model import (
     SourceInfo,
     TableRow,
 )
-from keepstep.engine.files.convert.quotes import find_quote, locate_quote, quote_at
+from keepstep.engine.files.convert.quotes import (
+    find_occurrence,
+    find_quote,
+    locate_quote,
+    quote_at,
+)
 from keepstep.engine.files.convert.tables import iter_table_rows, table_rows
 
 __all__ = [
@@ -63,7 +68,7 @@ __all__ = [
     "SourceInfo", "SourceTooLargeError", "TableRow", "UndecodableTextError",
     "UnreadableSourceError", "UnsupportedFormatError", "check_file", "convert",
     "converter_name", "converter_version", "converter_versions", "detect_format",
-    "file_sha256", "find_quote", "from_markdown", "inspect_source", "iter_table_rows",
-    "locate_quote", "quote_at", "summarize",
+    "file_sha256", "find_occurrence", "find_quote", "from_markdown", "inspect_source",
+    "iter_table_rows", "locate_quote", "quote_at", "summarize",
     "table_rows",
 ]
