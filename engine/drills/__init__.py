@@ -1,1 +1,2 @@
-"""keepstep.engine.drills."""
+"""Drills and the ME-042 story: real processes killed at commit-protocol boundaries, and the
+bare worker process (``python -m keepstep.engine.drills.worker``) they start."""

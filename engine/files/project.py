@@ -108,8 +108,8 @@ class WebhookConfig(BaseModel):
         if parts.username is not None or parts.password is not None:
             # Never echo the URL back: it holds the secret.
             raise ValueError(
-                f"the URL carries a user name or password ({parts.scheme}://…@{parts.hostname}"
-                "/…); keepstep.toml must hold no credentials — remove them from the URL "
+                f"the URL carries a user or password ({parts.scheme}://…@{parts.hostname}/…); "
+                "keepstep.toml must hold no credentials — remove them from the URL "
                 "(credentials come from the keyring or the environment)")
         return value
 
@@ -123,6 +123,9 @@ class ProjectConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     name: str
+    # The run a command shows when --run is not given (`keepstep init` and the sample pack
+    # write it); without it, the newest run.
+    default_run: str | None = None
     # -- models: which model a unit calls, where, and how (docs/config.md) --
     default_model: str = "local/keepstep-offline"
     models: dict[str, str] = Field(default_factory=dict)  # per unit kind, optional
@@ -301,7 +304,7 @@ def snapshot_sources(root: Path, sf: SourcesFile) -> InputSnapshot:
             raise SourceError(
                 f"source {s.id}: file {s.path} is missing",
                 hint="restore the file, or revoke the source with "
-                f"`keepstep sources DIR revoke {s.id}` (units that used it will be invalidated)",
+                f"`keepstep sources revoke {s.id}` (units that used it will be invalidated)",
             )
         hashes[s.id] = file_sha256(str(p))
         groups[s.id] = s.group

@@ -199,7 +199,7 @@ def check_sources(files: ProjectFiles, *, approved_only: bool = True,
         if not path.is_file():
             check.problem = f"source {entry.id}: file {entry.path} is missing"
             check.hint = (f"restore the file, or revoke the source with `keepstep sources "
-                          f"{files.root} revoke {entry.id}`")
+                          f"revoke {files.root} {entry.id}`")
             continue
         try:
             check_file(path, limit)
@@ -228,7 +228,7 @@ def require_readable_sources(files: ProjectFiles, *, cancel: threading.Event | N
     bad = [c for c in checks if not c.ok]
     if bad:
         hints = list(dict.fromkeys(c.hint for c in bad if c.hint))
-        hints.append(f"or revoke it with `keepstep sources {files.root} revoke ID`; nothing "
+        hints.append(f"or revoke it with `keepstep sources revoke {files.root} ID`; nothing "
                      "was started")
         raise SourceError(
             f"{len(bad)} approved source(s) cannot be read: " + "; ".join(c.problem for c in bad),

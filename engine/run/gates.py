@@ -79,12 +79,15 @@ def option_estimates(run: RunHandle, gate: Gate, facts: RunFacts) -> list[Approv
     audience = run.project.files.contract.audience
     out = []
     for label in gate.options or ["approve"]:
-        keeps = label == audience or not gate.options
+        # record_choice refuses an option that contradicts contract.md's audience (when the
+        # audience is one of the options); every other option runs the gated units.
+        keeps = not gate.options or audience not in gate.options or label == audience
         out.append(ApprovalOption(
             label=label, reuse=current, redo=redo if keeps else [],
             estimate={"calls": est_calls if keeps else 0, "cost": 0.0},
             note="runs the gated unit and what follows" if keeps else
             f"needs contract.md's audience changed to {label!r} first (a plan change)",
+            available=keeps,
         ))
     return out
 
@@ -130,13 +133,43 @@ def request_gates(run: RunHandle, facts: RunFacts, *,
         if not any(all(facts.is_current(d.unit) for d in units[u].depends_on) for u in waiting):
             continue
         if status.request is None:
-            approvals.request_gate(run.store, run.run_id, run.branch_id, gate, bound_object=obj,
-                                   options=option_estimates(run, gate, facts), now=facts.now)
+            request = approvals.request_gate(run.store, run.run_id, run.branch_id, gate,
+                                             bound_object=obj,
+                                             options=option_estimates(run, gate, facts),
+                                             now=facts.now)
+            keep_token(run, gate.id, request.resume_token)
         answer = (approve or {}).get(gate.id)
         if answer is not None:
             record_choice(run, gate, answer, who="command line (--approve)", facts=facts)
             out.update({u: True for u in waiting})
     return out
+
+
+def keep_token(run: RunHandle, gate_id: str, token: str | None) -> None:
+    """Hand a newly issued resume token to the run object that asked (``Run.resume_tokens``,
+    in memory only): the database keeps its sha256, so this is the one chance to show it."""
+    tokens = getattr(run, "resume_tokens", None)
+    if token and isinstance(tokens, dict):
+        tokens[gate_id] = token
+
+
+def issue_resume_token(run: RunHandle, gate: Gate) -> str:
+    """Ask ``gate`` again about the same object and return the new request's resume token.
+
+    The open request is superseded (a token issued with it stops working); the options are
+    recomputed now. ApprovalError when the gate has no open request to re-issue."""
+    facts = run.facts()
+    obj = bound_object(run, gate, facts)
+    status = approvals.gate_status(run.store, run.run_id, run.branch_id, gate, obj, facts.now)
+    if status.open or status.request is None or status.request.status != "requested":
+        raise ApprovalError(f"gate {gate.id!r} has no open request to issue a token for",
+                            hint="a token is issued when the run reaches the gate; resume first")
+    request = approvals.request_gate(run.store, run.run_id, run.branch_id, gate,
+                                     bound_object=obj,
+                                     options=option_estimates(run, gate, facts), now=facts.now)
+    assert request.resume_token is not None
+    keep_token(run, gate.id, request.resume_token)
+    return request.resume_token
 
 
 def record_choice(run: RunHandle, gate: Gate, answer: str, *, who: str, token: str | None = None,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -462,7 +461,7 @@ class RunHandle:
         injected gateway. Returns the thread, or None when there is nothing to preload."""
         from keepstep.engine.core.plan import MODEL_KINDS
 
-        if self.project.gateway_factory is not None or "litellm" in sys.modules:
+        if self.project.gateway_factory is not None:
             return None
         plan = self.project.files.plan
         model_units = {u.id for u in plan.units if u.kind in MODEL_KINDS}
@@ -472,11 +471,15 @@ class RunHandle:
         if all(u in records and records[u].state == UnitState.succeeded for u in model_units):
             return None
 
+        config = self.project.files.config
+        models = sorted({config.model_for(u.id, u.kind.value) for u in plan.units
+                         if u.id in model_units})
+
         def load() -> None:
             from keepstep.engine.gateway import client
 
             try:
-                client._litellm()
+                client.warm_up(models)
             except Exception:  # noqa: BLE001, S110 - the first real call reports it
                 pass
 
