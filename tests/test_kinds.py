@@ -341,13 +341,15 @@ def test_rank_max_rounds_one_fails_claim_check() -> None:
 
 # --- render ----------------------------------------------------------------------------
 def test_render_evidence_table_has_a_row_per_verified_statement(pack: PackRunner) -> None:
-    """A02 is CSV with the template's header and 163 rows carrying group and figures."""
+    """A02 is CSV with the template's header and 163 rows carrying locator, group and
+    figures (A1 is a PDF: its first statement is on a page)."""
     text = pack.artifacts["U32"]["evidence-table.csv"].decode()
     rows = list(csv.reader(io.StringIO(text)))
-    assert rows[0] == ["id", "source_id", "group", "topic", "figures", "quote"]
+    assert rows[0] == ["id", "source_id", "locator", "group", "topic", "figures", "quote"]
     assert len(rows) == 164
     first = dict(zip(rows[0], rows[1], strict=True))
     assert first["id"] == "A1-e1" and first["group"] == "A" and "22%" in first["figures"]
+    assert first["locator"].startswith("p. ")
 
 
 def test_render_evidence_table_follows_the_template_columns() -> None:
@@ -363,10 +365,12 @@ def test_render_evidence_table_follows_the_template_columns() -> None:
 
 
 def test_render_report_cites_evidence_and_sources(pack: PackRunner) -> None:
-    """A01 names the audience, cites verified ids with their sources, and carries the ranking."""
+    """A01 names the audience, cites verified ids with where in their sources they are, and
+    carries the ranking."""
     report = pack.artifacts["U31"]["report.md"].decode()
     assert "Prepared for: **product team**" in report
-    assert "(sources: " in report and "| R1 | Battery life below tender requirement" in report
+    assert re.search(r"\] \([A-L]\d, [^;)]+[;)]", report)  # "[A1-e1] (A1, p. 1)"
+    assert "| R1 | Battery life below tender requirement" in report
     tabled = {r["id"] for r in csv.DictReader(io.StringIO(
         pack.artifacts["U32"]["evidence-table.csv"].decode()))}
     cited = set(re.findall(r"\b[A-L]\d-e\d+\b", report))
