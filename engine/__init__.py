@@ -81,6 +81,12 @@ if TYPE_CHECKING:
         TransientModelError,
         UnknownModelError,
     )
+    from keepstep.engine.files.convert import (
+        SUPPORTED_FORMATS_TEXT,
+        ConversionError,
+        SourceInfo,
+        detect_format,
+    )
     from keepstep.engine.files.project import (
         PLAN_FILE,
         ProjectConfig,
@@ -95,7 +101,10 @@ if TYPE_CHECKING:
         write_contract,
     )
     from keepstep.engine.files.sources import (
+        SourceCheck,
         add_source,
+        check_sources,
+        inspect_file,
     )
     from keepstep.engine.gateway.keys import (
         delete_api_key,
@@ -259,6 +268,13 @@ _EXPORTS: dict[str, str] = {
     "save_sources": "keepstep.engine.files.project",
     "snapshot_sources": "keepstep.engine.files.project",
     "add_source": "keepstep.engine.files.sources",
+    "SourceCheck": "keepstep.engine.files.sources",
+    "check_sources": "keepstep.engine.files.sources",
+    "inspect_file": "keepstep.engine.files.sources",
+    "SUPPORTED_FORMATS_TEXT": "keepstep.engine.files.convert",
+    "ConversionError": "keepstep.engine.files.convert",
+    "SourceInfo": "keepstep.engine.files.convert",
+    "detect_format": "keepstep.engine.files.convert",
     "expected_outputs": "keepstep.engine.kinds",
     "delete_api_key": "keepstep.engine.gateway.keys",
     "env_var_name": "keepstep.engine.gateway.keys",

@@ -68,7 +68,13 @@ class Project(Workspace):
         return runs[-1] if runs else "R1"
 
     def start_run(self, run_id: str, *, branch_id: str = "main") -> Run:
-        """Create a run at plan-v1 / in-v1 from the project files as they are now."""
+        """Create a run at plan-v1 / in-v1 from the project files as they are now.
+
+        An approved source that cannot be read raises SourceError (naming it and what to
+        do) before anything is written: no run starts on it."""
+        from keepstep.engine.files.sources import require_readable_sources
+
+        require_readable_sources(self.reload_if_changed())
         create_run(self, run_id, branch_id=branch_id)
         return self.run_handle(run_id, branch_id)
 
@@ -101,6 +107,20 @@ class Project(Workspace):
         return new
 
 
+def _source_progress(on_event: Progress | None) -> Any:
+    """The run-start source check's progress as ``sources.convert`` events."""
+    if on_event is None:
+        return None
+
+    def report(source_id: str, fmt: str) -> None:
+        try:
+            on_event({"kind": "sources.convert", "source": source_id, "format": fmt})
+        except Exception:  # noqa: BLE001 - a display callback must never break the run
+            pass
+
+    return report
+
+
 class Run(RunHandle):
     """One run (and branch) of a project: its actions and the views of it."""
 
@@ -128,10 +148,18 @@ class Run(RunHandle):
         blocked or cancelled (``RunCancelled`` is raised after the units in flight stopped at
         their next safe point). ``approve`` answers gates (``{"audience": "product team"}``).
         ``jobs``: units in flight at once (default keepstep.toml's ``max_parallel``; 1 runs
-        one unit at a time, in plan order)."""
+        one unit at a time, in plan order). An approved source that cannot be read (no text,
+        over ``max_source_mb``, unsupported or undecodable) raises SourceError before
+        anything is claimed."""
+        from keepstep.engine.files.sources import require_readable_sources
         from keepstep.engine.run.loop import RunLoop
 
-        self.preload_model_client()  # litellm's import overlaps recovery
+        self.preload_model_client()  # litellm's import overlaps the source check and recovery
+        # Every approved source must convert to text before any unit is claimed: a file that
+        # cannot be read is refused here, naming it, never mid-run (conversions are cached,
+        # so this converts only what no earlier check or run did).
+        require_readable_sources(self.project.reload_if_changed(), cancel=cancel,
+                                 progress=_source_progress(on_event))
         if recover:
             report = self.recover(on_event=on_event)
             if report.blocked:

@@ -135,7 +135,7 @@ def test_recovery_attempt_budget_trips(tmp_path: Path) -> None:
     with open_project(root) as p:
         run = p.start_run(RUN)
         assert run.run().decision == "done"
-        source = root / "sources" / "A1-market-overview.md"
+        source = root / "sources" / "A2-household-demand.md"
         statuses = []
         for n in range(3):
             source.write_text(source.read_text() + f"\nEdit {n}: a note added.\n")

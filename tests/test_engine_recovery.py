@@ -56,7 +56,7 @@ def test_running_recovery_twice_is_harmless(tmp_path: Path) -> None:
         p.store.artifacts.stage(RUN, claim.attempt_id, "evidence.json", b"{}\n",
                                 media_type="application/json", producer_version="test",
                                 created_at="2030-01-01T00:00:00Z")
-        src = root / "sources" / "A1-market-overview.md"
+        src = root / "sources" / "A2-household-demand.md"
         src.write_text(src.read_text() + "\nAn added line.\n")
         clock.advance(60)
 
@@ -211,7 +211,7 @@ def test_a_head_that_keeps_moving_stops_recovery_instead_of_recursing(done: Path
     of restarts with a message saying what to do — no RecursionError, nothing committed."""
     from keepstep.storage import CheckpointConflict
 
-    src = done / "sources" / "A1-market-overview.md"
+    src = done / "sources" / "A2-household-demand.md"
     src.write_text(src.read_text() + "\nAn added line.\n")
     with open_project(done) as p:
         run = p.get_run(RUN)

@@ -112,7 +112,7 @@ def test_invalidated_attempts_are_deleted_after_the_window_and_current_ones_stay
 ) -> None:
     """After a source edit re-runs some units, gc deletes their old attempts only."""
     root = _copy(done_project, tmp_path / "p")
-    source = next((root / "sources").glob("A1-*.md"))
+    source = sorted((root / "sources").glob("A*.md"))[0]  # A1 is a PDF: edit a Markdown one
     source.write_text(source.read_text() + "\nA late correction to the overview.\n")
     with open_project(root) as project:
         assert project.get_run(RUN).run(approve=APPROVE).decision == "done"

@@ -193,12 +193,14 @@ def test_intake_unknown_step_fails_structure() -> None:
 
 # --- extract ---------------------------------------------------------------------------
 def test_extract_synthetic_sources_one_call_each() -> None:
-    """Each source of the unit gets one extract call after a safe point; quotes are verbatim."""
+    """Each source is converted after a safe point, then gets one extract call after a safe
+    point; quotes are verbatim."""
     ctx = _tiny_ctx("X1")
     outcome = _run(ctx)
     assert outcome.passed, _failed(outcome)
     assert [c["payload"]["source_id"] for c in ctx.calls] == ["X1", "X2"]
-    assert ctx.log == ["safe_point", "call", "safe_point", "call"]
+    assert ctx.log == ["safe_point", "safe_point", "safe_point", "call", "safe_point", "call"]
+    assert ctx.safe_points[:2] == ["convert X1 (1/2)", "convert X2 (2/2)"]
     evidence = ctx.json_output("evidence.json")["evidence"]
     assert [e["id"] for e in evidence] == ["X1-e1", "X1-e2", "X2-e1"]
     assert evidence[1]["quote"] == "Readings arrived on time for 97% of meters."
@@ -228,10 +230,11 @@ def test_extract_flags_a_source_outside_the_unit() -> None:
 
 
 def test_extract_whole_pack_finds_160_statements(pack: PackRunner) -> None:
-    """The 12 extraction units find 160 statements with 4 calls each (one per source)."""
+    """The 12 extraction units find 163 statements (160 sentences, 3 table rows) with 4 calls
+    each (one per source)."""
     counts = [len(json.loads(pack.artifacts[u]["evidence.json"])["evidence"])
               for u in EXTRACT_UNITS]
-    assert sum(counts) == 160
+    assert sum(counts) == 163
     assert all(len(pack.contexts[u].calls) == 4 for u in EXTRACT_UNITS)
     assert all(pack.outcomes[u].passed for u in EXTRACT_UNITS)
 
@@ -277,9 +280,9 @@ def test_verify_claim_check_fails_below_the_minimum() -> None:
 
 
 def test_verify_pack_units_make_one_call_each(pack: PackRunner) -> None:
-    """Each of U17-U24 makes exactly one model call; together they verify all 160 statements."""
+    """Each of U17-U24 makes exactly one model call; together they verify all 163 statements."""
     assert [len(pack.contexts[u].calls) for u in VERIFY_UNITS] == [1] * 8
-    assert sum(pack.outcomes[u].facts["supported"] for u in VERIFY_UNITS) == 160
+    assert sum(pack.outcomes[u].facts["supported"] for u in VERIFY_UNITS) == 163
 
 
 # --- synthesize and rank ---------------------------------------------------------------
@@ -339,13 +342,15 @@ def test_rank_max_rounds_one_fails_claim_check() -> None:
 
 # --- render ----------------------------------------------------------------------------
 def test_render_evidence_table_has_a_row_per_verified_statement(pack: PackRunner) -> None:
-    """A02 is CSV with the template's header and 160 rows carrying group and figures."""
+    """A02 is CSV with the template's header and 163 rows carrying locator, group and
+    figures (A1 is a PDF: its first statement is on a page)."""
     text = pack.artifacts["U32"]["evidence-table.csv"].decode()
     rows = list(csv.reader(io.StringIO(text)))
-    assert rows[0] == ["id", "source_id", "group", "topic", "figures", "quote"]
-    assert len(rows) == 161
+    assert rows[0] == ["id", "source_id", "locator", "group", "topic", "figures", "quote"]
+    assert len(rows) == 164
     first = dict(zip(rows[0], rows[1], strict=True))
     assert first["id"] == "A1-e1" and first["group"] == "A" and "22%" in first["figures"]
+    assert first["locator"].startswith("p. ")
 
 
 def test_render_evidence_table_follows_the_template_columns() -> None:
@@ -361,10 +366,12 @@ def test_render_evidence_table_follows_the_template_columns() -> None:
 
 
 def test_render_report_cites_evidence_and_sources(pack: PackRunner) -> None:
-    """A01 names the audience, cites verified ids with their sources, and carries the ranking."""
+    """A01 names the audience, cites verified ids with where in their sources they are, and
+    carries the ranking."""
     report = pack.artifacts["U31"]["report.md"].decode()
     assert "Prepared for: **product team**" in report
-    assert "(sources: " in report and "| R1 | Battery life below tender requirement" in report
+    assert re.search(r"\] \([A-L]\d, [^;)]+[;)]", report)  # "[A1-e1] (A1, p. 1)"
+    assert "| R1 | Battery life below tender requirement" in report
     tabled = {r["id"] for r in csv.DictReader(io.StringIO(
         pack.artifacts["U32"]["evidence-table.csv"].decode()))}
     cited = set(re.findall(r"\b[A-L]\d-e\d+\b", report))

@@ -28,7 +28,11 @@ def _dummy_key(monkeypatch: pytest.MonkeyPatch) -> None:
 def _project(tmp_path: Path, api_base: str, text: str) -> Path:
     root = make_small_project(tmp_path / "ctx", per_group=1, units=extract_only_units(1),
                               default_model=SMALL_MODEL, api_base=api_base, **WINDOW)
-    (root / "sources" / "A1-market-overview.md").write_text(text, encoding="utf-8")
+    # A1 (the pack's PDF) becomes a Markdown file holding ``text``.
+    (root / "sources" / "A1-long.md").write_text(text, encoding="utf-8")
+    toml = root / "sources.toml"
+    toml.write_text(toml.read_text(encoding="utf-8").replace(
+        "sources/A1-market-overview.pdf", "sources/A1-long.md"), encoding="utf-8")
     return root
 
 

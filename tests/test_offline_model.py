@@ -1,4 +1,5 @@
-"""Pins the offline heuristic model and the 160-statement market-entry sample pack (ME-042)."""
+"""Pins the offline heuristic model and the 163-statement market-entry sample pack (ME-042):
+160 prose sentences plus the 3 rows of E1's volume-tier table (E1 is an Excel workbook)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from keepstep.engine.files.convert import convert
 from keepstep.engine.gateway.offline_model import (
     HEURISTIC_NOTICE,
     MODEL_NAME,
@@ -23,7 +25,7 @@ PACK = Path(__file__).resolve().parent.parent / "sample_projects" / "market-entr
 
 # Per-group counts the plan's extraction units E01-E12 rely on; change only with ME-042.
 EXPECTED_GROUP_COUNTS = {
-    "A": 14, "B": 14, "C": 14, "D": 14, "E": 13, "F": 13,
+    "A": 14, "B": 14, "C": 14, "D": 14, "E": 16, "F": 13,
     "G": 13, "H": 13, "I": 13, "J": 13, "K": 13, "L": 13,
 }
 
@@ -32,11 +34,15 @@ def _sources() -> list[dict]:
     return tomllib.loads((PACK / "sources.toml").read_text(encoding="utf-8"))["source"]
 
 
+def _text(source: dict) -> str:
+    """A source as units read it: its converted text (the file itself for Markdown)."""
+    return convert(PACK / source["path"]).text
+
+
 def _pack_evidence() -> list[dict]:
     evidence: list[dict] = []
     for source in _sources():
-        text = (PACK / source["path"]).read_text(encoding="utf-8")
-        evidence += extract_evidence(source["id"], text)
+        evidence += extract_evidence(source["id"], _text(source))
     return evidence
 
 
@@ -53,9 +59,15 @@ def test_pack_lists_48_approved_sources_in_12_groups_of_4() -> None:
         assert s["title"] and s["kind"]
 
 
-def test_pack_yields_exactly_160_statements() -> None:
-    """The extractor finds exactly 160 evidence statements across the whole pack."""
-    assert len(_pack_evidence()) == 160
+def test_pack_yields_exactly_163_statements() -> None:
+    """The extractor finds exactly 163 evidence statements across the whole pack: 160
+    sentences and 3 table rows (E1's volume tiers, one holding a figure found nowhere else)."""
+    evidence = _pack_evidence()
+    assert len(evidence) == 163
+    rows = [e for e in evidence if " | " in e["quote"]]
+    assert [e["quote"] for e in rows] == ["Standard | 1 | 0%", "Volume | 20,000 | 8%",
+                                          "Framework | 50,000 | 12%"]
+    assert all(e["source_id"] == "E1" for e in rows)
 
 
 def test_per_group_counts_are_stable() -> None:
@@ -68,7 +80,7 @@ def test_evidence_ids_are_unique_and_quotes_are_verbatim() -> None:
     """Ids are unique, numbered from 1 per source, and each quote occurs in its source file."""
     evidence = _pack_evidence()
     assert len({e["id"] for e in evidence}) == len(evidence)
-    texts = {s["id"]: (PACK / s["path"]).read_text(encoding="utf-8") for s in _sources()}
+    texts = {s["id"]: _text(s) for s in _sources()}
     for e in evidence:
         assert e["quote"] in texts[e["source_id"]], e["id"]
         assert e["figures"], e["id"]
@@ -208,7 +220,7 @@ def test_same_input_gives_identical_output() -> None:
     evidence = _pack_evidence()
     payloads = [
         {"task": "extract", "source_id": "A1",
-         "text": (PACK / "sources" / "A1-market-overview.md").read_text(encoding="utf-8")},
+         "text": _text(_sources()[0])},
         {"task": "synthesize", "question": "q", "audience": "investment committee",
          "evidence": evidence},
         {"task": "rank", "audience": "investment committee", "evidence": evidence, "round": 1},

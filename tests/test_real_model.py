@@ -66,11 +66,11 @@ def mixed_pack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
 
 def test_me042_pack_runs_to_done_in_mixed_mode(mixed_pack: dict[str, Any]) -> None:
     """With realistic formatting (1 answer in 9 invalid, one 429) the pack finishes, finds the
-    same 160 statements, and every paid call is one the server answered."""
+    same 163 statements, and every paid call is one the server answered."""
     status, server = mixed_pack["status"], mixed_pack["server"]
     assert status.decision == "done", status.reasons
     assert all(u.state == "succeeded" for u in status.units.values())
-    assert mixed_pack["evidence"] == 160
+    assert mixed_pack["evidence"] == 163
     hows = Counter(e["how"] for e in server.log)
     assert hows["rate_limited"] == 1 and hows["no_json"] + hows["wrong_keys"] + hows[
         "cut_off"] >= 5

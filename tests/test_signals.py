@@ -96,24 +96,49 @@ def test_cli_run_stops_within_two_seconds_on_ctrl_c(tmp_path: Path) -> None:
         _assert_released(root)
 
 
-def test_non_utf8_source_fails_its_unit_with_a_safe_message(tmp_path: Path) -> None:
-    """A source that is not UTF-8 text ends its unit's attempt as failed (class ``input``, a
-    message saying so) and releases the lease; the worker exits normally with a status."""
+def test_non_utf8_source_is_refused_before_any_unit_runs(tmp_path: Path) -> None:
+    """A source that is not UTF-8 text is refused when the run starts, before any unit is
+    claimed: the worker exits with a message naming the file and what to do, no traceback,
+    no run, no attempt, no lease. On a run that already exists (a source broken between two
+    resumes) the same refusal leaves every unit as it was: nothing claimed, nothing running."""
     root = make_small_project(tmp_path / "small")
-    first = sorted((root / "sources").iterdir())[0]
-    first.write_bytes(b"\xff\xfe\x00binary\x00\x9c not text")
+    victim = root / "sources" / "A2-household-demand.md"
+    good = victim.read_bytes()
+    victim.write_bytes(b"\x80\x81\x9c not text\n")
     proc = subprocess.run([*WORKER, str(root), "--run", RUN], env=worker_env(),
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
+    assert "A2-household-demand.md is not valid UTF-8 text" in proc.stderr
+    assert "save it as UTF-8" in proc.stderr and "nothing was started" in proc.stderr
     store = SQLiteStore(root / ".keepstep")
     try:
-        failed = [a for a in store.attempts(RUN) if a.status == "failed"]
-        assert failed and failed[0].error_class == "input"
-        assert "not UTF-8" in (failed[0].message or "")
-        assert store.unit_statuses(RUN)[failed[0].unit].status == "failed"
+        assert not store.run_exists(RUN)
+    finally:
+        store.close()
+
+    victim.write_bytes(good)
+    assert subprocess.run([*WORKER, str(root), "--run", RUN, "--max-units", "3"],
+                          env=worker_env(), capture_output=True, text=True,
+                          timeout=300).returncode == 0
+    victim.write_bytes(b"\x80\x81\x9c not text\n")
+    store = SQLiteStore(root / ".keepstep")
+    try:
+        attempts_before = [(a.attempt_id, a.status) for a in store.attempts(RUN)]
+        head_before = store.get_head(RUN, "main").version
+    finally:
+        store.close()
+    proc = subprocess.run([*WORKER, str(root), "--run", RUN], env=worker_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "A2-household-demand.md is not valid UTF-8 text" in proc.stderr
+    store = SQLiteStore(root / ".keepstep")
+    try:
+        assert [(a.attempt_id, a.status) for a in store.attempts(RUN)] == attempts_before
+        assert store.get_head(RUN, "main").version == head_before
         assert store.leases(RUN) == []
         assert not [a for a in store.attempts(RUN) if a.status == "claimed"]
+        assert not [u for u, st in store.unit_statuses(RUN).items() if st.status == "running"]
     finally:
         store.close()
 

@@ -93,13 +93,33 @@ def test_a_missing_file_is_refused(root: Path, tmp_path: Path) -> None:
 
 
 def test_a_folder_or_binary_file_is_refused(root: Path, tmp_path: Path) -> None:
-    """A folder is not a file; bytes that are not UTF-8 are not a text source."""
+    """A folder is not a file; bytes that are not text in their encoding are not a source."""
     with pytest.raises(SourceError, match="is not a file"):
         add_source(root, tmp_path, source_id="C1", group="C")
     blob = tmp_path / "blob.bin"
     blob.write_bytes(b"\xff\xfe\x00binary")
-    with pytest.raises(SourceError, match="not UTF-8 text"):
+    with pytest.raises(SourceError, match="not valid UTF-16 text") as caught:
         add_source(root, blob, source_id="C1", group="C")
+    assert "save it as UTF-8" in caught.value.hint
+    latin = tmp_path / "notes.md"
+    latin.write_bytes(b"Prices rose 4\xa0% in 2024.\n")
+    with pytest.raises(SourceError, match="not valid UTF-8 text"):
+        add_source(root, latin, source_id="C1", group="C")
+    assert "C1" not in recorded(root)
+
+
+def test_a_document_format_is_added_as_it_is(root: Path, tmp_path: Path) -> None:
+    """A PDF (or DOCX, XLSX, PPTX, HTML, CSV) is copied byte for byte and recorded: its
+    identity stays its own bytes; the converted text lives only in the conversion cache."""
+    from tests.support.source_files import write_pdf
+
+    doc = write_pdf(tmp_path / "R1-report.pdf", [("p", "Crews fitted 640 meters in 2024.")])
+    entry = add_source(root, doc, source_id="R1", group="R")
+    assert entry.path == "sources/R1-report.pdf"
+    assert (root / entry.path).read_bytes() == doc.read_bytes()
+    cached = sorted(p.suffix for p in (root / ".keepstep" / "converted").iterdir())
+    assert cached == [".json", ".md"]
+    assert oct((root / ".keepstep").stat().st_mode & 0o777) == "0o700"
 
 
 @pytest.mark.parametrize("bad", ["", "C 1", "source:C1", "-C1", "C1/x"])

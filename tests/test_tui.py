@@ -293,6 +293,48 @@ async def test_sources_screen_adds_a_source_and_shows_a_duplicate_id_in_the_moda
     assert sum(1 for s in load_sources(at_gate).sources if s.id in ("A1", "M1")) == 2
 
 
+async def test_add_source_modal_previews_the_file_before_it_is_added(at_gate: Path,
+                                                                    tmp_path: Path) -> None:
+    """Typing a path shows the detected type, its sheets and a text preview before anything
+    is added or approved; a scanned PDF is shown as refused, with what to do, and adding it
+    is refused inside the modal."""
+    from tests.support.source_files import write_scanned_pdf
+
+    workbook = at_gate / "sources" / "E1-brightwell-price-list.xlsx"
+    scan = write_scanned_pdf(tmp_path / "N1-scan.pdf")
+    listed = (at_gate / "sources.toml").read_bytes()
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("s")
+        await pilot.pause()
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        modal = app.screen
+        assert isinstance(modal, AddSourceModal)
+        preview = modal.query_one("#add-source-preview", Static)
+        modal.query_one("#add-path", Input).value = str(workbook)
+        await wait_for(pilot, lambda: modal.previewed == str(workbook), timeout=30,
+                       what="the workbook preview")
+        text = str(preview.render())
+        assert "detected: Excel workbook (XLSX), 2 sheets: Price list, Volume tiers" in text
+        assert "Clearline residential meter, NB-IoT: NVK 1,150 per unit." in text
+        assert (at_gate / "sources.toml").read_bytes() == listed  # a preview changes nothing
+
+        modal.query_one("#add-path", Input).value = str(scan)
+        await wait_for(pilot, lambda: modal.previewed == str(scan), timeout=30,
+                       what="the scan preview")
+        text = str(preview.render())
+        assert "cannot be a source" in text and "no text layer" in text and "OCR it" in text
+        modal.query_one("#add-id", Input).value = "N1"
+        await pilot.click("#add")
+        await pilot.pause()
+        assert app.screen is modal
+        assert "no text layer" in str(modal.query_one("#add-source-error", Static).render())
+    assert "N1" not in {s.id for s in load_sources(at_gate).sources}
+    assert not (at_gate / "sources" / "N1-scan.pdf").exists()
+
+
 # -- plan builder ---------------------------------------------------------------------------------
 async def test_plan_builder_adds_a_unit_and_shows_a_dependency_cycle(at_gate: Path) -> None:
     """A new unit depending on U36, then U01 depending on it: the cycle is named; no save."""

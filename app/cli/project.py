@@ -80,11 +80,12 @@ def init(root: NewDirArg, force: Annotated[bool, typer.Option(
 
 
 def validate(root: DirArg = None, as_json: JsonOpt = False) -> None:
-    """Check the project files: plan (units, dependencies, gates), contract, sources, and the
-    models (known to litellm, a key available for each provider) — without calling any.
+    """Check the project files: plan (units, dependencies, gates), contract, sources (each
+    approved one converts to text within max_source_mb), and the models (known to litellm, a
+    key available for each provider) — without calling any.
 
     Every problem is named with its unit and field; exit 2 when there is one. With --json:
-    {"ok", "units", "gates", "approved_sources", "warnings", "models", "problems"}.
+    {"ok", "units", "gates", "approved_sources", "formats", "warnings", "models", "problems"}.
 
     \b
     Example:
@@ -101,12 +102,15 @@ def validate(root: DirArg = None, as_json: JsonOpt = False) -> None:
         except KeepstepError as exc:
             typer.echo(out.to_json({"ok": False, "problems": _problems(exc), "warnings": []}))
             raise typer.Exit(EXIT_USAGE) from None
+        checks = _source_checks(files)
         findings = model_findings(files)
-        errors = [f"model {f.model}: {f.message}" for f in findings if f.level == "error"]
+        errors = [_source_line(c) for c in checks if not c.ok and c.approved]
+        errors += [f"model {f.model}: {f.message}" for f in findings if f.level == "error"]
         typer.echo(out.to_json({
             "ok": not errors, "units": len(files.plan.units), "gates": len(files.plan.gates),
-            "approved_sources": len(snapshot.sources),
+            "approved_sources": len(snapshot.sources), "formats": _format_counts(checks),
             "warnings": _output_warnings(files.plan)
+            + [f"(not approved) {_source_line(c)}" for c in checks if not c.ok and not c.approved]
             + [f"model {f.model}: {f.message}" for f in findings if f.level == "warning"],
             "models": [f.model_dump(mode="json") for f in findings], "problems": errors}))
         if errors:
@@ -116,13 +120,51 @@ def validate(root: DirArg = None, as_json: JsonOpt = False) -> None:
     snapshot = snapshot_sources(root, files.sources)
     for warning in _output_warnings(files.plan):
         typer.echo(f"warning: {warning}")
+    source_errors, formats = _source_findings(files)
     errors = _model_findings(files)
     plan = files.plan
-    if errors:
-        raise UsageProblem(f"{errors} model problem(s) above",
-                           "fix the model names or keys, then validate again (docs/config.md)")
+    if source_errors or errors:
+        what = " and ".join(p for p in (
+            f"{source_errors} source problem(s)" if source_errors else "",
+            f"{errors} model problem(s)" if errors else "") if p)
+        raise UsageProblem(f"{what} above",
+                           "fix each source as its line says (or revoke it), and the model "
+                           "names or keys (docs/config.md), then validate again")
     typer.echo(f"plan OK: {len(plan.units)} units, {len(plan.gates)} gates "
-               f"({len(snapshot.sources)} approved sources)")
+               f"({len(snapshot.sources)} approved sources{formats})")
+
+
+def _source_checks(files: Any) -> list[Any]:
+    from keepstep.engine import check_sources
+
+    return check_sources(files, approved_only=False)
+
+
+def _source_line(check: Any) -> str:
+    return f"{check.problem}" + (f"\n  → {check.hint}" if check.hint else "")
+
+
+def _format_counts(checks: list[Any]) -> dict[str, int]:
+    """How many approved, readable sources each format has, most first."""
+    from collections import Counter
+
+    counts = Counter(c.format for c in checks if c.ok and c.approved)
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _source_findings(files: Any) -> tuple[int, str]:
+    """Print a line per source that cannot be read (an error when it is approved); return
+    how many are errors and the approved formats as ``: 43 MD, 1 PDF…``."""
+    checks = _source_checks(files)
+    errors = 0
+    for c in checks:
+        if c.ok:
+            continue
+        errors += c.approved
+        prefix = "error: " if c.approved else "warning: (not approved) "
+        typer.echo(f"{prefix}{_source_line(c)}")
+    shown = ", ".join(f"{n} {fmt.upper()}" for fmt, n in _format_counts(checks).items())
+    return errors, (f": {shown}" if shown else "")
 
 
 def _model_findings(files: Any) -> int:
@@ -178,6 +220,15 @@ def _run_snapshots(root: Path) -> tuple[dict[str, dict[str, Any]], str]:
         return {}, f"warning: run snapshots unavailable: {first}"
 
 
+def _source_type(path: Path) -> str:
+    from keepstep.engine import ConversionError, detect_format
+
+    try:
+        return detect_format(path).upper()
+    except (ConversionError, OSError):
+        return "?"
+
+
 def _default_run(root: Path) -> str | None:
     from keepstep.engine import KeepstepError, load_project_files
 
@@ -213,14 +264,15 @@ def _sources_rows(root: Path, run_id: str | None) -> tuple[list[dict[str, Any]],
             taken = chosen["sources"].get(s.id)
             snap = "-" if taken is None else chosen["label"] if taken == sha else \
                 f"{chosen['label']} (file changed since)"
-        rows.append({"id": s.id, "group": s.group, "approved": s.approved, "sha256": sha,
+        rows.append({"id": s.id, "group": s.group, "approved": s.approved,
+                     "type": _source_type(path) if sha else None, "sha256": sha,
                      "path": s.path, "title": s.title, "kind": s.kind, "snapshot": snap})
     return rows, run_id if chosen is not None else None, \
         chosen["label"] if chosen is not None else None, note
 
 
 def sources_list(root: DirArg = None, run: RunFilter = None, as_json: JsonOpt = False) -> None:
-    """List sources: id, group, approved, sha256 prefix, the run's snapshot version.
+    """List sources: id, group, approved, type, sha256 prefix, the run's snapshot version.
 
     Works even when the plan does not validate. With --json: {"run", "snapshot", "sources"}.
 
@@ -234,13 +286,13 @@ def sources_list(root: DirArg = None, run: RunFilter = None, as_json: JsonOpt = 
     if as_json:
         typer.echo(out.to_json({"run": run_id, "snapshot": label, "sources": rows}))
         return
-    headers = ["id", "group", "approved", "sha256"]
+    headers = ["id", "group", "approved", "type", "sha256"]
     if run_id is not None:
         headers.append(f"run {run_id}")
     headers.append("title")
     table_rows = []
     for r in rows:
-        row = [r["id"], r["group"], "yes" if r["approved"] else "no",
+        row = [r["id"], r["group"], "yes" if r["approved"] else "no", r["type"] or "-",
                r["sha256"][:12] if r["sha256"] else "(missing)"]
         if run_id is not None:
             row.append(r["snapshot"])
@@ -290,6 +342,11 @@ def _set_approved(root: Path, source_id: str, approved: bool, *, yes: bool = Tru
     if approved and not (root / entry.path).is_file():
         raise UsageProblem(f"source {source_id}: file {entry.path} is missing",
                            "restore the file (or fix its path in sources.toml), then approve it")
+    if approved:
+        from keepstep.engine import inspect_file
+
+        info = inspect_file(root, root / entry.path)  # refuses a file that yields no text
+        typer.echo(f"source {source_id}: {info.describe()}")
     impact = _impact(root, source_id, approved)
     if impact:
         typer.echo(impact)
@@ -354,32 +411,56 @@ def sources_revoke(root: DirArg = None, source_id: SourceIdArg = None,
     _set_approved(*_source_id(root, source_id), False, yes=yes)
 
 
+PREVIEW_LINES = 8
+
+
+def _show_info(info: Any) -> None:
+    """What a person sees before approving a file: type, structure, size, a text preview."""
+    typer.echo(f"detected: {info.describe()}")
+    for warning in info.warnings:
+        typer.echo(f"warning: {warning}")
+    lines = [line for line in info.preview.splitlines() if line.strip()][:PREVIEW_LINES]
+    typer.echo("preview:")
+    for line in lines:
+        typer.echo(f"  | {line if len(line) <= 96 else line[:95] + '…'}")
+
+
 def sources_add(
     root: DirArg = None,
     path: Annotated[Path | None, typer.Argument(
         metavar="PATH", show_default=False,
-        help="The source file (copied into sources/ if it lives outside the project).")] = None,
+        help="The source file (copied into sources/ if it lives outside the project): PDF, "
+             "DOCX, XLSX, CSV, PPTX, HTML, TXT or MD.")] = None,
     source_id: Annotated[str, typer.Option("--id", help="A new, unique source id.")] = "",
     group: Annotated[str, typer.Option("--group", help="Its source group.")] = "",
     title: Annotated[str, typer.Option("--title")] = "",
     kind: Annotated[str, typer.Option("--kind", help="e.g. 'market report'.")] = "",
     approve: Annotated[bool, typer.Option("--approve", help="Approve it at once.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Only show what was detected and the preview; add nothing.")] = False,
 ) -> None:
-    """Add a source to sources.toml (not approved unless --approve).
+    """Add a source to sources.toml (not approved unless --approve), after showing its
+    detected type, pages/sheets/slides and a text preview. A file that yields no text, is
+    over max_source_mb, is of another type or is undecodable text is refused.
 
     \b
     Example:
       keepstep sources add ~/notes/interview.md --id M1 --group M --approve
+      keepstep sources add report.pdf --id A5 --group A --dry-run
     """
-    from keepstep.engine import add_source
+    from keepstep.engine import add_source, inspect_file
 
     root, shifted = shift(root, None if path is None else str(path))
     if shifted is None:
         raise UsageProblem("name the file to add", "e.g. keepstep sources add notes.md --id M1")
-    if not source_id:
-        raise UsageProblem("a new source needs an id", "pass --id, e.g. --id M1")
     path = Path(shifted)
     root = check_dir(root)
+    _show_info(inspect_file(root, path))
+    if dry_run:
+        typer.echo("dry run: nothing added")
+        return
+    if not source_id:
+        raise UsageProblem("a new source needs an id", "pass --id, e.g. --id M1")
     entry = add_source(root, path, source_id=source_id, group=group, title=title, kind=kind,
                        approved=approve)
     if not path.resolve().is_relative_to(root.resolve()):
@@ -393,7 +474,8 @@ def sources_add(
 def register(app: typer.Typer) -> None:
     add_command(app, init, "init")
     add_command(app, validate, "validate")
-    sources_app = sub_app("List, approve, revoke and add sources.\n\n"
+    sources_app = sub_app("List, approve, revoke and add sources: PDF, DOCX, XLSX, CSV, PPTX, "
+                          "HTML, TXT or MD.\n\n"
                           "`keepstep sources` alone lists them. The old order "
                           "`keepstep sources DIR list` still works, with a note.",
                           default="list")

@@ -18,6 +18,7 @@ prompt                        content         True        ``prompt:extract``
 unit_definition               structure       True        ``unit:U07``
 dependency_added/removed      structure       True        ``unit:<the dependent>``
 version                       policy|content  True        ``version:policy``, ``version:model``
+tool                          content         True        ``converter:pdf``
 artifact_lost                 content         False       ``unit:U07``
 unit_output                   content|given   False       ``unit:U28``
 ============================  ==============  ==========  ====================================
@@ -44,6 +45,12 @@ Decisions worth knowing:
   exactly the units that use that prompt (``prompt_refs``: by kind; ``revise`` is used by
   every model step) and what depends on their substance. A baseline that recorded no prompt
   hashes yet means "not recorded", not "every prompt changed".
+- A source converter's version is recorded in ``versions`` as ``converter:<format>``
+  (``engine.files.convert.converter_versions``). An upgrade is a ``tool`` change labelled
+  ``content``: it reaches exactly the units whose kind reads sources as converted text
+  (``CONVERTED_TEXT_KINDS``: extract, verify) through a ``source:``/``group:`` input naming a
+  source of that format (``converted_refs``), and what depends on their substance. With no
+  source of that format it is recorded and changes nothing (cosmetic).
 - ``unit_output`` is never detected here; it lets a caller say "U28's committed output changed
   in this aspect" (a claim-set change is ``content``, a format-only change ``presentation``).
   Unlike ``unit_definition`` and ``artifact_lost`` it does not redo the unit itself.
@@ -78,6 +85,7 @@ class ChangeKind(StrEnum):
     version = "version"
     artifact_lost = "artifact_lost"
     unit_output = "unit_output"
+    tool = "tool"
 
 
 _EDGE: dict[ChangeKind, EdgeType] = {
@@ -94,6 +102,7 @@ _EDGE: dict[ChangeKind, EdgeType] = {
     ChangeKind.version: EdgeType.content,  # version:policy is labelled policy, see _version_edge
     ChangeKind.artifact_lost: EdgeType.content,
     ChangeKind.unit_output: EdgeType.content,
+    ChangeKind.tool: EdgeType.content,
 }
 _INPUT_LEVEL = {ChangeKind.source_content, ChangeKind.source_removed, ChangeKind.source_added}
 _REPAIR = {ChangeKind.artifact_lost, ChangeKind.unit_output}
@@ -119,6 +128,8 @@ class Change(BaseModel):
     plan_level: bool
     cosmetic: bool = False
     groups: list[str] = Field(default_factory=list)
+    # A tool change: the approved sources the changed converter reads (their groups: groups).
+    sources: list[str] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -340,8 +351,9 @@ def _prompt_changes(old: dict[str, str], new: dict[str, str]) -> list[Change]:
 
 def _version_changes(old: dict[str, str], new: dict[str, str]) -> list[Change]:
     changes = _prompt_changes(old, new)
-    old = {k: v for k, v in old.items() if not k.startswith(PROMPT_PREFIX)}
-    new = {k: v for k, v in new.items() if not k.startswith(PROMPT_PREFIX)}
+    typed = (PROMPT_PREFIX, CONVERTER_PREFIX)  # each has its own change kind
+    old = {k: v for k, v in old.items() if not k.startswith(typed)}
+    new = {k: v for k, v in new.items() if not k.startswith(typed)}
     if not old:
         return changes
     out = changes
@@ -351,6 +363,52 @@ def _version_changes(old: dict[str, str], new: dict[str, str]) -> list[Change]:
         out.append(Change(kind=ChangeKind.version, origin=f"version:{name}",
                           detail=f"{name} version {old.get(name) or '(none)'} → "
                           f"{new.get(name) or '(none)'}", old=old.get(name), new=new.get(name)))
+    return out
+
+
+# -- source converters: the `tool` change ------------------------------------------------------
+CONVERTER_PREFIX = "converter:"
+CONVERTED_PREFIX = "converted:"
+# Kinds whose units read their sources' converted text (UnitContext.source_text and
+# converted_source): a converter upgrade reaches them.
+CONVERTED_TEXT_KINDS = ("extract", "verify")
+
+
+def converted_refs(unit: Unit) -> list[str]:
+    """The ``converted:source:X`` / ``converted:group:G`` inputs a unit reads implicitly: one
+    per ``source:``/``group:`` input, for the kinds that read converted text."""
+    if unit.kind.value not in CONVERTED_TEXT_KINDS:
+        return []
+    return [f"{CONVERTED_PREFIX}{ref}" for ref in unit.inputs
+            if ref.startswith(("source:", "group:"))]
+
+
+def tool_refs(change: Change) -> list[str]:
+    """The implicit inputs a ``tool`` change alters: its sources' and their groups'."""
+    return ([f"{CONVERTED_PREFIX}source:{s}" for s in change.sources]
+            + [f"{CONVERTED_PREFIX}group:{g}" for g in change.groups])
+
+
+def converter_changes(old: dict[str, str], new: dict[str, str],
+                      source_formats: dict[str, str],
+                      source_groups: dict[str, str]) -> list[Change]:
+    """A ``tool`` change per ``converter:<format>`` version recorded in both ``old`` and
+    ``new`` that differs; ``source_formats`` (approved source -> format) names the sources it
+    reads again. A version recorded on one side only is not a change: the baseline did not
+    record it yet, or no source needed it."""
+    out = []
+    for key in sorted(set(old) & set(new)):
+        if not key.startswith(CONVERTER_PREFIX) or old[key] == new[key]:
+            continue
+        fmt = key[len(CONVERTER_PREFIX):]
+        sources = sorted((sid for sid, f in source_formats.items() if f == fmt), key=natural_key)
+        groups = sorted({source_groups[s] for s in sources if source_groups.get(s)})
+        what = (f"{', '.join(sources)} converted again" if sources else
+                f"no approved source is {fmt.upper()} (recorded; changes nothing)")
+        out.append(Change(kind=ChangeKind.tool, origin=key, old=old[key], new=new[key],
+                          detail=f"converter for {fmt.upper()} changed ({old[key]} → "
+                          f"{new[key]}): {what}", sources=sources, groups=groups,
+                          cosmetic=not sources))
     return out
 
 
@@ -366,11 +424,14 @@ def detect_changes(
     new_templates: dict[str, str],
     old_versions: dict[str, str],
     new_versions: dict[str, str],
+    source_formats: dict[str, str] | None = None,
 ) -> list[Change]:
     """Every change between the recorded baseline and the project now.
 
     Ordered by kind (the ``ChangeKind`` declaration order), then origin in natural order
     (U7 before U10), then detail — the same inputs always give the same list.
+    ``source_formats`` (approved source id -> format) is what converter changes need to know
+    which sources they reach; without it converter versions are not compared.
     """
     changes = (
         _contract_changes(old_contract_fields, new_contract)
@@ -379,8 +440,12 @@ def detect_changes(
         + _plan_changes(old_plan, new_plan)
         + _version_changes(old_versions, new_versions)
     )
+    if source_formats is not None:
+        changes += converter_changes(old_versions, new_versions, source_formats,
+                                     new_snapshot.groups)
     return sorted(changes, key=_order_key)
 
 
-__all__ = ["COSMETIC_FIELDS", "KIND_PROMPTS", "Change", "ChangeKind", "artifact_lost",
-           "detect_changes", "natural_key", "prompt_refs", "unit_output_changed"]
+__all__ = ["CONVERTED_TEXT_KINDS", "CONVERTER_PREFIX", "COSMETIC_FIELDS", "KIND_PROMPTS",
+           "Change", "ChangeKind", "artifact_lost", "converted_refs", "converter_changes",
+           "detect_changes", "natural_key", "prompt_refs", "tool_refs", "unit_output_changed"]

@@ -17,7 +17,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer
 
-from keepstep.engine.core.changes import Change, ChangeKind, prompt_refs
+from keepstep.engine.core.changes import (
+    Change,
+    ChangeKind,
+    converted_refs,
+    prompt_refs,
+    tool_refs,
+)
 from keepstep.engine.core.plan import EdgeType, Plan
 from keepstep.engine.core.state import Explanation, ExplanationStep, UnitRecord, UnitState
 from keepstep.engine.errors import ConfigError
@@ -43,7 +49,7 @@ class PlanIndex:
             self.dependencies[u.id] = [d.unit for d in u.depends_on]
             for d in u.depends_on:
                 self.dependents.setdefault(d.unit, []).append((u.id, d.edge.value))
-            for ref in dict.fromkeys([*u.inputs, *prompt_refs(u)]):
+            for ref in dict.fromkeys([*u.inputs, *prompt_refs(u), *converted_refs(u)]):
                 self.readers.setdefault(ref, []).append(u.id)
 
     @cached_property
@@ -301,6 +307,8 @@ def _entry_refs(change: Change, source_groups: Mapping[str, str]) -> list[str]:
     prefix, _, name = change.origin.partition(":")
     if prefix == "version":
         return [f"policy:{name}"]
+    if change.kind == ChangeKind.tool:
+        return tool_refs(change)
     refs = [change.origin]
     if prefix == "source":
         groups = change.groups or ([source_groups[name]] if source_groups.get(name) else [])

@@ -6,17 +6,25 @@ touches the database; see ``engine.project`` for the run-facing API.
 
 from __future__ import annotations
 
+import threading
 import tomllib
 import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from keepstep.engine.core.inputs import Contract, InputSnapshot, SourceEntry
 from keepstep.engine.core.plan import Plan, check_plan, load_plan
 from keepstep.engine.errors import ConfigError, PlanValidationError, ProjectError, SourceError
+from keepstep.engine.files.convert import (
+    DEFAULT_MAX_SOURCE_MB,
+    ConversionCache,
+    ConversionError,
+    ConvertedSource,
+    detect_format,
+)
 from keepstep.storage.hashing import file_sha256
 
 CONFIG_FILE = "keepstep.toml"
@@ -24,6 +32,7 @@ CONTRACT_FILE = "contract.md"
 SOURCES_FILE = "sources.toml"
 PLAN_FILE = "plan.toml"
 STATE_DIR = ".keepstep"
+CONVERTED_DIR = "converted"  # under STATE_DIR: the conversion cache (derived, never copied)
 FRONT_MATTER = "+++"
 
 
@@ -137,6 +146,14 @@ class ProjectConfig(BaseModel):
     # Units in flight at once in one executor (``--jobs`` overrides; 1 = one at a time).
     max_parallel: int = Field(default=4, ge=1, le=64)
     providers: dict[str, ProviderLimits] = Field(default_factory=dict)
+    # Largest source file accepted (add, validate, run start); also caps what a DOCX or PPTX
+    # may expand to when unpacked.
+    max_source_mb: float = Field(default=DEFAULT_MAX_SOURCE_MB, gt=0)
+
+    @property
+    def max_source_bytes(self) -> int:
+        """``max_source_mb`` in bytes."""
+        return int(self.max_source_mb * 1024 * 1024)
 
     def model_for(self, unit_id: str, kind: str) -> str:
         """The model a unit calls: ``unit_models[unit]``, else ``models[kind]``, else
@@ -294,23 +311,70 @@ def snapshot_sources(root: Path, sf: SourcesFile) -> InputSnapshot:
     return InputSnapshot(sources=hashes, groups=groups)
 
 
+def conversion_cache(root: Path) -> ConversionCache:
+    """The project's conversion cache (``.keepstep/converted/``)."""
+    return ConversionCache(Path(root) / STATE_DIR / CONVERTED_DIR)
+
+
 class ProjectFiles(BaseModel):
-    """Everything read from a project folder, validated together."""
+    """Everything read from a project folder, validated together.
+
+    Units read a source as its converted text (``converted_source``): Markdown with locators,
+    made once per (sha256, converter version) and cached under ``.keepstep/converted/``.
+    """
 
     root: Path
     config: ProjectConfig
     contract: Contract
     sources: SourcesFile
     plan: Plan
+    _cache: ConversionCache | None = PrivateAttr(default=None)
 
     def approved_sources(self) -> dict[str, SourceEntry]:
         return {s.id: s for s in self.sources.sources if s.approved}
 
-    def source_text(self, source_id: str) -> str:
+    def source_path(self, source_id: str) -> Path:
+        """Where an approved source's file is; SourceError when it is not approved."""
         entry = self.approved_sources().get(source_id)
         if entry is None:
             raise SourceError(f"source {source_id} is not approved")
-        return (self.root / entry.path).read_text(encoding="utf-8")
+        return self.root / entry.path
+
+    def conversion_cache(self) -> ConversionCache:
+        if self._cache is None:
+            self._cache = conversion_cache(self.root)
+        return self._cache
+
+    def converted_source(self, source_id: str, *, sha256: str | None = None,
+                         cancel: threading.Event | None = None) -> ConvertedSource:
+        """The converted text and locators of an approved source (cached).
+
+        ``sha256`` is the file's when the caller knows it (None hashes the file). Raises a
+        ConversionError (a SourceError) naming the file and what to do for a file that
+        cannot be read, RunCancelled soon after ``cancel`` is set.
+        """
+        path = self.source_path(source_id)
+        try:
+            return self.conversion_cache().get_or_convert(
+                path, sha256, max_bytes=self.config.max_source_bytes, cancel=cancel)
+        except FileNotFoundError:
+            raise SourceError(f"source {source_id}: file {path} is missing",
+                              hint="restore the file, or revoke the source") from None
+
+    def source_text(self, source_id: str, *, cancel: threading.Event | None = None) -> str:
+        """An approved source's converted text (Markdown; for .md and .txt, the text itself)."""
+        return self.converted_source(source_id, cancel=cancel).text
+
+    def source_formats(self) -> dict[str, str]:
+        """Approved source id -> detected format (``pdf``, ``md``…); a file that cannot be
+        read is left out (``engine.files.sources.check_sources`` names it)."""
+        out: dict[str, str] = {}
+        for sid in self.approved_sources():
+            try:
+                out[sid] = detect_format(self.source_path(sid))
+            except (ConversionError, OSError):
+                continue
+        return out
 
 
 def load_project_files(root: Path, *, validate: bool = True) -> ProjectFiles:

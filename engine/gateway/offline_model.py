@@ -71,22 +71,24 @@ def _audience_key(audience: object) -> str:
 def extract_evidence(source_id: str, text: str, first_id: int = 1) -> list[dict]:
     """Evidence statements of one source (or one chunk of it), in document order.
 
-    A statement is a body sentence (not a heading, front matter, link-list entry, table
-    row or list marker) containing at least one digit. Ids are ``f"{source_id}-e{n}"``
+    A statement is a body sentence (not a heading, front matter, link-list entry or list
+    marker) or a data row of a Markdown table, containing at least one digit. A row's quote is
+    the row without its outer pipes (``Framework | 50,000 | 12%``), verbatim from the text;
+    its topic is read from the row and the table's header. Ids are ``f"{source_id}-e{n}"``
     with n from ``first_id`` (1 for a whole source; a later chunk continues the count, so
-    ids do not depend on how a source was split); ``quote`` is the sentence with whitespace
-    collapsed.
+    ids do not depend on how a source was split); a sentence's ``quote`` is the sentence
+    with whitespace collapsed.
     """
     evidence: list[dict] = []
-    for sentence in rules.body_sentences(text):
-        if not any(ch.isdigit() for ch in sentence):
+    for kind, quote, header in rules.statements(text):
+        if not any(ch.isdigit() for ch in quote):
             continue
         evidence.append({
             "id": f"{source_id}-e{first_id + len(evidence)}",
             "source_id": source_id,
-            "quote": sentence,
-            "figures": rules.figures(sentence),
-            "topic": rules.classify_topic(sentence),
+            "quote": quote,
+            "figures": rules.figures(quote),
+            "topic": rules.classify_topic(f"{header} {quote}" if kind == "row" else quote),
         })
     return evidence
 

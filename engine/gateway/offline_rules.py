@@ -88,23 +88,38 @@ def _is_link_line(content: str) -> bool:
     return bool(_LINK_RE.match(stripped) or _URL_RE.match(stripped))
 
 
-def body_blocks(text: str) -> list[str]:
-    """Return prose blocks (paragraphs and list items) in document order.
+_PIPE_LINE_RE = re.compile(r"^ {0,3}\|")
+_TABLE_SEPARATOR_RE = re.compile(r"^ {0,3}\|?(\s*:?-+:?\s*\|)*\s*:?-+:?\s*\|?\s*$")
+_ROW_EDGE_RE = re.compile(r"^[\s|]+|(?<!\\)[\s|]+$")
 
-    Skipped: front matter, headings (ATX and setext underlines), link-list entries,
-    table rows, fenced code, HTML comments and horizontal rules. List markers
-    (including numbered ``1.``) are removed so their digits never count as figures.
+
+def row_quote(line: str) -> str:
+    """A pipe-table row as a citation quotes it: the line without its outer pipes (and empty
+    outer cells), e.g. ``Framework | 50,000 | 12%`` for ``| Framework | 50,000 | 12% |``. It
+    is a verbatim piece of the line."""
+    return _ROW_EDGE_RE.sub("", line.strip())
+
+
+def _blocks(text: str) -> list[tuple[str, str, str]]:
+    """(kind, text, table header) in document order: ``prose`` blocks and table ``row``s.
+
+    A table is a pipe line directly followed by a separator line (``| --- |``); its data rows
+    are the pipe lines after that. Other pipe lines (no separator) are skipped as before.
     """
-    blocks: list[str] = []
+    blocks: list[tuple[str, str, str]] = []
     current: list[str] = []
     in_fence = False
+    lines = strip_front_matter(text).splitlines()
 
     def flush() -> None:
         if current:
-            blocks.append(" ".join(current))
+            blocks.append(("prose", " ".join(current), ""))
             current.clear()
 
-    for raw in strip_front_matter(text).splitlines():
+    i = 0
+    while i < len(lines):
+        raw = lines[i]
+        i += 1
         line = raw.strip()
         if line.startswith(("```", "~~~")):
             flush()
@@ -112,6 +127,18 @@ def body_blocks(text: str) -> list[str]:
             continue
         if in_fence or not line:
             flush()
+            continue
+        if _PIPE_LINE_RE.match(raw) and i < len(lines) and _TABLE_SEPARATOR_RE.match(lines[i]) \
+                and not _TABLE_SEPARATOR_RE.match(raw):
+            flush()
+            header = row_quote(raw)
+            i += 1  # the separator line
+            while i < len(lines) and _PIPE_LINE_RE.match(lines[i]) and not (
+                    i + 1 < len(lines) and _TABLE_SEPARATOR_RE.match(lines[i + 1])):
+                quote = row_quote(lines[i])
+                if quote:
+                    blocks.append(("row", quote, header))
+                i += 1
             continue
         if _SETEXT_RE.match(line):
             # A setext underline turns the line above it into a heading: drop that line.
@@ -133,7 +160,30 @@ def body_blocks(text: str) -> list[str]:
             continue
         current.append(line)
     flush()
-    return [re.sub(r"\s+", " ", b).strip() for b in blocks if b.strip()]
+    return [(kind, re.sub(r"\s+", " ", b).strip() if kind == "prose" else b, header)
+            for kind, b, header in blocks if b.strip()]
+
+
+def body_blocks(text: str) -> list[str]:
+    """Return prose blocks (paragraphs and list items) in document order.
+
+    Skipped: front matter, headings (ATX and setext underlines), link-list entries,
+    table rows, fenced code, HTML comments and horizontal rules. List markers
+    (including numbered ``1.``) are removed so their digits never count as figures.
+    """
+    return [b for kind, b, _ in _blocks(text) if kind == "prose"]
+
+
+def statements(text: str) -> list[tuple[str, str, str]]:
+    """(kind, quote, table header) of every statement in document order: each prose
+    sentence (``sentence``) and each table data row (``row``, quoted by ``row_quote``)."""
+    out: list[tuple[str, str, str]] = []
+    for kind, block, header in _blocks(text):
+        if kind == "row":
+            out.append(("row", block, header))
+        else:
+            out += [("sentence", s, "") for s in split_sentences(block)]
+    return out
 
 
 def split_sentences(block: str) -> list[str]:

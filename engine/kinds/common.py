@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from keepstep.engine.core.plan import Unit, UnitKind
+from keepstep.engine.files.convert import ConvertedSource, find_occurrence, locate_quote
 from keepstep.engine.kinds.context import UnitContext, ValidatorResult
 
 JSON = "application/json"
@@ -21,9 +22,15 @@ CSV = "text/csv"
 # What every evidence item carries (the intake schema step publishes the same list).
 EVIDENCE_REQUIRED = ("id", "source_id", "quote", "figures")
 
-# Evidence ids look like "A1-e3"; documents cite them as "[A1-e3, A1-e4] (sources: A1)".
+# Evidence ids look like "A1-e3"; documents cite them as "[A1-e3, A1-e4] (sources: A1)", or
+# with locators as "[A1-e3, E1-e7] (A1, p. 4; E1, 'Volume tiers'!A6:C6)".
 EVIDENCE_ID_RE = re.compile(r"\b[A-Za-z][A-Za-z0-9]*-e\d+\b")
 SOURCES_CITE_RE = re.compile(r"\(sources?: ([^)]*)\)")
+# A located citation: the id list, then "(SOURCE, LOCATOR; ...)" (one level of parentheses
+# allowed inside a locator, e.g. a heading "Prices (2024)").
+LOCATED_CITE_RE = re.compile(
+    r"\[[A-Za-z][A-Za-z0-9]*-e\d+(?:, [A-Za-z][A-Za-z0-9]*-e\d+)*\] "
+    r"\((?!sources?: )((?:[^()]|\([^()]*\))*)\)")
 _PLACEHOLDER_RE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _DETAIL_PROBLEMS = 5
 
@@ -46,6 +53,66 @@ def quote_in_text(quote: str, text: str) -> bool:
     """The quote occurs verbatim in the text, line breaks and repeated spaces aside."""
     q = collapse_ws(quote)
     return bool(q) and q in collapse_ws(text)
+
+
+def _verbatim_pattern(quote: str) -> re.Pattern[str] | None:
+    tokens = quote.split()
+    return re.compile(r"\s+".join(map(re.escape, tokens))) if tokens else None
+
+
+def quote_cited(conv: ConvertedSource, quote: str, locator: str | None) -> bool:
+    """The citation check: ``quote`` occurs verbatim (line breaks and repeated spaces aside,
+    as ``quote_in_text``) within the part of the converted source that ``locator`` names —
+    a page, a sheet's cells, a slide, a heading path, a table row; anywhere in the text when
+    ``locator`` is empty or None. A locator the source does not have fails."""
+    pattern = _verbatim_pattern(quote)
+    if pattern is None:
+        return False
+    if locator:
+        span = conv.span_of(locator)
+        if span is None:
+            return False
+    else:
+        span = (0, len(conv.text))
+    return pattern.search(conv.text, *span) is not None
+
+
+def locate_evidence(conv: ConvertedSource, quote: str, *, start: int = 0,
+                    end: int | None = None, hint: str | None = None) -> str | None:
+    """The locator an evidence item citing ``quote`` carries: ``hint`` (e.g. the model's own)
+    when the quote is verbatim there, else the innermost part holding the quote's first
+    occurrence within ``text[start:end]``; ``""`` when it occurs outside every located part,
+    None when it does not occur there."""
+    if hint and quote_cited(conv, quote, hint):
+        return hint
+    return locate_quote(conv, quote, start=start, end=end)
+
+
+class QuoteLocator:
+    """Locates the quotes of one answer within ``text[start:end]`` of a converted source.
+
+    Quotes come in document order, so each search starts where the previous quote was found
+    (and only when it is not found after it, from ``start`` again): an answer of N items
+    costs about one pass over the text, not N. ``locate`` gives what ``locate_evidence``
+    gives.
+    """
+
+    def __init__(self, conv: ConvertedSource, start: int = 0, end: int | None = None) -> None:
+        self.conv, self.start = conv, start
+        self.end = len(conv.text) if end is None else end
+        self._cursor = start
+
+    def locate(self, quote: str, hint: str | None = None) -> str | None:
+        if hint and quote_cited(self.conv, quote, hint):
+            return hint
+        found = find_occurrence(self.conv, quote, start=self._cursor, end=self.end)
+        if found is None and self._cursor > self.start:
+            found = find_occurrence(self.conv, quote, start=self.start, end=self.end)
+        if found is None:
+            return None
+        self._cursor = found[0]  # the next quote may start inside this one's line
+        locator = self.conv.locator_of(*found)
+        return "" if locator is None else locator
 
 
 def result(name: str, problems: list[str], ok: str = "") -> ValidatorResult:
@@ -104,22 +171,42 @@ def unit_source_ids(unit: Unit, groups: dict[str, str]) -> set[str]:
 
 
 def evidence_index(items: Iterable[dict[str, Any]]) -> dict[str, dict[str, str]]:
-    """id -> {source_id, group, topic}: what documents need to cite without the quote."""
+    """id -> {source_id, group, topic, locator}: what documents need to cite without the
+    quote (``locator`` is "" for evidence that carries none)."""
     return {
         str(e["id"]): {"source_id": str(e.get("source_id", "")), "group": str(e.get("group", "")),
-                       "topic": str(e.get("topic", ""))}
+                       "topic": str(e.get("topic", "")), "locator": str(e.get("locator") or "")}
         for e in items if isinstance(e, dict) and e.get("id") is not None
     }
 
 
-def cite(ids: Iterable[str], index: dict[str, dict[str, str]]) -> str:
-    """``[A1-e1, A1-e2] (sources: A1)`` — evidence ids, then the sources they come from."""
+def cite_source(source_id: str, locator: str | None = None) -> str:
+    """Where a statement is in its source, as a document names it: ``A3, p. 4``,
+    ``E1, 'Volume tiers'!A6:C6``, ``L3, slide 2``, ``D1, Key points``; ``A3`` alone when
+    there is no locator."""
+    return f"{source_id}, {locator}" if locator else source_id
+
+
+def cite(ids: Iterable[str], index: dict[str, dict[str, str]], *,
+         locators: bool = False) -> str:
+    """``[A1-e1, A1-e2] (sources: A1)`` — evidence ids, then the sources they come from.
+
+    ``locators=True`` names where in each source instead, one ``cite_source`` per distinct
+    (source, locator) in id order, separated by ``; ``:
+    ``[A1-e1, E1-e7] (A1, p. 2; E1, 'Volume tiers'!A6:C6)``. Both forms parse back with
+    ``cited_evidence_ids`` and ``cited_source_ids``.
+    """
     ids = sorted({str(i) for i in ids}, key=natural_key)
     if not ids:
         return "(no evidence cited)"
+    text = "[" + ", ".join(ids) + "]"
+    if locators:
+        places = dict.fromkeys(
+            cite_source(index[i]["source_id"], index[i].get("locator"))
+            for i in ids if i in index and index[i]["source_id"])
+        return text + (f" ({'; '.join(places)})" if places else "")
     sources = sorted({index[i]["source_id"] for i in ids if i in index and index[i]["source_id"]},
                      key=natural_key)
-    text = "[" + ", ".join(ids) + "]"
     return text + (f" (sources: {', '.join(sources)})" if sources else "")
 
 
@@ -128,9 +215,12 @@ def cited_evidence_ids(text: str) -> set[str]:
 
 
 def cited_source_ids(text: str) -> set[str]:
+    """Source ids a document cites, from both ``cite`` forms."""
     ids: set[str] = set()
     for group in SOURCES_CITE_RE.findall(text):
         ids |= {p.strip() for p in group.split(",") if p.strip()}
+    for group in LOCATED_CITE_RE.findall(text):
+        ids |= {p.split(",", 1)[0].strip() for p in group.split(";") if p.strip()}
     return ids
 
 

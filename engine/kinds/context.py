@@ -19,6 +19,7 @@ from keepstep.engine.core.inputs import Contract, InputSnapshot, SourceEntry
 from keepstep.engine.core.plan import Plan, Unit
 
 if TYPE_CHECKING:
+    from keepstep.engine.files.convert import ConvertedSource
     from keepstep.engine.gateway.profile import ModelProfile
     from keepstep.engine.gateway.prompts import Prompt
     from keepstep.engine.kinds.model_step import CheckedAnswer, Checker, StepCall
@@ -74,7 +75,16 @@ class UnitContext(Protocol):
         ...
 
     def source_text(self, source_id: str) -> str:
-        """Text of an approved source (read from the project folder, never copied to the DB)."""
+        """Text of an approved source (read from the project folder, never copied to the DB):
+        its converted text — Markdown for PDF, DOCX, XLSX, CSV, PPTX and HTML; the text itself
+        for Markdown and plain text."""
+        ...
+
+    def converted_source(self, source_id: str) -> ConvertedSource:
+        """An approved source as converted text with locators (page, sheet!cells, slide,
+        heading path, table row), cached per (sha256, converter version). Raises a
+        SourceError naming the file for one that cannot be read, RunCancelled soon after a
+        cancel."""
         ...
 
     def dep_bytes(self, unit_id: str, name: str) -> bytes:

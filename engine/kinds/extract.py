@@ -1,20 +1,26 @@
 """extract: candidate evidence from each of the unit's approved sources (one model step each).
 
-Sources are visited in id order with a safe point before every call, so a cancel, a lost
-lease or a budget stop lands between sources. A source whose prompt would not fit the
-model's window is split into chunks on paragraph boundaries; each chunk's INPUT carries
-``first_id`` so evidence ids count on across chunks exactly as they would in one piece. The
-whole unit is planned before its first call, so a paragraph too long for any request is
-refused before anything is paid.
+Each source is read as its converted text (``UnitContext.converted_source``: Markdown with
+headings, pipe tables and locators, whatever the file's format — PDF, DOCX, XLSX, CSV, PPTX,
+HTML, TXT or MD; converted once and cached). Sources are visited in id order with a safe
+point before every conversion and every call, so a cancel, a lost lease or a budget stop lands
+between them (a conversion itself stops soon after a cancel). A source whose prompt would not
+fit the model's window is split into chunks on paragraph boundaries, and a long table between
+rows (each chunk repeating the table's header); each chunk's INPUT carries ``first_id`` so
+evidence ids count on across chunks exactly as they would in one piece. The whole unit is
+planned before its first call, so a paragraph too long for any request is refused before
+anything is paid.
 
 The answer is checked by rules, fed back in revise rounds: the cited source must be the one
-in INPUT, the quote must occur in its text verbatim, ids are ``<source>-e<n>``, every figure
-occurs in its quote, and the evidence schema's required fields are filled.
+in INPUT, the quote must occur in its text verbatim (a table row is quoted as its cells
+joined by `` | ``), ids are ``<source>-e<n>``, every figure occurs in its quote, and the
+evidence schema's required fields are filled. Each item then gets its ``locator`` — where the
+quote is in the source: ``p. 4``, ``'Volume tiers'!A6:C6``, ``slide 2``, ``Pricing > Tiers``
+— and the citations validator checks every quote verbatim at its locator.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -22,36 +28,41 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from keepstep.engine.core.plan import UnitKind
+from keepstep.engine.files.convert import ConvertedSource
 from keepstep.engine.gateway.answers import Problem, problem
 from keepstep.engine.kinds.common import (
     EVIDENCE_REQUIRED,
     JSON,
+    QuoteLocator,
     collapse_ws,
     dep_with_param,
     dump_json,
     natural_key,
     notices,
-    quote_in_text,
+    quote_cited,
     result,
     structure_problems,
 )
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, run_model_step, step_tokens
+from keepstep.engine.kinds.source_chunks import Chunk, json_tokens, plan_chunks
 
 OUTPUT = "evidence.json"
 PROMPT = "extract"
 _CITATION_RULES = ("verbatim", "known_source")
 # Room kept free in each request for what token counts cannot see exactly.
 _MARGIN = 0.9
+# A text this many times the window in characters cannot fit: not rendered whole to find out.
+_CHARS_PER_TOKEN_BOUND = 8
 
 SPEC = KindSpec(
     name="extract",
     uses_model=True,
     validators=["structure", "citations"],
     default_outputs=[OUTPUT],
-    description="One extract step per approved source of the unit (chunked on paragraph "
-    "boundaries when a source does not fit the model's window); candidate evidence with "
-    "verbatim quotes and figures.",
+    description="One extract step per approved source of the unit, read as converted text "
+    "(chunked on paragraph and table-row boundaries when a source does not fit the model's "
+    "window); candidate evidence with verbatim quotes, figures and locators.",
 )
 
 
@@ -60,7 +71,8 @@ class EvidenceItem(BaseModel):
 
     id: str = Field(description="<source_id>-e<n>, n counting up in document order")
     source_id: str = Field(description="the source_id given in INPUT")
-    quote: str = Field(description="the sentence, verbatim from the source text")
+    quote: str = Field(description="the sentence (or table row, cells joined by ' | '), "
+                       "verbatim from the source text")
     figures: list[str] = Field(description="the numbers of the quote, as written there")
     topic: str | None = Field(default=None, description="one topic word")
 
@@ -121,41 +133,37 @@ def paragraphs(text: str) -> list[str]:
 
 
 def _chunks(ctx: UnitContext, source_id: str, text: str,
-            schema: dict[str, Any] | None) -> list[str]:
-    """The text in one piece when its request fits, else paragraph chunks that each fit."""
+            schema: dict[str, Any] | None) -> list[Chunk]:
+    """The text in one piece when its request fits, else chunks that each fit."""
     profile = ctx.model_profile()
-    whole = {"task": "extract", "source_id": source_id, "text": text}
-    if step_tokens(ctx, prompt=PROMPT, inputs=whole, schema=ExtractAnswer,
-                   json_schema=schema) <= profile.input_tokens:
-        return [text]
     empty = {"task": "extract", "source_id": source_id, "text": "", "first_id": 1}
     overhead = step_tokens(ctx, prompt=PROMPT, inputs=empty, schema=ExtractAnswer,
                            json_schema=schema)
-    # An answer quotes the text, so a chunk is also kept within what an answer may hold.
+    # An answer quotes the text, so a chunk is also kept within what an answer may hold —
+    # a source in one piece too: a window of a million tokens does not make an answer that
+    # long possible.
     room = int(min(profile.input_tokens - overhead, profile.output_tokens) * _MARGIN)
-    chunks: list[str] = []
-    current: list[str] = []
-    used = 0
-    for n, para in enumerate(paragraphs(text), start=1):
-        size = profile.count_text(json.dumps(para + "\n\n"))
-        if size > room:
-            raise profile.too_large(
-                f"{ctx.unit.id}: source {source_id}, paragraph {n} (it cannot be split further)",
-                overhead + size)
-        if current and used + size > room:
-            chunks.append("\n\n".join(current) + "\n")
-            current, used = [], 0
-        current.append(para)
-        used += size
-    if current:
-        chunks.append("\n\n".join(current) + "\n")
-    return chunks
+    if len(text) <= _CHARS_PER_TOKEN_BOUND * room:
+        whole = {"task": "extract", "source_id": source_id, "text": text}
+        if step_tokens(ctx, prompt=PROMPT, inputs=whole, schema=ExtractAnswer,
+                       json_schema=schema) <= profile.input_tokens \
+                and profile.count_text(text) <= room:
+            return [Chunk(0, len(text))]
+
+    def too_large(n: int, size: int) -> Exception:
+        return profile.too_large(
+            f"{ctx.unit.id}: source {source_id}, paragraph {n} (it cannot be split further)",
+            overhead + size)
+
+    return plan_chunks(text, room, json_tokens(profile.count_text), too_large=too_large,
+                       check=ctx.safe_point)
 
 
 # --- rules -----------------------------------------------------------------------------------
 
 def _rules(text: str, source_id: str, required: list[str]) -> Any:
     id_re = re.compile(rf"{re.escape(source_id)}-e(\d+)")
+    collapsed = collapse_ws(text)
 
     def rules(answer: ExtractAnswer, inputs: Mapping[str, Any]) -> list[Problem]:
         first = inputs.get("first_id")
@@ -172,7 +180,8 @@ def _rules(text: str, source_id: str, required: list[str]) -> Any:
                 problems.append(problem(f"{at}.source_id", "known_source",
                                         f"must be {source_id}, the source in INPUT",
                                         item.source_id))
-            if not quote_in_text(item.quote, text):
+            quoted = collapse_ws(item.quote)
+            if not quoted or quoted not in collapsed:
                 problems.append(problem(f"{at}.quote", "verbatim",
                                         f"not found verbatim in {source_id}", item.quote))
             if not id_re.fullmatch(item.id):
@@ -196,28 +205,71 @@ def _rules(text: str, source_id: str, required: list[str]) -> Any:
 
 # --- the kind --------------------------------------------------------------------------------
 
+def _locate(items: list[Any], conv: ConvertedSource, chunk: Chunk) -> int:
+    """Give each item the locator of its quote within the chunk; how many cite a table row."""
+    rows = 0
+    where = QuoteLocator(conv, chunk.start, chunk.end)
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        hint = item.get("locator")
+        locator = where.locate(str(item.get("quote", "")),
+                               hint=hint if isinstance(hint, str) else None)
+        if locator:
+            item["locator"] = locator
+            rows += 1 if conv.kind_of(locator) == "table-row" else 0
+        else:
+            item.pop("locator", None)  # outside every located part: the text as a whole
+    return rows
+
+
+def _citation_problems(evidence: list[Any], convs: dict[str, ConvertedSource],
+                       unit_id: str) -> list[str]:
+    problems: list[str] = []
+    for item in evidence:
+        if not isinstance(item, dict):
+            continue
+        sid = str(item.get("source_id", ""))
+        quote = str(item.get("quote", ""))
+        locator = item.get("locator")
+        if sid not in convs:
+            problems.append(f"{item.get('id')} cites {sid or 'no source'}, not a source of "
+                            f"{unit_id}")
+        elif locator and not quote_cited(convs[sid], quote, str(locator)):
+            problems.append(f"{item.get('id')}: quote not found verbatim at {sid}, {locator}")
+        elif not locator and not quote_cited(convs[sid], quote, None):
+            problems.append(f"{item.get('id')}: quote not found verbatim in {sid}")
+    return problems
+
+
 @register(SPEC)
 def run(ctx: UnitContext) -> KindOutcome:
     sources = sorted(ctx.sources_for_unit(), key=lambda s: natural_key(s.id))
     required = required_fields(ctx)
     schema = answer_schema(evidence_schema(ctx))
-    texts = {s.id: ctx.source_text(s.id) for s in sources}
-    planned = {s.id: _chunks(ctx, s.id, texts[s.id], schema) for s in sources}
+    convs: dict[str, ConvertedSource] = {}
+    for n, source in enumerate(sources, start=1):
+        ctx.safe_point(f"convert {source.id} ({n}/{len(sources)})")
+        convs[source.id] = ctx.converted_source(source.id)
+    planned = {s.id: _chunks(ctx, s.id, convs[s.id].text, schema) for s in sources}
     evidence: list[Any] = []
     responses: list[dict[str, Any]] = []
     steps: list[tuple[str, StepResult]] = []
     shape: list[str] = [] if sources else ["the unit names no approved sources"]
+    table_rows = 0
     for n, source in enumerate(sources, start=1):
+        conv = convs[source.id]
         chunks = planned[source.id]
         next_id = 1
         for c, chunk in enumerate(chunks, start=1):
             part = f" part {c}/{len(chunks)}" if len(chunks) > 1 else ""
             ctx.safe_point(f"extract {source.id}{part} ({n}/{len(sources)})")
-            inputs: dict[str, Any] = {"task": "extract", "source_id": source.id, "text": chunk}
+            text = chunk.text(conv.text) if len(chunks) > 1 else conv.text
+            inputs: dict[str, Any] = {"task": "extract", "source_id": source.id, "text": text}
             if len(chunks) > 1:
                 inputs["first_id"] = next_id
             step = run_model_step(ctx, prompt=PROMPT, inputs=inputs, schema=ExtractAnswer,
-                                  rules=_rules(chunk, source.id, required), json_schema=schema,
+                                  rules=_rules(text, source.id, required), json_schema=schema,
                                   label=f"{source.id}{part}")
             steps.append((f"{source.id}{part}", step))
             responses.append(step.parsed)
@@ -226,6 +278,7 @@ def run(ctx: UnitContext) -> KindOutcome:
                 shape.append(f"the response for {source.id}{part} has no evidence list")
                 continue
             next_id += len(items)
+            table_rows += _locate(items, conv, chunk)
             for item in items:
                 if isinstance(item, dict) and "group" not in item:
                     item = {**item, "group": source.group}
@@ -236,16 +289,7 @@ def run(ctx: UnitContext) -> KindOutcome:
     # reported by the citations validator below).
     shape += [f"{label}: {p.line()}" for label, step in steps for p in step.problems
               if p.rule not in _CITATION_RULES]
-    citations: list[str] = []
-    for item in evidence:
-        if not isinstance(item, dict):
-            continue
-        sid = str(item.get("source_id", ""))
-        if sid not in texts:
-            citations.append(f"{item.get('id')} cites {sid or 'no source'}, not a source of "
-                             f"{ctx.unit.id}")
-        elif not quote_in_text(str(item.get("quote", "")), texts[sid]):
-            citations.append(f"{item.get('id')}: quote not found verbatim in {sid}")
+    citations = _citation_problems(evidence, convs, ctx.unit.id)
 
     doc = {"sources": [s.id for s in sources], "evidence": evidence,
            "notice": "; ".join(notices(*responses))}
@@ -254,10 +298,16 @@ def run(ctx: UnitContext) -> KindOutcome:
     chunked = sum(1 for c in planned.values() if len(c) > 1)
     if chunked:
         facts["chunked_sources"] = chunked
+    if table_rows:
+        facts["table_rows"] = table_rows
+    formats = sorted({c.format for c in convs.values()} - {"md"})
+    if formats:
+        facts["formats"] = formats
     return KindOutcome(
         validators=[
             result("structure", shape, f"{len(evidence)} evidence item(s)"),
-            result("citations", citations, "every quote found in its cited source"),
+            result("citations", citations,
+                   "every quote found verbatim in its cited source, at its locator"),
         ],
         facts=facts,
         problems=[p.model_dump() for _, s in steps for p in s.problems],

@@ -4,8 +4,9 @@
 ``template:<name>`` input, read with ``ctx.template_text``; the file is
 ``templates/<name>.md``). Templates use ``{{ name }}`` placeholders; an unknown placeholder
 fails the structure validator. The evidence table's template lists its columns instead.
-Every finding cites evidence ids and the sources they come from, as
-``[A1-e3, B2-e1] (sources: A1, B2)``.
+Every finding cites evidence ids and where in their sources they are, as
+``[A1-e3, B2-e1] (A1, p. 2; B2, Pricing)`` (``cite(..., locators=True)``; a source id alone
+for evidence without a locator).
 
 With a language model configured for the unit (anything but the offline heuristic), the
 report's executive summary and the brief's supporting findings are written by the model
@@ -56,6 +57,7 @@ TABLE_COLUMNS = {
     "topic": "the topic the statement was filed under",
     "figures": "the figures in the quote, separated by '; '",
     "quote": "the statement, verbatim from the source",
+    "locator": "where in the source: page, sheet and cells, slide or heading path",
 }
 # A column of the evidence-table template: a list item such as "- source_id" or "- `quote`".
 _COLUMN_ITEM_RE = re.compile(r"^\s*[-*+]\s+`?([A-Za-z_][A-Za-z0-9_]*)`?\s*$", re.MULTILINE)
@@ -114,15 +116,20 @@ class _Inputs:
 
 
 # --- document parts --------------------------------------------------------------------
+def _cite(ids: Any, index: dict[str, dict[str, str]]) -> str:
+    """A document's citation: evidence ids, then where in each source (``A1, p. 2``)."""
+    return cite(ids, index, locators=True)
+
+
 def _claim_line(claim: dict[str, Any], index: dict[str, dict[str, str]]) -> str:
-    return f"{claim['text']} {cite(claim['evidence_ids'], index)}"
+    return f"{claim['text']} {_cite(claim['evidence_ids'], index)}"
 
 
 def _risk_table(inp: _Inputs) -> str:
     if not inp.rankings:
         return "No risk ranking was given for this document."
     lines = ["| Rank | Risk | Score | Evidence |", "|---|---|---|---|"]
-    lines += [f"| {r['id']} | {r['title']} | {r['score']} | {cite(r['evidence_ids'], inp.index)} |"
+    lines += [f"| {r['id']} | {r['title']} | {r['score']} | {_cite(r['evidence_ids'], inp.index)} |"
               for r in inp.risks()]
     for doc in inp.rankings:
         rounds = len(doc.get("rounds", []))
@@ -138,7 +145,7 @@ def _report(inp: _Inputs) -> dict[str, str]:
     if inp.risks():
         top = inp.risks()[0]
         summary.append(f"- **Top risk**: {top['title']} (score {top['score']}) "
-                       f"{cite(top['evidence_ids'], inp.index)}")
+                       f"{_cite(top['evidence_ids'], inp.index)}")
     findings = []
     for s in inp.syntheses:
         findings += [f"### {s['title']}", "", f"_Question: {s['question']}_", ""]
@@ -176,7 +183,7 @@ def _recommendation(risks: list[dict[str, Any]]) -> str:
 
 def _brief(inp: _Inputs) -> dict[str, str]:
     risks = inp.risks()
-    top = [f"{n}. **{r['title']}** (score {r['score']}) {cite(r['evidence_ids'], inp.index)}"
+    top = [f"{n}. **{r['title']}** (score {r['score']}) {_cite(r['evidence_ids'], inp.index)}"
            for n, r in enumerate(risks[:TOP_RISKS], start=1)]
     support = [f"- **{s['title']}**: {_claim_line(s['claims'][0], inp.index)}"
                for s in inp.syntheses if s.get("claims")]
@@ -270,7 +277,7 @@ def _prose(ctx: UnitContext, inp: _Inputs, document: str) -> tuple[str | None, S
                           rules=claim_rules("sentences", quotes))
     if not step.ok:
         return None, step
-    lines = [f"- {c.text.strip()} {cite(c.evidence_ids, inp.index)}"
+    lines = [f"- {c.text.strip()} {_cite(c.evidence_ids, inp.index)}"
              for c in step.value.sentences]
     return "\n".join(lines), step
 

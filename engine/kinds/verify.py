@@ -38,7 +38,7 @@ from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_st
 
 OUTPUT = "verified.json"
 DEFAULT_MIN_SUPPORTED = 0.5
-_KEPT_FIELDS = ("id", "source_id", "group", "topic", "quote", "figures")
+_KEPT_FIELDS = ("id", "source_id", "group", "topic", "quote", "figures", "locator")
 
 PROMPT = "verify"
 CONFLICT_STATES = ("conflict-open", "conflict-resolved")

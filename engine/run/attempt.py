@@ -168,7 +168,13 @@ class AttemptContext:
                 if sid in wanted or (s.group and s.group in groups)]
 
     def source_text(self, source_id: str) -> str:
-        return self.files.source_text(source_id)
+        return self.converted_source(source_id).text
+
+    def converted_source(self, source_id: str) -> Any:
+        # The file is hashed again (not the snapshot's sha256 taken on trust): a file edited
+        # since the snapshot must never be cached under the old hash. The run's cancel event
+        # reaches the converter, so Ctrl-C stops a long conversion within a fraction of a second.
+        return self.files.converted_source(source_id, cancel=self.cancel)
 
     def _dep_ref(self, unit_id: str, name: str) -> OutputRef:
         rec = self.records.get(unit_id)

@@ -276,6 +276,7 @@ class Workspace:
 
     def versions(self) -> dict[str, str]:
         """The code, model, prompt, tool and policy versions a checkpoint records."""
+        from keepstep.engine.files.convert import converter_versions
         from keepstep.engine.gateway.prompts import prompt_hashes
 
         cfg = self.files.config
@@ -283,7 +284,9 @@ class Workspace:
                 "tool": "kinds-1", "policy": cfg.versions.get("policy", "policy-1"),
                 **{k: v for k, v in cfg.versions.items() if k != "policy"},
                 # "prompt:<name>": sha256 — an edited prompt is a typed change (core.changes)
-                **prompt_hashes(self.root)}
+                **prompt_hashes(self.root),
+                # "converter:<format>": its version — an upgrade is a typed `tool` change
+                **{f"converter:{fmt}": v for fmt, v in converter_versions().items()}}
 
     def run_handle(self, run_id: str, branch_id: str = "main") -> RunHandle:
         """A handle on a run known to exist (``engine.api.Project`` returns its ``Run``)."""

@@ -383,6 +383,7 @@ def detect(run: RunHandle) -> Detected:
         new_contract=files.contract, old_plan=run.recorded_plan, new_plan=files.plan,
         old_templates=old_plan_info.get("templates", {}), new_templates=templates,
         old_versions=run.versions, new_versions=run.project.versions(),
+        source_formats=files.source_formats(),
     )
     groups = {**old_inputs.get("groups", {}), **snapshot.groups}
     return Detected(changes=changes, files=files, snapshot=snapshot, templates=templates,

@@ -1,10 +1,12 @@
-"""Write five ME-042 sources in the formats consultants get them, into format_sources/.
+"""Write five ME-042 sources in the formats consultants get them, into the pack's sources/.
 
     .venv/bin/python sample_projects/tools/make_format_sources.py [--out DIR] [--check]
 
-Each is made from the pack's Markdown source with the same sentences, so every sentence that
-holds a figure converts back as the same sentence (the offline extractor's evidence stays
-the same); front matter goes into the document's own properties, as a real file carries it:
+The output is committed (sample_projects/market-entry/sources/), so `make demo` needs no
+generation step. Each file is made from its Markdown original (sample_projects/tools/
+originals/, no longer part of the pack) with the same sentences, so every sentence that holds
+a figure converts back as the same sentence (the offline extractor's prose evidence stays the
+same); front matter goes into the document's own properties, as a real file carries it:
 
     A1-market-overview.md     -> A1-market-overview.pdf        (2 pages, headings by size)
     D1-interview-ostmark.md   -> D1-interview-ostmark.docx     (Heading styles, bullets)
@@ -14,7 +16,9 @@ the same); front matter goes into the document's own properties, as a real file 
 
 The one addition: the XLSX has a "Volume tiers" sheet whose table holds a figure found
 nowhere else (the Framework tier's 12% discount above 50,000 meters), so the pack has a
-figure that only a table-aware extractor can turn into evidence.
+figure that only a table-aware extractor can turn into evidence. Its three data rows each
+become an evidence item citing their row, which is why the pack now holds 163 statements
+(160 sentences + 3 table rows).
 
 Output is byte-deterministic (fixed dates, fixed ZIP entry times): run it twice, compare
 hashes. ``--check`` converts each output and fails if a figure sentence of the original is
@@ -42,8 +46,8 @@ from tests.support.source_files import (  # noqa: E402
     write_xlsx,
 )
 
-PACK_SOURCES = ROOT / "sample_projects" / "market-entry" / "sources"
-DEFAULT_OUT = Path(__file__).resolve().parent / "format_sources"
+PACK_SOURCES = Path(__file__).resolve().parent / "originals"  # the Markdown originals
+DEFAULT_OUT = ROOT / "sample_projects" / "market-entry" / "sources"
 TABLE_ONLY_FIGURE = "12%"  # in E1's "Volume tiers" sheet, Framework row
 
 
@@ -158,10 +162,12 @@ def generate(out: Path) -> dict[str, Path]:
 
 
 def figure_sentences(text: str) -> list[str]:
-    """The sentences the offline extractor turns into evidence (those holding a digit)."""
-    from keepstep.engine.gateway.offline_model import extract_evidence
+    """The prose sentences the offline extractor turns into evidence (those holding a digit;
+    table rows, which it also turns into evidence, are left out: the originals have none)."""
+    from keepstep.engine.gateway.offline_rules import statements
 
-    return [item["quote"] for item in extract_evidence("X", text)]
+    return [quote for kind, quote, _ in statements(text)
+            if kind == "sentence" and any(ch.isdigit() for ch in quote)]
 
 
 def check(written: dict[str, Path]) -> list[str]:

@@ -20,6 +20,7 @@ import networkx as nx
 
 from keepstep.engine.core.plan import Plan, Unit
 from keepstep.engine.errors import SourceError
+from keepstep.engine.files.convert import ConvertedSource, from_markdown
 from keepstep.engine.files.project import (
     Contract,
     InputSnapshot,
@@ -49,6 +50,7 @@ class FakeContext:
     snapshot: InputSnapshot
     sources: dict[str, SourceEntry] = field(default_factory=dict)
     texts: dict[str, str] = field(default_factory=dict)
+    converted: dict[str, ConvertedSource] = field(default_factory=dict)
     artifacts: dict[str, dict[str, bytes]] = field(default_factory=dict)  # unit -> name -> bytes
     templates: dict[str, str] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
@@ -80,6 +82,13 @@ class FakeContext:
         if source_id not in self.snapshot.sources:
             raise SourceError(f"source {source_id} is not approved")
         return self.texts[source_id]
+
+    def converted_source(self, source_id: str) -> ConvertedSource:
+        """The project's conversion when the runner has one for this very text, else the
+        text as Markdown."""
+        text = self.source_text(source_id)
+        conv = self.converted.get(source_id)
+        return conv if conv is not None and conv.text == text else from_markdown(text)
 
     def dep_bytes(self, unit_id: str, name: str) -> bytes:
         if unit_id not in {d.unit for d in self.unit.depends_on}:
@@ -159,7 +168,8 @@ class PackRunner:
         self.contract = contract or self.files.contract
         self.snapshot = snapshot_sources(root, self.files.sources)
         self.sources = self.files.approved_sources()
-        self.texts = {sid: self.files.source_text(sid) for sid in self.sources}
+        self.converted = {sid: self.files.converted_source(sid) for sid in self.sources}
+        self.texts = {sid: conv.text for sid, conv in self.converted.items()}
         # Like the executor: template "report" is templates/report.md.
         self.templates = {p.stem: p.read_text(encoding="utf-8")
                           for p in sorted((root / "templates").glob("*.md"))}
@@ -172,7 +182,8 @@ class PackRunner:
     def context(self, unit_id: str) -> FakeContext:
         return FakeContext(unit=self.plan.unit_map()[unit_id], plan=self.plan,
                            contract=self.contract, snapshot=self.snapshot, sources=self.sources,
-                           texts=self.texts, artifacts=self.artifacts, templates=self.templates,
+                           texts=self.texts, converted=self.converted,
+                           artifacts=self.artifacts, templates=self.templates,
                            events=self.events, responder=self.responder)
 
     def run(self, unit_id: str) -> tuple[FakeContext, KindOutcome]:

@@ -1,15 +1,22 @@
 """AddSourceModal: a file, an id, a group, a title and kind, and whether to approve it now.
 
-Submitting calls engine.sources.add_source; a problem (duplicate id, missing file…) is shown
-inside the modal, which stays open to be corrected. Dismisses with the new SourceEntry, or None
-when cancelled.
+As the file path is typed, the modal shows what keepstep detected in it before anything is
+added or approved: the type (PDF, Word, Excel, CSV, PowerPoint, web page, text, Markdown),
+pages or sheets or slides, the size and a text preview — or why the file cannot be a source
+(no text layer, password, too large, another type, undecodable text) and what to do. The
+file is converted in a worker thread, so a large one never blocks the screen; the conversion
+is cached, so adding it (and the run after) converts nothing again.
+
+Submitting calls engine.sources.add_source; a problem (duplicate id, missing file, a file
+that yields no text…) is shown inside the modal, which stays open to be corrected. Dismisses
+with the new SourceEntry, or None when cancelled.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -18,7 +25,10 @@ from textual.widgets import Button, Footer, Input, Label, Static
 
 from keepstep.app.tui.format import error_text
 from keepstep.app.tui.widgets.tick import Tick
-from keepstep.engine import SourceEntry, add_source
+from keepstep.engine import SourceEntry, add_source, inspect_file
+
+PREVIEW_DELAY_S = 0.4  # after the last keystroke in the path field
+PREVIEW_LINES = 6
 
 FIELDS = (  # (input id, label, placeholder)
     ("add-path", "file", "path, relative to the project folder, or absolute"),
@@ -38,6 +48,8 @@ class AddSourceModal(ModalScreen[SourceEntry | None]):
     def __init__(self, root: Path) -> None:
         super().__init__()
         self.root = root
+        self.previewed: str = ""  # the path the preview shows
+        self._timer = None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="add-source-box", classes="dialog") as box:
@@ -49,6 +61,8 @@ class AddSourceModal(ModalScreen[SourceEntry | None]):
             with Horizontal(classes="field"):
                 yield Label("", classes="field-label")
                 yield Tick("approve now", compact=True, id="add-approve")
+            yield Static("type a file path to see what it holds", id="add-source-preview",
+                         markup=False)
             yield Static(id="add-source-error", markup=False)
             with Horizontal(classes="buttons"):
                 yield Button("Add", id="add", variant="primary")
@@ -71,6 +85,43 @@ class AddSourceModal(ModalScreen[SourceEntry | None]):
         error = self.query_one("#add-source-error", Static)
         error.update(message + (f"\n→ {hint}" if hint else ""))
         error.add_class("visible")
+
+    # -- the preview -----------------------------------------------------------------------
+    @on(Input.Changed, "#add-path")
+    def _path_changed(self) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+        self._timer = self.set_timer(PREVIEW_DELAY_S, self.refresh_preview)
+
+    def refresh_preview(self) -> None:
+        """Inspect the file in the path field (in a thread) and show what it holds."""
+        raw = self._value("add-path")
+        if not raw:
+            self.query_one("#add-source-preview", Static).update(
+                "type a file path to see what it holds")
+            return
+        self.query_one("#add-source-preview", Static).update(f"reading {raw} …")
+        self._inspect(raw, self._path())
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="preview")
+    def _inspect(self, raw: str, path: Path) -> None:
+        """Thread: convert the file; hand the text to show back to the screen."""
+        try:
+            info = inspect_file(self.root, path)
+        except Exception as exc:  # engine refusals and file-system errors alike
+            message, hint = error_text(exc)
+            text = f"cannot be a source: {message}" + (f"\n→ {hint}" if hint else "")
+        else:
+            lines = [line for line in info.preview.splitlines() if line.strip()]
+            text = "\n".join([f"detected: {info.describe()}", *info.warnings,
+                              *(f"  {line}" for line in lines[:PREVIEW_LINES])])
+        self.app.call_from_thread(self._show_preview, raw, text)
+
+    def _show_preview(self, raw: str, text: str) -> None:
+        if raw != self._value("add-path"):
+            return  # the path changed meanwhile: a newer preview is on its way
+        self.previewed = raw
+        self.query_one("#add-source-preview", Static).update(text)
 
     @on(Input.Submitted)
     @on(Button.Pressed, "#add")

@@ -27,6 +27,9 @@ from keepstep.engine.files.convert.model import DEFAULT_MAX_BYTES, ConvertedSour
 
 _WRITE_CHARS = 1 << 20
 _SCHEMA = 1
+# Text kept in memory across entries (the newest entry is kept whatever its size), so a run
+# over several large sources holds about one of them, not four.
+_MEMORY_CHARS = 32 << 20
 
 
 def file_sha256(path: Path, cancel: threading.Event | None = None) -> str:
@@ -77,10 +80,12 @@ class ConversionCache:
     (then stores) only when neither has it.
     """
 
-    def __init__(self, folder: Path, *, memory_entries: int = 4) -> None:
+    def __init__(self, folder: Path, *, memory_entries: int = 4,
+                 memory_chars: int = _MEMORY_CHARS) -> None:
         self.folder = Path(folder)
         self._memory: OrderedDict[tuple[str, str, str], ConvertedSource] = OrderedDict()
         self._memory_entries = memory_entries
+        self._memory_chars = memory_chars
         self._lock = threading.Lock()
 
     @staticmethod
@@ -105,6 +110,16 @@ class ConversionCache:
             self._remember(key, conv)
         return conv
 
+    def contains(self, sha256: str, fmt: str) -> bool:
+        """Whether a conversion of these bytes by the current converter for ``fmt`` is stored
+        (without reading it: a check that the source converted once already)."""
+        key = (sha256, converter_name(fmt), converter_version(fmt))
+        with self._lock:
+            if key in self._memory:
+                return True
+        meta, text = self._paths(key)
+        return meta.is_file() and text.is_file()
+
     def get_or_convert(self, path: Path, sha256: str | None = None, *,
                        max_bytes: int = DEFAULT_MAX_BYTES,
                        cancel: threading.Event | None = None) -> ConvertedSource:
@@ -123,7 +138,10 @@ class ConversionCache:
             return hit
         conv = convert(path, max_bytes=max_bytes, cancel=cancel)
         key = (sha256, conv.converter, conv.converter_version)
-        self._store(key, conv)
+        try:
+            self._store(key, conv)
+        except OSError:
+            pass  # a read-only or full disk: the cache is an optimisation, the text is right
         self._remember(key, conv)
         return conv
 
@@ -131,11 +149,18 @@ class ConversionCache:
         with self._lock:
             self._memory[key] = conv
             self._memory.move_to_end(key)
-            while len(self._memory) > self._memory_entries:
-                self._memory.popitem(last=False)
+            total = sum(len(c.text) for c in self._memory.values())
+            while self._memory and (len(self._memory) > self._memory_entries or (
+                    total > self._memory_chars and len(self._memory) > 1)):
+                _, dropped = self._memory.popitem(last=False)
+                total -= len(dropped.text)
 
     def _store(self, key: tuple[str, str, str], conv: ConvertedSource) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Every folder made on the way is private (the state folder may not exist yet).
+        missing = [d for d in (self.folder, *self.folder.parents) if not d.exists()]
+        for d in reversed(missing):
+            d.mkdir(mode=0o700, exist_ok=True)
+            os.chmod(d, 0o700)
         os.chmod(self.folder, 0o700)
         meta_path, text_path = self._paths(key)
         text = conv.text

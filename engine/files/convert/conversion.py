@@ -155,6 +155,19 @@ def convert(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES,
         warnings=list(result.warnings))
 
 
+def from_markdown(text: str, fmt: str = "md") -> ConvertedSource:
+    """Markdown already in memory as a ConvertedSource (sections and table rows located as
+    for a ``.md`` file): for callers that hold text, not a file."""
+    from keepstep.engine.files.convert.plain import markdown_segments
+
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return ConvertedSource.model_construct(
+        text=text, format=fmt, converter=converter_name(fmt),
+        converter_version=converter_version(fmt), segments=markdown_segments(text),
+        pages=None, sheets=[], slides=None, warnings=[])
+
+
 def summarize(path: Path, conv: ConvertedSource, size_bytes: int | None = None) -> SourceInfo:
     """The SourceInfo of an already converted source."""
     path = Path(path)
@@ -190,4 +203,5 @@ def inspect_source(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES,
 
 
 __all__ = ["CONVERTERS", "CONVERTER_REVISIONS", "check_file", "convert", "converter_name",
+           "from_markdown",
            "converter_version", "converter_versions", "inspect_source", "summarize"]

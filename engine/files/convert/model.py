@@ -9,6 +9,8 @@ into ``text``; the same source bytes and converter version give the same text an
 from __future__ import annotations
 
 import re
+from array import array
+from bisect import bisect_right
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -31,6 +33,12 @@ MEDIA_TYPES: dict[str, str] = {
     "md": "text/markdown",
 }
 FORMATS: tuple[str, ...] = tuple(MEDIA_TYPES)
+# What a person calls each format (shown before approval).
+FORMAT_NAMES: dict[str, str] = {
+    "pdf": "PDF document", "docx": "Word document", "xlsx": "Excel workbook",
+    "pptx": "PowerPoint deck", "html": "web page", "csv": "CSV table", "txt": "plain text",
+    "md": "Markdown text",
+}
 
 
 class Segment(BaseModel):
@@ -105,50 +113,104 @@ class ConvertedSource(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
     _by_locator: dict[str, Segment] | None = PrivateAttr(default=None)
+    _starts: list[int] | None = PrivateAttr(default=None)
+    _run_lines: dict[int, array] = PrivateAttr(default_factory=dict)
+
+    def _segment_starts(self) -> list[int]:
+        if self._starts is None or len(self._starts) != len(self.segments):
+            self._starts = [seg.start for seg in self.segments]
+        return self._starts
+
+    def _containing(self, start: int, end: int, *, runs: bool = True) -> int | None:
+        """Index of the innermost segment holding ``text[start:end]`` (``runs=False``: not a
+        line run). Segments nest, so walking back from the last one starting at or before
+        ``start``, the first that holds the span is the innermost (equal starts are sorted
+        longest first)."""
+        i = bisect_right(self._segment_starts(), start) - 1
+        while i >= 0:
+            seg = self.segments[i]
+            if (runs or seg.line_locator is None) and seg.start <= start and (
+                    end <= seg.end or seg.start == start == end == seg.end):
+                return i
+            i -= 1
+        return None
 
     def segment_at(self, offset: int) -> Segment | None:
         """The innermost (shortest) segment holding ``text[offset]``, or None."""
-        best: Segment | None = None
-        for seg in self.segments:
-            if seg.start > offset:
-                break  # segments are sorted by start
-            if seg.start <= offset < seg.end or seg.start == offset == seg.end:
-                if best is None or (seg.end - seg.start) < (best.end - best.start):
-                    best = seg
-        return best
+        i = self._containing(offset, offset + 1 if offset < len(self.text) else offset)
+        return None if i is None else self.segments[i]
+
+    def _line_index(self, seg_index: int) -> array:
+        # Offsets of the line starts of a line run, built once per run (a CSV of a million
+        # rows is then located by index, not by counting newlines again for every row).
+        lines = self._run_lines.get(seg_index)
+        if lines is None:
+            seg = self.segments[seg_index]
+            lines = array("q", [seg.start])
+            pos = self.text.find("\n", seg.start, seg.end)
+            while pos >= 0:
+                lines.append(pos + 1)
+                pos = self.text.find("\n", pos + 1, seg.end)
+            self._run_lines[seg_index] = lines
+        return lines
+
+    def _run_line(self, seg_index: int, offset: int) -> tuple[int, int]:
+        """(line number k from 0, line end) of ``offset`` inside the line run ``seg_index``."""
+        lines = self._line_index(seg_index)
+        k = bisect_right(lines, offset) - 1
+        end = lines[k + 1] - 1 if k + 1 < len(lines) else self.segments[seg_index].end
+        return k, end
 
     def locator_at(self, offset: int) -> str | None:
         """Locator of the innermost segment holding ``text[offset]``; None outside all."""
-        seg = self.segment_at(offset)
-        if seg is None:
+        i = self._containing(offset, offset + 1 if offset < len(self.text) else offset)
+        if i is None:
             return None
+        seg = self.segments[i]
         if seg.line_locator is None:
             return seg.locator
-        k = self.text.count("\n", seg.start, offset)
+        k, _ = self._run_line(i, offset)
         return seg.line_locator.format(n=seg.first_number + k)
+
+    def locator_of(self, start: int, end: int) -> str | None:
+        """The locator of the innermost part holding all of ``text[start:end]`` (one row of a
+        line run when the span lies in one row); None when no located part holds it."""
+        end = max(end, start)
+        i = self._containing(start, end)
+        if i is not None and self.segments[i].line_locator is not None:
+            seg = self.segments[i]
+            k, line_end = self._run_line(i, start)
+            if end <= line_end:
+                return seg.line_locator.format(n=seg.first_number + k)
+            i = self._containing(start, end, runs=False)  # across rows: the part around them
+        return None if i is None else self.segments[i].locator
 
     def span_of(self, locator: str) -> tuple[int, int] | None:
         """(start, end) in ``text`` of the part a locator names, or None if none has it."""
+        found = self._find(locator)
+        return None if found is None else found[1]
+
+    def kind_of(self, locator: str) -> SegmentKind | None:
+        """The kind of part a locator names (``page``, ``table-row``…), or None."""
+        found = self._find(locator)
+        return None if found is None else found[0].kind
+
+    def _find(self, locator: str) -> tuple[Segment, tuple[int, int]] | None:
         seg = self._locator_index().get(locator)
         if seg is not None:
-            return seg.start, seg.end
-        for seg in self.segments:
+            return seg, (seg.start, seg.end)
+        for index, seg in enumerate(self.segments):
             if seg.line_locator is None:
                 continue
             n = _number_in(seg.line_locator, locator)
             if n is None or n < seg.first_number:
                 continue
-            pos = seg.start
-            for _ in range(n - seg.first_number):
-                nl = self.text.find("\n", pos, seg.end)
-                if nl < 0:
-                    pos = -1
-                    break
-                pos = nl + 1
-            if pos < 0:
+            lines = self._line_index(index)
+            k = n - seg.first_number
+            if k >= len(lines):
                 continue
-            nl = self.text.find("\n", pos, seg.end)
-            return pos, seg.end if nl < 0 else nl
+            line_end = lines[k + 1] - 1 if k + 1 < len(lines) else seg.end
+            return seg, (lines[k], line_end)
         return None
 
     def text_at(self, locator: str) -> str | None:
@@ -191,7 +253,28 @@ class SourceInfo(BaseModel):
     converter_version: str = ""
     warnings: list[str] = Field(default_factory=list)
 
+    def structure(self) -> str:
+        """``2 pages``, ``2 sheets: Price list, Volume tiers``, ``3 slides`` or ""."""
+        if self.pages is not None:
+            return f"{self.pages} page{'s' if self.pages != 1 else ''}"
+        if self.slides is not None:
+            return f"{self.slides} slide{'s' if self.slides != 1 else ''}"
+        if self.sheets and self.format == "xlsx":
+            n = len(self.sheets)
+            return f"{n} sheet{'s' if n != 1 else ''}: {', '.join(self.sheets)}"
+        return ""
 
-__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_SOURCE_MB", "FORMATS", "MEDIA_TYPES",
-           "PREVIEW_CHARS", "ConvertedSource", "Segment", "SegmentKind", "SourceInfo",
-           "TableRow"]
+    def describe(self) -> str:
+        """One line for a person: ``PDF document (PDF), 2 pages, 12.3 KB, 932 characters of
+        text``."""
+        size = (f"{self.size_bytes / (1024 * 1024):.1f} MB" if self.size_bytes >= 1024 * 1024
+                else f"{self.size_bytes / 1024:.1f} KB")
+        name = FORMAT_NAMES.get(self.format, self.format)
+        parts = [f"{name} ({self.format.upper()})", self.structure(), size,
+                 f"{self.chars:,} characters of text"]
+        return ", ".join(p for p in parts if p)
+
+
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_SOURCE_MB", "FORMATS", "FORMAT_NAMES",
+           "MEDIA_TYPES", "PREVIEW_CHARS", "ConvertedSource", "Segment", "SegmentKind",
+           "SourceInfo", "TableRow"]

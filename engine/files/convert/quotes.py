@@ -46,6 +46,28 @@ def find_quote(conv: ConvertedSource, quote: str) -> str | None:
     return "" if locator is None else locator
 
 
+def find_occurrence(conv: ConvertedSource, quote: str, *, start: int = 0,
+                    end: int | None = None) -> tuple[int, int] | None:
+    """(start, end) of the first occurrence of ``quote`` within ``text[start:end]``, or None."""
+    pattern = quote_pattern(quote)
+    if pattern is None:
+        return None
+    match = pattern.search(conv.text, start, len(conv.text) if end is None else end)
+    return None if match is None else match.span()
+
+
+def locate_quote(conv: ConvertedSource, quote: str, *, start: int = 0,
+                 end: int | None = None) -> str | None:
+    """Where ``quote`` first occurs within ``text[start:end]``: the locator of the innermost
+    part holding the whole occurrence (a table row, a page, a section...), ``""`` when no
+    located part holds it, None when it does not occur there at all."""
+    found = find_occurrence(conv, quote, start=start, end=end)
+    if found is None:
+        return None
+    locator = conv.locator_of(*found)
+    return "" if locator is None else locator
+
+
 def quote_at(conv: ConvertedSource, locator: str, quote: str) -> bool:
     """True when ``quote`` occurs within the part ``locator`` names (``""`` = anywhere).
 
@@ -63,4 +85,4 @@ def quote_at(conv: ConvertedSource, locator: str, quote: str) -> bool:
     return pattern.search(conv.text, span[0], span[1]) is not None
 
 
-__all__ = ["find_quote", "quote_at", "quote_pattern"]
+__all__ = ["find_occurrence", "find_quote", "locate_quote", "quote_at", "quote_pattern"]
