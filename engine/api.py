@@ -190,7 +190,8 @@ class Run(RunHandle):
                                 unit=unit_id, payload={"action": "retry", "who": who})
         return self.run(**kwargs)
 
-    def raise_budget(self, *, reason: str, who: str = "user", **limits: float) -> Budget:
+    def raise_budget(self, *, reason: str, who: str = "user",
+                     **limits: float | None) -> Budget:
         """Record a budget decision raising limits; units blocked by the budget are released.
         Raises BudgetDecisionError (nothing recorded) for a bad counter, value or reason."""
         from keepstep.engine.run.budget import raise_budget

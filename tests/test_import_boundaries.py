@@ -243,3 +243,25 @@ def test_no_engine_or_storage_module_loads_litellm_when_imported() -> None:
         """
     )
     assert result is None, f"importing {result} loaded litellm"
+
+
+def test_no_public_name_of_the_engine_returns_any() -> None:
+    """Every public function and every public method of Project and Run says what it
+    returns (no ``-> Any``, no missing return annotation)."""
+    import inspect
+
+    import keepstep.engine as engine
+
+    untyped, checked = [], 0
+    for name in engine._EXPORTS:
+        obj = getattr(engine, name)
+        members = ([(f"{name}.{m}", f) for m, f in vars(obj).items()
+                    if not m.startswith("_") and inspect.isfunction(f)]
+                   if inspect.isclass(obj) and name in ("Project", "Run") else
+                   [(name, obj)] if inspect.isfunction(obj) else [])
+        for label, fn in members:
+            checked += 1
+            returns = inspect.signature(fn).return_annotation
+            if returns is inspect.Signature.empty or str(returns) in ("Any", "typing.Any"):
+                untyped.append(label)
+    assert untyped == [] and checked > 60, (untyped, checked)

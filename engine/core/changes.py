@@ -121,11 +121,12 @@ class Change(BaseModel):
 
     kind: ChangeKind
     origin: str
-    edge: EdgeType
+    # Filled from ``kind`` by the validator below when not given (so optional to callers).
+    edge: EdgeType = None  # type: ignore[assignment]
     detail: str
     old: str | None = None
     new: str | None = None
-    plan_level: bool
+    plan_level: bool = None  # type: ignore[assignment]
     cosmetic: bool = False
     groups: list[str] = Field(default_factory=list)
     # A tool change: the approved sources the changed converter reads (their groups: groups).

@@ -352,7 +352,8 @@ def _widened(ix: PlanIndex, change: Change, rules: list[HighRiskRule],
         if rule.widen_to:
             out.append(_default_reach(ix, change, source_groups, follow=_ALL_EDGES, note=note))
         if rule.also:
-            starts = [(uid, RULE_EDGE, change.origin) for uid in rule.also]
+            starts: list[tuple[str, str | None, str]] = [
+                (uid, RULE_EDGE, change.origin) for uid in rule.also]
             out.append(_walk(ix, change, starts, follow, note))
     return out
 

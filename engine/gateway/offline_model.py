@@ -149,11 +149,11 @@ def _task_synthesize(payload: dict) -> dict:
     labels = _LABELS.get(audience, _LABELS["investment committee"])
     by_topic: dict[str, list[dict]] = {t: [] for t in rules.TOPICS}
     for item in evidence:
-        topic = item.get("topic") if item.get("topic") in by_topic else rules.classify_topic(
-            str(item.get("quote", "")))
+        given = str(item.get("topic") or "")
+        topic = given if given in by_topic else rules.classify_topic(str(item.get("quote", "")))
         by_topic[topic].append(item)
     for topic, items in by_topic.items():
-        items.sort(key=lambda item, t=topic: _strength(item, t))
+        items.sort(key=lambda item, t=topic: _strength(item, t))  # type: ignore[misc]
 
     # One finding per topic in audience order; with fewer than 3 topics, top up with further
     # slices of the topics that have the most evidence left, so no id is cited twice.

@@ -233,8 +233,8 @@ def run_notes(ctx: UnitContext) -> KindOutcome:
                      "and budget.")
     else:
         lines += [f"What changed during the run, oldest first ({len(notes)}):", ""]
-        for n, (e, (head, details)) in enumerate(notes, start=1):
-            lines.append(f"{n}. **{_when(e.ts)} — {head}**")
+        for number, (e, (head, details)) in enumerate(notes, start=1):
+            lines.append(f"{number}. **{_when(e.ts)} — {head}**")
             lines += [f"   {d}" for d in details]
     text = "\n".join(lines) + "\n"
     ctx.write("change-notes.md", text, media_type=MARKDOWN)

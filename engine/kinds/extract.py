@@ -293,7 +293,7 @@ def run(ctx: UnitContext) -> KindOutcome:
 
     doc = {"sources": [s.id for s in sources], "evidence": evidence,
            "notice": "; ".join(notices(*responses))}
-    ctx.write(OUTPUT, dump_json(doc), media_type=JSON, source_ids=doc["sources"])
+    ctx.write(OUTPUT, dump_json(doc), media_type=JSON, source_ids=[s.id for s in sources])
     facts: dict[str, Any] = {"evidence_count": len(evidence), "sources": len(sources)}
     chunked = sum(1 for c in planned.values() if len(c) > 1)
     if chunked:

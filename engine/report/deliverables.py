@@ -161,10 +161,10 @@ def export_deliverables(run: RunHandle, out: str | Path | None = None) -> Delive
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
-        for unit, name, attempt, data in rows:
-            file = f"{unit}-{name}" if names.count(name) > 1 else name
+        for unit_id, name, attempt, data in rows:
+            file = f"{unit_id}-{name}" if names.count(name) > 1 else name
             (staging / file).write_bytes(data)
-            files.append(ExportedFile(unit=unit, name=name, file=file, attempt=attempt,
+            files.append(ExportedFile(unit=unit_id, name=name, file=file, attempt=attempt,
                                       sha256=sha256_hex(data), size=len(data)))
         result = DeliverablesExport(
             folder=str(folder.resolve()), run_id=run.run_id, branch=run.branch_id,

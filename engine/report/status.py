@@ -15,6 +15,7 @@ from keepstep.storage import NotFound
 
 if TYPE_CHECKING:
     from keepstep.engine.run.handle import RunHandle
+    from keepstep.storage import Checkpoint
 
 VIEW_VERSION = "status-view-1"
 
@@ -174,6 +175,7 @@ def run_status(run: RunHandle) -> RunStatus:
             owner=lease.owner, step=lease.progress, started_at=started,
             started_ts=parse_iso(started) if started else None, expires_at=lease.expires_at,
             expired=lease.expires_at <= facts.now))
+    last: Checkpoint | None
     try:
         last = store.get_checkpoint(run.run_id, head.version, run.branch_id)
     except NotFound:  # a damaged chain: the newest row there is (recovery reports the rest)

@@ -177,11 +177,12 @@ class ConvertedSource(BaseModel):
         line run when the span lies in one row); None when no located part holds it."""
         end = max(end, start)
         i = self._containing(start, end)
-        if i is not None and self.segments[i].line_locator is not None:
+        template = self.segments[i].line_locator if i is not None else None
+        if i is not None and template is not None:
             seg = self.segments[i]
             k, line_end = self._run_line(i, start)
             if end <= line_end:
-                return seg.line_locator.format(n=seg.first_number + k)
+                return template.format(n=seg.first_number + k)
             i = self._containing(start, end, runs=False)  # across rows: the part around them
         return None if i is None else self.segments[i].locator
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from keepstep.engine.errors import RunCancelled
 from keepstep.engine.files.convert.builder import Converted, drop_title_prefix
 from keepstep.engine.files.convert.decoding import iter_text
-from keepstep.engine.files.convert.model import Segment
+from keepstep.engine.files.convert.model import Segment, SegmentKind
 from keepstep.engine.files.convert.tables import is_separator
 
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
@@ -48,7 +48,7 @@ def convert_markdown(path: Path, *, cancel: threading.Event | None
 def markdown_segments(text: str, *, cancel: threading.Event | None = None) -> list[Segment]:
     """Section segments (ATX and setext headings, outside fences and front matter) and one
     line run per pipe table (``<path>, table T, row N``), sorted by start."""
-    raw: list[tuple[str, str, int, int, str | None, int]] = []
+    raw: list[tuple[str, SegmentKind, int, int, str | None, int]] = []
     stack: list[tuple[int, str, int]] = []
     tables_in: dict[str, int] = {}
     h1_count, headings, first_h1 = 0, 0, None
