@@ -247,6 +247,27 @@ async def test_sources_screen_approves_a_source_and_flags_the_change(at_gate: Pa
         assert _approved(at_gate, "A3") is False
 
 
+async def test_sources_screen_refuses_to_approve_a_file_without_text(at_gate: Path) -> None:
+    """Approving a source whose file yields no text (here: emptied) shows the refusal with
+    what to do, and sources.toml keeps it unapproved."""
+    _set_approved(at_gate, "A3", False)
+    source = next((at_gate / "sources").glob("A3-*"))
+    source.write_bytes(b"")
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("s")
+        assert isinstance(app.screen, SourcesScreen)
+        await pilot.press("down", "down")
+        assert "A3 · Utility capital expenditure outlook" in screen_text(app)
+        await pilot.press("a")
+        await pilot.pause()
+        assert isinstance(app.screen, ErrorModal)
+        text = screen_text(app)
+        assert f"{source.name} is empty" in text and "export it again" in text
+    assert _approved(at_gate, "A3") is False
+
+
 async def test_sources_screen_adds_a_source_and_shows_a_duplicate_id_in_the_modal(
         at_gate: Path, tmp_path: Path) -> None:
     """n opens the add modal; a file from outside lands in sources/, the table and

@@ -20,7 +20,7 @@ from textual.widgets import DataTable, Footer, Static
 from keepstep.app.tui.format import ids, preview_lines
 from keepstep.app.tui.screens.add_source import AddSourceModal
 from keepstep.app.tui.screens.confirm import ConfirmModal
-from keepstep.engine import KeepstepError, file_sha256, load_sources, save_sources
+from keepstep.engine import KeepstepError, file_sha256, inspect_file, load_sources, save_sources
 
 if TYPE_CHECKING:
     from keepstep.app.tui.app import KeepstepApp
@@ -166,6 +166,11 @@ class SourcesScreen(Screen[None]):
                                 hint="restore the file (or fix its path in sources.toml)")
             return
         if wanted:
+            # The file must convert to text (as `keepstep sources approve` checks): a scanned
+            # PDF, an encrypted or over-limit file is refused here, naming what to do.
+            if self.app.guarded(f"{entry.id} was not approved", inspect_file, root,
+                                root / entry.path) is None:
+                return
             self._write(entry.id, True)
             return
         # Revoking is destructive: show what the next resume would invalidate, then ask.
