@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from keepstep.engine.core.inputs import Contract, InputSnapshot, SourceEntry
+from keepstep.engine.core.inputs import Contract, InputSnapshot, SourceEntry, source_hashes
 from keepstep.engine.core.plan import Plan, check_plan, load_plan
 from keepstep.engine.errors import ConfigError, PlanValidationError, ProjectError, SourceError
 from keepstep.storage.hashing import file_sha256
@@ -271,8 +271,9 @@ def save_sources(root: Path, sf: SourcesFile) -> None:
 
 
 def snapshot_sources(root: Path, sf: SourcesFile) -> InputSnapshot:
-    """Hash every approved source; a missing file is an error naming it."""
-    hashes, groups = {}, {}
+    """Hash every approved source (whole file, header lines, body); a missing file is an
+    error naming it."""
+    hashes, groups, headers, bodies = {}, {}, {}, {}
     for s in sf.sources:
         if not s.approved:
             continue
@@ -288,7 +289,8 @@ def snapshot_sources(root: Path, sf: SourcesFile) -> InputSnapshot:
             )
         hashes[s.id] = file_sha256(str(p))
         groups[s.id] = s.group
-    return InputSnapshot(sources=hashes, groups=groups)
+        headers[s.id], bodies[s.id] = source_hashes(s, p.read_bytes())
+    return InputSnapshot(sources=hashes, groups=groups, headers=headers, bodies=bodies)
 
 
 class ProjectFiles(BaseModel):

@@ -34,6 +34,7 @@ from keepstep.engine.kinds.common import (
     quote_in_text,
     result,
     structure_problems,
+    topic_inputs,
 )
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, run_model_step, step_tokens
@@ -124,11 +125,12 @@ def _chunks(ctx: UnitContext, source_id: str, text: str,
             schema: dict[str, Any] | None) -> list[str]:
     """The text in one piece when its request fits, else paragraph chunks that each fit."""
     profile = ctx.model_profile()
-    whole = {"task": "extract", "source_id": source_id, "text": text}
+    whole = {"task": "extract", "source_id": source_id, "text": text, **topic_inputs(ctx)}
     if step_tokens(ctx, prompt=PROMPT, inputs=whole, schema=ExtractAnswer,
                    json_schema=schema) <= profile.input_tokens:
         return [text]
-    empty = {"task": "extract", "source_id": source_id, "text": "", "first_id": 1}
+    empty = {"task": "extract", "source_id": source_id, "text": "", "first_id": 1,
+             **topic_inputs(ctx)}
     overhead = step_tokens(ctx, prompt=PROMPT, inputs=empty, schema=ExtractAnswer,
                            json_schema=schema)
     # An answer quotes the text, so a chunk is also kept within what an answer may hold.
@@ -213,7 +215,8 @@ def run(ctx: UnitContext) -> KindOutcome:
         for c, chunk in enumerate(chunks, start=1):
             part = f" part {c}/{len(chunks)}" if len(chunks) > 1 else ""
             ctx.safe_point(f"extract {source.id}{part} ({n}/{len(sources)})")
-            inputs: dict[str, Any] = {"task": "extract", "source_id": source.id, "text": chunk}
+            inputs: dict[str, Any] = {"task": "extract", "source_id": source.id, "text": chunk,
+                                      **topic_inputs(ctx)}
             if len(chunks) > 1:
                 inputs["first_id"] = next_id
             step = run_model_step(ctx, prompt=PROMPT, inputs=inputs, schema=ExtractAnswer,

@@ -374,7 +374,11 @@ class RunHandle:
 
     @property
     def templates(self) -> dict[str, str]:
-        return dict(self.plan_info.get("templates", {}))
+        """template name -> sha256 as recorded, plus ``data:<name>`` -> sha256 of the pack
+        data files (what a unit's input fingerprint records)."""
+        info = self.plan_info
+        return {**info.get("templates", {}),
+                **{f"data:{k}": v for k, v in (info.get("data") or {}).items()}}
 
     @property
     def versions(self) -> dict[str, str]:

@@ -21,7 +21,13 @@ from keepstep.engine.core.invalidation import invalidate
 from keepstep.engine.core.state import UnitState, unit_key
 from keepstep.engine.core.timefmt import iso_utc, parse_iso
 from keepstep.engine.errors import KeepstepError, PlanValidationError, RecoveryError
-from keepstep.engine.run.baseline import inputs_state, plan_state, template_hashes
+from keepstep.engine.run.baseline import (
+    data_hashes,
+    inputs_state,
+    plan_state,
+    template_hashes,
+    template_layouts,
+)
 from keepstep.engine.run.effects import reconcile
 from keepstep.storage import BudgetLimitReached, CheckpointConflict, EventIn, StorageError
 from keepstep.storage.hashing import file_sha256
@@ -383,6 +389,9 @@ def detect(run: RunHandle) -> Detected:
         new_contract=files.contract, old_plan=run.recorded_plan, new_plan=files.plan,
         old_templates=old_plan_info.get("templates", {}), new_templates=templates,
         old_versions=run.versions, new_versions=run.project.versions(),
+        old_layouts=old_plan_info.get("template_layouts"),
+        new_layouts=template_layouts(files.root),
+        old_data=old_plan_info.get("data"), new_data=data_hashes(files.root),
     )
     groups = {**old_inputs.get("groups", {}), **snapshot.groups}
     return Detected(changes=changes, files=files, snapshot=snapshot, templates=templates,
