@@ -44,9 +44,11 @@ if TYPE_CHECKING:
         EdgeType,
         Gate,
         Plan,
+        PlanProblem,
         Unit,
         UnitKind,
         load_plan,
+        parse_plan,
         validate_plan,
     )
     from keepstep.engine.core.state import (
@@ -95,6 +97,10 @@ if TYPE_CHECKING:
     from keepstep.engine.files.sources import (
         add_source,
     )
+    from keepstep.engine.files.validation import (
+        ValidationReport,
+        validate_project,
+    )
     from keepstep.engine.gateway.keys import (
         delete_api_key,
         env_var_name,
@@ -139,6 +145,7 @@ if TYPE_CHECKING:
         ApprovalOption,
     )
     from keepstep.engine.run.gates import (
+        Binding,
         PendingApproval,
     )
     from keepstep.engine.run.maintenance import (
@@ -192,6 +199,10 @@ _EXPORTS: dict[str, str] = {
     "UnitKind": "keepstep.engine.core.plan",
     "load_plan": "keepstep.engine.core.plan",
     "validate_plan": "keepstep.engine.core.plan",
+    "parse_plan": "keepstep.engine.core.plan",
+    "PlanProblem": "keepstep.engine.core.plan",
+    "ValidationReport": "keepstep.engine.files.validation",
+    "validate_project": "keepstep.engine.files.validation",
     "Decision": "keepstep.engine.core.decide",
     "DecisionKind": "keepstep.engine.core.decide",
     "decide": "keepstep.engine.core.decide",
@@ -261,6 +272,7 @@ _EXPORTS: dict[str, str] = {
     "Mismatch": "keepstep.engine.report.narrative_claims",
     "ApprovalOption": "keepstep.engine.run.approvals",
     "PendingApproval": "keepstep.engine.run.gates",
+    "Binding": "keepstep.engine.run.gates",
     "RecoveryReport": "keepstep.engine.run.recovery",
     "TAKEOVER_ACTIONS": "keepstep.engine.run.takeover",
     "mark_for_expert": "keepstep.engine.run.takeover",

@@ -13,7 +13,9 @@ import typer
 
 from keepstep.app.cli import output as out
 from keepstep.app.cli.common import (
+    EXIT_USAGE,
     DirArg,
+    JsonOpt,
     UsageProblem,
     add_command,
     check_dir,
@@ -64,51 +66,42 @@ def init(root: DirArg, force: Annotated[bool, typer.Option(
     typer.echo(f"  keepstep status {root} --run R1")
 
 
-def validate(root: DirArg) -> None:
-    """Check the project files: plan (units, dependencies, gates), contract, sources, and the
-    models (known to litellm, a key available for each provider) — without calling any."""
-    from keepstep.engine import load_project_files, snapshot_sources
+def validate(root: DirArg, as_json: JsonOpt = False) -> None:
+    """Check the project files: plan (units, dependencies, typed inputs, params, gates and
+    their bindings, templates and their placeholders, data files, adapters), contract,
+    sources, and the models (known to litellm, a key available for each provider) — without
+    calling any. Every problem names the unit and field and what to do."""
+    from keepstep.engine import PlanValidationError, validate_project
 
     root = check_dir(root)
-    files = load_project_files(root)
-    snapshot = snapshot_sources(root, files.sources)
-    for warning in _output_warnings(files.plan):
+    report = validate_project(root)
+    if as_json:
+        typer.echo(out.to_json(report.model_dump(mode="json")))
+        if not report.ok:
+            raise typer.Exit(EXIT_USAGE)
+        return
+    if report.problems:
+        lines = [p.line() for p in report.problems]
+        _print_models(report.models)
+        raise PlanValidationError(lines, problems=report.problems)
+    for warning in report.warnings:
         typer.echo(f"warning: {warning}")
-    errors = _model_findings(files)
-    plan = files.plan
+    errors = _print_models(report.models)
     if errors:
         raise UsageProblem(f"{errors} model problem(s) above",
                            "fix the model names or keys, then validate again (docs/config.md)")
-    typer.echo(f"plan OK: {len(plan.units)} units, {len(plan.gates)} gates "
-               f"({len(snapshot.sources)} approved sources)")
+    typer.echo(f"plan OK: {report.units} units, {report.gates} gates "
+               f"({report.sources} approved sources)")
 
 
-def _model_findings(files: Any) -> int:
+def _print_models(findings: list[dict[str, Any]]) -> int:
     """Print a line per model the plan calls; return how many are errors."""
-    from keepstep.engine import model_findings
-
-    findings = model_findings(files)
     for f in findings:
-        shown = ", ".join(f.units[:6]) + (f" (+{len(f.units) - 6})" if len(f.units) > 6 else "")
-        prefix = {"error": "error: ", "warning": "warning: ", "ok": "model "}[f.level]
-        typer.echo(f"{prefix}{f.message} — used by {shown}")
-    return sum(1 for f in findings if f.level == "error")
-
-
-def _output_warnings(plan: Any) -> list[str]:
-    """Declared outputs a unit's kind will not write (a likely typo, not an error)."""
-    try:
-        from keepstep.engine import expected_outputs
-    except ImportError:  # kinds not installed: nothing to compare against
-        return []
-    warnings = []
-    for unit in plan.units:
-        expected = set(expected_outputs(unit))
-        extra = sorted(set(unit.outputs) - expected)
-        if expected and extra:
-            warnings.append(f"unit {unit.id}: declares output(s) {', '.join(extra)} but a "
-                            f"{unit.kind.value} unit writes {', '.join(sorted(expected))}")
-    return warnings
+        units = f["units"]
+        shown = ", ".join(units[:6]) + (f" (+{len(units) - 6})" if len(units) > 6 else "")
+        prefix = {"error": "error: ", "warning": "warning: ", "ok": "model "}[f["level"]]
+        typer.echo(f"{prefix}{f['message']} — used by {shown}")
+    return sum(1 for f in findings if f["level"] == "error")
 
 
 # --- sources -------------------------------------------------------------------------------

@@ -241,6 +241,44 @@ class DeliverParams(_Params):
                              "depends_on, e.g. [\"D01:memo.md\"]")
 
 
+# The parts a render template's placeholders are filled with (kinds.parts makes them;
+# docs/plan-format.md lists them from here).
+PARTS: dict[str, str] = {
+    "title": "the contract's title (from a contract intake dependency)",
+    "client": "the contract's client",
+    "goal": "the contract's goal",
+    "scope": "the contract's scope",
+    "audience": "the audience the syntheses and rankings were written for",
+    "notice": "a line naming the model that produced the findings (the offline heuristic "
+              "says so)",
+    "executive_summary": "the lead finding of each synthesis and the top risk, as a list",
+    "findings": "every synthesis: its title, question and numbered findings",
+    "supporting_findings": "the lead finding of each synthesis, as a list",
+    "risks": "the ranking as a table (rank, risk, score, evidence) with how it was settled",
+    "top_risks": "the n highest-scoring risks (n = 3 unless given)",
+    "recommendation": "a recommendation chosen by the pack's rule on the top risk's score "
+                      "(data file, see Recommendation rules)",
+    "questions": "the research questions framed by a questions intake dependency",
+    "inventory": "the source inventory as a table (header lines for a header-only inventory)",
+    "verification": "per verification unit: statements checked, supported and rejected",
+    "schema_fields": "the evidence schema's required and optional fields",
+    "evidence_table_columns": "the columns of a CSV table dependency, each described",
+    "evidence": "the verified statements as a table (filter with topic, n)",
+    "conflicts": "the conflicting figures the verification units found, with their status",
+    "audit": "the verdict of an audit dependency and each of its checks",
+    "unconverged": "the loops that went forward unconverged, with their open problems",
+}
+# What each column of a CSV table document holds.
+TABLE_COLUMNS = {
+    "id": "evidence id: <source id>-e<n>",
+    "source_id": "the approved source the quote comes from",
+    "group": "the source group",
+    "topic": "the topic the statement was filed under",
+    "figures": "the figures in the quote, separated by '; '",
+    "quote": "the statement, verbatim from the source",
+    "locator": "where in the source the statement is (a page, a sheet, a table), when known",
+}
+
 # --- the presets ------------------------------------------------------------------------------
 class Preset(BaseModel):
     """One built-in kind: the mechanism it sets up and how."""
@@ -408,8 +446,9 @@ def verified_output(unit: Any) -> str | None:
     return "verified.json" if "verified.json" in (getattr(unit, "outputs", []) or []) else None
 
 
-__all__ = ["ANSWERS", "CHECK_KINDS", "PRESETS", "AuditCheck", "AuditParams", "CitedIdsCheck",
-           "CitedSourcesCheck", "CitesGroupsCheck", "DeliverParams", "FiguresCheck", "FillSpec",
+__all__ = ["ANSWERS", "CHECK_KINDS", "PARTS", "PRESETS", "TABLE_COLUMNS", "AuditCheck",
+           "AuditParams", "CitedIdsCheck", "CitedSourcesCheck", "CitesGroupsCheck",
+           "DeliverParams", "FiguresCheck", "FillSpec",
            "IntakeParams", "ListsSourcesCheck", "ModelParams", "NotesParams", "Preset",
            "PresentCheck", "RankParams", "RenderParams", "RowsSpec", "SectionsCheck",
            "SynthesizeParams", "VerifyParams", "answer_of", "data_names", "default_outputs",

@@ -15,7 +15,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from keepstep.engine.core.inputs import Contract, InputSnapshot, SourceEntry, source_hashes
-from keepstep.engine.core.plan import Plan, check_plan, load_plan
+from keepstep.engine.core.plan import Plan, load_plan
 from keepstep.engine.errors import ConfigError, PlanValidationError, ProjectError, SourceError
 from keepstep.storage.hashing import file_sha256
 
@@ -321,12 +321,17 @@ def load_project_files(root: Path, *, validate: bool = True) -> ProjectFiles:
     contract = load_contract(root)
     sources = load_sources(root)
     plan = load_plan(root / PLAN_FILE)
+    files = ProjectFiles(root=root, config=config, contract=contract, sources=sources, plan=plan)
     if validate:
+        from keepstep.engine.core.plan import find_problems
+        from keepstep.engine.files.validation import file_problems
+
         approved = {s.id: s.approved for s in sources.sources}
         groups = {s.group for s in sources.sources if s.approved and s.group}
-        try:
-            check_plan(plan, sources=approved, groups=groups,
-                       contract_fields=set(contract.fields) | {"body"})
-        except PlanValidationError:
-            raise
-    return ProjectFiles(root=root, config=config, contract=contract, sources=sources, plan=plan)
+        problems = find_problems(plan, sources=approved, groups=groups,
+                                 contract_fields=set(contract.fields) | {"body"})
+        # Checked before anything runs: a plan that cannot run spends no model call.
+        problems += file_problems(files)
+        if problems:
+            raise PlanValidationError([p.line() for p in problems], problems=problems)
+    return files

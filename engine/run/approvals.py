@@ -111,8 +111,9 @@ def _what_changed(old: dict[str, Any], new: dict[str, Any]) -> str:
         for ref in moved:
             before, after = a.get(ref), b.get(ref)
             if isinstance(after, dict) and "passed" in after and isinstance(before, dict):
-                parts_b.append(f"{ref} changed from {'passed' if before.get('passed') else 'failed'}"
-                               f" to {'passed' if after['passed'] else 'failed'}")
+                was = "passed" if before.get("passed") else "failed"
+                now = "passed" if after["passed"] else "failed"
+                parts_b.append(f"{ref} changed from {was} to {now}")
             else:
                 parts_b.append(f"{ref} changed")
         return "; ".join(parts_b) or "what the decision binds changed"

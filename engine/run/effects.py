@@ -7,7 +7,8 @@ a retry or a replay of the same action sends the same key, and a new plan versio
 sends a new one. A *delivery* (the deliver kind) is keyed by what it is instead:
 its destination and the sha256 of the bytes (``delivery_key``) — never the plan
 version or the attempt — so the same bytes are never delivered twice to one
-destination, whatever changed around them, and changed bytes get a new key. An intent without a receipt is *unknown*: recovery asks the adapter
+destination, whatever changed around them, and changed bytes get a new key.
+An intent without a receipt is *unknown*: recovery asks the adapter
 (``reconcile``). Found → committed. Definitely not found and the adapter says a
 retry is safe → performed again with the SAME key. Cannot tell → the unit is
 blocked for a person, and nothing is retried until that person decides
