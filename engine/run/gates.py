@@ -43,8 +43,8 @@ class Binding(BaseModel):
     passed: bool | None = Field(default=None, description="a verdict: whether it passed")
     failing: list[str] = Field(default_factory=list, description="a verdict: the failing "
                                "checks, each with its detail")
-    changed: bool = Field(default=False, description="it differs from what the open request "
-                          "asked about")
+    changed: bool = Field(default=False, description="it differs from what the gate's last "
+                          "decision bound (what changed since a person last answered)")
 
 
 class PendingApproval(BaseModel):
@@ -173,10 +173,18 @@ def _shown(run: RunHandle, ref: str, value: Any, records: dict[str, Any]) -> Bin
     return Binding(ref=ref, kind=kind or ref, shown=str(value))
 
 
+def last_decided(run: RunHandle, gate: Gate) -> dict[str, Any] | None:
+    """The bound object of the gate's last decision in this run and branch (None: never
+    decided)."""
+    rows = [r for r in run.store.approvals(run.run_id, branch_id=run.branch_id, gate_id=gate.id)
+            if r.choice is not None]
+    return rows[-1].bound_object if rows else None
+
+
 def bindings(run: RunHandle, gate: Gate, facts: RunFacts | None = None,
              asked: dict[str, Any] | None = None) -> list[Binding]:
     """What the gate's decision binds, each with its value and verdict now; ``changed`` when
-    it differs from ``asked`` (the bound object of the open request)."""
+    it differs from ``asked`` (the bound object of the gate's last decision)."""
     records = facts.records if facts is not None else run.facts_records()
     obj = bound_object(run, gate, facts)
     if "binds" not in obj:
@@ -353,7 +361,7 @@ def pending_approvals(run: RunHandle, facts: RunFacts | None = None) -> list[Pen
         bound = []
         if gate is not None:
             facts = facts if facts is not None else run.facts()
-            bound = bindings(run, gate, facts, asked=req.bound_object)
+            bound = bindings(run, gate, facts, asked=last_decided(run, gate))
         out.append(PendingApproval(
             gate=req.gate_id, unit=req.unit,
             held_units=gate.held_units() if gate is not None else [req.unit],
