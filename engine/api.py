@@ -98,7 +98,7 @@ class Run(RunHandle):
     ) -> RunStatus:
         """Recover (audit, reconcile, apply detected changes), then run units until done,
         blocked or cancelled (``RunCancelled`` is raised after the units in flight stopped at
-        their next safe point). ``approve`` answers gates (``{"audience": "product team"}``).
+        their next safe point). ``approve`` answers gates (``{"<gate id>": "<option>"}``).
         ``jobs``: units in flight at once (default keepstep.toml's ``max_parallel``; 1 runs
         one unit at a time, in plan order)."""
         from keepstep.engine.run.loop import RunLoop

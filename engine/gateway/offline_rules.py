@@ -225,8 +225,8 @@ _FOOTNOTE = ("footnote", "note:", "outdated", "earlier estimate")
 def quantities(sentence: str) -> list[tuple[str, str, str]]:
     """(metric, value, period) for each counted quantity in a sentence.
 
-    The metric is the first two content words after the figure ("1.9 million metered water
-    connections" -> "metered water"), the value the figure with its scale word, the period
+    The metric is the first two content words after the figure ("2.3 million registered
+    users" -> "registered users"), the value the figure with its scale word, the period
     the sentence's other four-digit years. Bare years are not quantities.
     """
     text = normalise(sentence)
