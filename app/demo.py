@@ -3,7 +3,8 @@
 Copies ``sample_projects/market-entry`` (or, outside a source checkout, the ``keepstep
 init`` example) into OUTDIR with a fresh ``.keepstep``, runs run ME-042 with the audience
 approved as "product team", then prints the dashboard, the deliverables with their
-sha256 and, when the engine provides it, the handover narrative. Exits non-zero unless
+sha256 (exported with their manifest to OUTDIR/deliverables/ME-042) and the handover
+narrative. Exits non-zero unless
 the run is done.
 """
 
@@ -88,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
             print("\n" + dashboard(project, run, status))
             print("\nDeliverables (sha256 from the committed records)")
             print(deliverables_text(run.deliverables(), outdir.resolve()))
+            if status.decision == "done":
+                print("\n" + run.export_deliverables().render())
             print("\nHandover narrative")
             print(run.narrative())
     except Exception as exc:

@@ -62,10 +62,12 @@ def critical_path_calls(plan: Any, calls_per_unit: dict[str, int]) -> int:
 
 def pack_wall(tmp: Path, latency: float, jobs_list: list[int]) -> list[str]:
     from keepstep.engine.api import open_project
-    from keepstep.engine.gateway.client import _litellm
+    from keepstep.engine.gateway.client import warm_up
     from tests.support.fake_provider import running_provider
 
-    _litellm()  # imported once, outside every timing
+    # litellm's import, its lazily loaded completion path and the tokenizer: paid once per
+    # process, outside every timing (a run overlaps them with recovery in the background).
+    warm_up(["openai/fake-model"])
     lines = []
     with running_provider(latency=latency, offline=True) as provider:
         figures = {}

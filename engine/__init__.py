@@ -89,17 +89,15 @@ if TYPE_CHECKING:
         ProjectFiles,
         SourcesFile,
         load_config,
+        load_contract,
         load_project_files,
         load_sources,
         save_sources,
         snapshot_sources,
+        write_contract,
     )
     from keepstep.engine.files.sources import (
         add_source,
-    )
-    from keepstep.engine.files.validation import (
-        ValidationReport,
-        validate_project,
     )
     from keepstep.engine.gateway.keys import (
         delete_api_key,
@@ -119,6 +117,12 @@ if TYPE_CHECKING:
     from keepstep.engine.kinds import (
         expected_outputs,
     )
+    from keepstep.engine.report.deliverables import (
+        DeliverablesExport,
+        ExportedFile,
+        Output,
+        export_deliverables,
+    )
     from keepstep.engine.report.handover import (
         BundleReport,
         export_handover,
@@ -131,18 +135,35 @@ if TYPE_CHECKING:
     from keepstep.engine.report.narrative_claims import (
         Mismatch,
     )
+    from keepstep.engine.report.next_action import (
+        Need,
+    )
+    from keepstep.engine.report.progress import (
+        InFlight,
+        NotebookProgress,
+        ProgressSnapshot,
+        ProgressTracker,
+        fmt_count,
+        fmt_duration,
+    )
     from keepstep.engine.report.status import (
+        InFlightUnit,
         RunStatus,
         UnitView,
     )
     from keepstep.engine.report.views import (
         EFFECT_FIELDS,
+        CompensationPreview,
         Deliverable,
         EffectRow,
+        OutputInfo,
         input_snapshots,
     )
     from keepstep.engine.run.approvals import (
         ApprovalOption,
+    )
+    from keepstep.engine.run.effects import (
+        SettleResult,
     )
     from keepstep.engine.run.gates import (
         Binding,
@@ -171,6 +192,10 @@ if TYPE_CHECKING:
         preview_expert,
         preview_narrow,
         preview_rerun,
+    )
+    from keepstep.engine.run.validation import (
+        ValidationReport,
+        validate_project,
     )
     from keepstep.storage import (
         ApprovalRecord,
@@ -201,8 +226,8 @@ _EXPORTS: dict[str, str] = {
     "validate_plan": "keepstep.engine.core.plan",
     "parse_plan": "keepstep.engine.core.plan",
     "PlanProblem": "keepstep.engine.core.plan",
-    "ValidationReport": "keepstep.engine.files.validation",
-    "validate_project": "keepstep.engine.files.validation",
+    "ValidationReport": "keepstep.engine.run.validation",
+    "validate_project": "keepstep.engine.run.validation",
     "Decision": "keepstep.engine.core.decide",
     "DecisionKind": "keepstep.engine.core.decide",
     "decide": "keepstep.engine.core.decide",
@@ -264,6 +289,23 @@ _EXPORTS: dict[str, str] = {
     "EFFECT_FIELDS": "keepstep.engine.report.views",
     "EffectRow": "keepstep.engine.report.views",
     "input_snapshots": "keepstep.engine.report.views",
+    "DeliverablesExport": "keepstep.engine.report.deliverables",
+    "ExportedFile": "keepstep.engine.report.deliverables",
+    "Output": "keepstep.engine.report.deliverables",
+    "export_deliverables": "keepstep.engine.report.deliverables",
+    "InFlight": "keepstep.engine.report.progress",
+    "NotebookProgress": "keepstep.engine.report.progress",
+    "ProgressSnapshot": "keepstep.engine.report.progress",
+    "ProgressTracker": "keepstep.engine.report.progress",
+    "fmt_count": "keepstep.engine.report.progress",
+    "fmt_duration": "keepstep.engine.report.progress",
+    "Need": "keepstep.engine.report.next_action",
+    "InFlightUnit": "keepstep.engine.report.status",
+    "CompensationPreview": "keepstep.engine.report.views",
+    "OutputInfo": "keepstep.engine.report.views",
+    "SettleResult": "keepstep.engine.run.effects",
+    "load_contract": "keepstep.engine.files.project",
+    "write_contract": "keepstep.engine.files.project",
     "BundleReport": "keepstep.engine.report.handover",
     "export_handover": "keepstep.engine.report.handover",
     "verify_bundle": "keepstep.engine.report.handover",

@@ -12,12 +12,19 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keepstep.engine.core.explain import Preview, UnitExplanation, explain_unit, preview
 from keepstep.engine.errors import ApprovalError, KeepstepError, ProjectError
 from keepstep.engine.report.status import RunStatus, run_status
-from keepstep.engine.report.views import Deliverable, EffectRow, current_deliverables, effect_rows
+from keepstep.engine.report.views import (
+    CompensationPreview,
+    Deliverable,
+    EffectRow,
+    OutputInfo,
+    current_deliverables,
+    effect_rows,
+)
 from keepstep.engine.run.baseline import create_run
 from keepstep.engine.run.gates import (
     PendingApproval,
@@ -29,6 +36,11 @@ from keepstep.engine.run.gates import (
 from keepstep.engine.run.handle import GatewayFactory, RunHandle, Workspace
 from keepstep.engine.run.recovery import RecoveryReport, detect, recover
 from keepstep.storage import ApprovalRecord, Budget, ChainReport, StorageError
+
+if TYPE_CHECKING:
+    from keepstep.engine.report.deliverables import DeliverablesExport, Output
+    from keepstep.engine.report.progress import NotebookProgress, ProgressTracker
+    from keepstep.engine.run.effects import SettleResult
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -44,6 +56,15 @@ class Project(Workspace):
 
     def run_handle(self, run_id: str, branch_id: str = "main") -> Run:
         return Run(self, run_id, branch_id)
+
+    def default_run_id(self) -> str:
+        """The run a face shows when none is named: keepstep.toml's ``default_run``, else
+        the newest run, else ``R1`` (the id a first ``keepstep run`` then starts)."""
+        configured = self.files.config.default_run
+        if configured:
+            return configured
+        runs = self.runs()
+        return runs[-1] if runs else "R1"
 
     def start_run(self, run_id: str, *, branch_id: str = "main") -> Run:
         """Create a run at plan-v1 / in-v1 from the project files as they are now."""
@@ -83,6 +104,12 @@ class Run(RunHandle):
     """One run (and branch) of a project: its actions and the views of it."""
 
     project: Project
+
+    def __init__(self, project: Workspace, run_id: str, branch_id: str = "main") -> None:
+        super().__init__(project, run_id, branch_id)
+        # gate id -> the resume token issued to this object's run loop (or issue_resume_token),
+        # in memory only: the database keeps its sha256, so a face shows it once from here.
+        self.resume_tokens: dict[str, str] = {}
 
     # -- actions ---------------------------------------------------------------
     def run(
@@ -175,6 +202,14 @@ class Run(RunHandle):
         unknown gate or option, an answer contradicting contract.md, or a refused token."""
         return record_choice(self, self._gate(gate_id), choice, who=who, token=token)
 
+    def issue_resume_token(self, gate_id: str) -> str:
+        """A new resume token for the gate's open request (the old token stops working):
+        someone who has only the token can answer the gate once, with
+        ``keepstep approve --token``. Returned once; stored only as its sha256."""
+        from keepstep.engine.run.gates import issue_resume_token
+
+        return issue_resume_token(self, self._gate(gate_id))
+
     def revoke(self, gate_id: str, *, who: str, reason: str) -> ApprovalRecord:
         """Revoke a gate's decision; the gate asks again when the run next reaches it."""
         return revoke_choice(self, self._gate(gate_id), who=who, reason=reason)
@@ -239,9 +274,141 @@ class Run(RunHandle):
         """The committed outputs of the current document units, in plan order."""
         return current_deliverables(self)
 
+    def output(self, unit_id: str, name: str) -> Output:
+        """One committed output of a unit (``.data`` bytes, ``.text``), its sha256 checked;
+        KeepstepError naming the unit's outputs when there is no such one."""
+        from keepstep.engine.report.deliverables import unit_output
+
+        return unit_output(self, unit_id, name)
+
+    def outputs(self, unit_id: str) -> list[OutputInfo]:
+        """What a unit's committed record holds: each output's name, sha256, size and
+        whether the file still matches (read by explain; nothing is loaded)."""
+        from keepstep.engine.report.views import unit_outputs
+
+        return unit_outputs(self, unit_id)
+
+    def export_deliverables(self, out: str | Path | None = None) -> DeliverablesExport:
+        """Copy the current deliverables and their manifest (sha256 of each) to ``out``,
+        default ``deliverables/<run>/`` in the project."""
+        from keepstep.engine.report.deliverables import export_deliverables
+
+        return export_deliverables(self, out)
+
     def effects(self) -> list[EffectRow]:
         """The side-effect ledger of this branch, oldest first."""
         return effect_rows(self)
+
+    def _effect(self, key: str) -> Any:
+        row = self.store.get_effect(key)
+        if row is None or row.run_id != self.run_id:
+            known = ", ".join(e.key for e in self.effects()) or "none"
+            raise KeepstepError(f"no external action with key {key!r} in run {self.run_id}",
+                                hint=f"keys: {known}")
+        return row
+
+    def settle_effect(self, key: str, *, sent: bool | None = None, who: str, reason: str = "",
+                      reference: str | None = None) -> SettleResult:
+        """Settle an external action whose outcome is unknown: the adapter is asked by key
+        first; when it cannot tell, ``sent`` records the person's decision (True: it
+        happened, ``reference`` its remote id; False: it did not — the next resume sends it
+        again with the same key). ``sent=None`` only looks it up. A decision event either
+        way; the unit it blocked is released."""
+        from keepstep.engine.run.effects import settle_effect
+
+        row = self._effect(key)
+        return settle_effect(self.store, self.project.effect_adapters.get(row.adapter), key,
+                             sent=sent, who=who, reason=reason, remote_id=reference)
+
+    def compensation_preview(self, key: str) -> CompensationPreview:
+        """What compensating a committed external action would undo, and the ledger entry
+        it would write (nothing is changed)."""
+        from keepstep.engine.run.effects import compensation_key
+
+        row = self._effect(key)
+        adapter = self.project.effect_adapters.get(row.adapter)
+        problems = []
+        if row.compensates is not None:
+            problems.append(f"{key} is itself an undo")
+        elif row.status != "committed":
+            problems.append(f"{key} is {row.status}; only a committed action can be undone")
+        if adapter is None:
+            problems.append(f"no adapter named {row.adapter!r} is configured")
+        elif getattr(adapter, "compensate", None) is None:
+            problems.append(f"adapter {row.adapter!r} cannot undo; undo it by hand")
+        return CompensationPreview(
+            key=key, unit=row.unit, action=row.action, adapter=row.adapter, status=row.status,
+            remote_id=row.remote_id, undo_key=compensation_key(key),
+            undo_action=f"compensate:{row.action}", problems=problems,
+            records=f"a ledger entry {compensation_key(key)} (intent, then receipt) and the "
+            f"original moved to compensated; a decision.effect event")
+
+    def compensate_effect(self, key: str, *, who: str, reason: str) -> EffectRow:
+        """Undo a committed external action through its own ledger entry (a recorded
+        decision). KeepstepError, nothing done, when the preview names a problem."""
+        from keepstep.engine.run.effects import compensate
+        from keepstep.storage import EventIn
+
+        preview = self.compensation_preview(key)
+        if preview.problems:
+            raise KeepstepError(f"cannot compensate {key}: " + "; ".join(preview.problems))
+        if not reason.strip():
+            raise KeepstepError("a compensation needs a reason", hint="pass --reason '...'")
+        row = self._effect(key)
+        adapter = self.project.effect_adapters[row.adapter]
+        self.store.append_event(self.run_id, "decision.effect", branch_id=row.branch_id,
+                                unit=row.unit, payload=EventIn(kind="decision.effect", payload={
+                                    "key": key, "decision": "compensate", "who": who,
+                                    "reason": reason}).payload)
+        compensate(self.store, adapter, row, who=who, reason=reason)
+        return next(e for e in self.effects() if e.key == key)
+
+    def preview_sources(self, approved: dict[str, bool]) -> Preview:
+        """What approving or revoking sources (``{"A3": False}``) would invalidate and
+        reuse, before sources.toml is written — nothing is changed."""
+        from keepstep.engine.core.changes import detect_changes
+        from keepstep.engine.files.project import snapshot_sources
+        from keepstep.engine.run.baseline import template_hashes
+
+        files = self.project.reload()
+        sources = files.sources.model_copy(deep=True)
+        for entry in sources.sources:
+            if entry.id in approved:
+                entry.approved = approved[entry.id]
+        unknown = sorted(set(approved) - {e.id for e in sources.sources})
+        if unknown:
+            raise KeepstepError(f"no source {', '.join(unknown)} in sources.toml")
+        snapshot = snapshot_sources(files.root, sources)
+        old_inputs = self.store.read_key(self.run_id, "inputs", self.branch_id) or {}
+        info = self.plan_info
+        changes = detect_changes(
+            old_inputs=old_inputs, new_snapshot=snapshot,
+            old_contract_fields=info.get("contract_fields", {}), new_contract=files.contract,
+            old_plan=self.recorded_plan, new_plan=files.plan,
+            old_templates=info.get("templates", {}), new_templates=template_hashes(files.root),
+            old_versions=self.versions, new_versions=self.project.versions())
+        return preview(files.plan, changes, self.facts_records(), self.calls(),
+                       high_risk_rules=files.config.high_risk_rules,
+                       source_groups={**old_inputs.get("groups", {}), **snapshot.groups})
+
+    def progress(self, **kwargs: Any) -> ProgressTracker:
+        """A live-progress tracker to pass as ``on_event`` (see ``report.progress``)."""
+        from keepstep.engine.report.progress import ProgressTracker
+
+        return ProgressTracker(self, **kwargs)
+
+    def live_progress(self, **kwargs: Any) -> NotebookProgress:
+        """``run.run(on_event=run.live_progress())``: a display refreshed in place in
+        Jupyter while the run works (plain lines elsewhere)."""
+        from keepstep.engine.report.progress import NotebookProgress
+
+        return NotebookProgress(self, **kwargs)
+
+    def dag_svg(self) -> str:
+        """The DAG coloured by unit state, as an SVG document."""
+        from keepstep.engine.report.dag_svg import run_dag_svg
+
+        return run_dag_svg(self)
 
     def handover(self, out: str | Path) -> Path:
         """Export the handover bundle (a folder, or a .zip when ``out`` ends so)."""
@@ -276,7 +443,7 @@ def open_project(
     root = Path(path)
     if not (root / "keepstep.toml").is_file():
         raise ProjectError(f"{root} is not a keepstep project (no keepstep.toml)",
-                           hint="create one with `keepstep init DIR`")
+                           hint=f"create one with `keepstep init {root}`")
     return Project(root, validate=validate, read_only=read_only, clock=clock or time.time,
                    executor_id=executor_id, gateway_factory=gateway_factory,
                    synchronous=synchronous, policy=policy)

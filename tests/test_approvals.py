@@ -102,7 +102,7 @@ def test_a_request_stores_question_options_reuse_redo_and_estimate(ledger, clock
     assert stored.status == "requested" and stored.question == GATE.question
     assert stored.options[0] == {"label": "board", "reuse": ["U01", "U02"],
                                  "redo": ["U30", "U31"], "estimate": {"calls": 6, "cost": 0.12},
-                                 "note": ""}
+                                 "note": "", "available": True}
     assert stored.bound_object == PLAN2
     assert [r.request_id for r in pending_requests(ledger, RUN, "main")] == [req.request_id]
     assert [e.kind for e in ledger.events(RUN, kind_prefix="approval.")] == ["approval.requested"]

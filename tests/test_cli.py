@@ -324,7 +324,7 @@ def test_gate_blocks_until_approved(project: Path) -> None:
     resume finishes."""
     (project / "plan.toml").write_text((project / "plan.toml").read_text() + GATE)
     first = invoke("run", project, "--run", "R1", "--quiet")
-    assert first.exit_code == 0 and "blocked" in first.output
+    assert first.exit_code == 3 and "blocked" in first.output  # waits for a person
     assert "approve" in first.output
     listing = invoke("approvals", project, "--run", "R1")
     assert "gate audience" in listing.output and "owners" in listing.output
@@ -360,7 +360,7 @@ def test_replay_restart_and_branch_make_new_runs(done_project: Path) -> None:
     assert_clean_failure(invoke("replay", done_project, "--run", "R1", "--as", "R1b"), 2)
     restart = invoke("restart", done_project, "--run", "R1", "--as", "R2")
     assert restart.exit_code == 0 and "R2" in restart.output
-    runs = json.loads(invoke("status", done_project, "--json").stdout)["runs"]
+    runs = json.loads(invoke("status", done_project, "--all", "--json").stdout)["runs"]
     assert {r["run_id"] for r in runs} == {"R1", "R1b", "R2"}
     branch = invoke("branch", done_project, "--run", "R1", "--at", "3", "--as", "alt")
     assert branch.exit_code == 0, branch.output

@@ -61,11 +61,12 @@ def test_revoke_makes_the_gate_ask_again(me042_before_gate: Path) -> None:
     assert event["payload"]["who"] == "tester"
     assert event["payload"]["reason"] == "the audience is under review"
 
-    assert invoke("resume", root, "--run", "ME-042", "--quiet").exit_code == 0
+    assert invoke("resume", root, "--run", "ME-042", "--quiet").exit_code == 3  # the gate
     status = json.loads(invoke("status", root, "--run", "ME-042", "--json").stdout)
     assert [a["gate"] for a in status["pending_approvals"]] == ["audience"]
     assert status["units"]["U27"]["attempts"] == 0
-    assert "keepstep approve DIR --run ME-042 audience" in status["next_action"]
+    assert ("keepstep approve --run ME-042 audience --choice 'product team'"
+            in status["next_action"])
 
 
 def test_revoke_mistakes_are_usage_errors(done_project: Path) -> None:
@@ -170,14 +171,14 @@ def _unit(state: str, reason: str | None = None) -> SimpleNamespace:
 
 @pytest.mark.parametrize("branch", ["main", "alt"])
 def test_every_suggested_command_exists_and_names_dir_and_run(branch: str) -> None:
-    """Each next-action hint suggests only real commands, each with DIR --run RUN (and
-    --branch off main)."""
+    """Each next-action hint suggests only real commands, each with --run RUN (and --branch
+    off main) and no placeholder: DIR is left out (the command runs inside the project)."""
     from keepstep.engine.core.decide import Decision, DecisionKind
     from keepstep.engine.report.next_action import next_action
 
     def status(**units: SimpleNamespace) -> SimpleNamespace:
         return SimpleNamespace(run_id="R7", branch=branch, units=units, pending_approvals=[],
-                               external_unknown=[])
+                               external_unknown=[], budget={"limits": {"calls": 10.0}})
 
     cases = [
         (status(), Decision(kind=DecisionKind.done)),
@@ -189,7 +190,9 @@ def test_every_suggested_command_exists_and_names_dir_and_run(branch: str) -> No
     gate = status()
     gate.pending_approvals = [{"gate": "audience"}]
     unknown = status()
-    unknown.external_unknown = [{"key": "k"}]
+    unknown.external_unknown = [{"idem_key": "ks-r7-u1-notify-p1-0123456789abcdef",
+                                 "unit": "U1", "action": "notify", "adapter": "hook",
+                                 "detail": {"needs_person": True, "reason": "no answer"}}]
     cases += [(gate, Decision(kind=DecisionKind.blocked)),
               (unknown, Decision(kind=DecisionKind.blocked))]
 
@@ -208,7 +211,8 @@ def test_every_suggested_command_exists_and_names_dir_and_run(branch: str) -> No
             assert found is not None, f"{words[0]} is not a keepstep command ({text})"
             if isinstance(found, click.Group):
                 assert found.get_command(ctx, words[1]) is not None, text
-            assert "DIR --run R7" in command, text
+            assert "--run R7" in command and "DIR" not in command, text
+            assert not re.search(r"\b(KEY|UNIT|GATE|OPTION|N)\b", command), text
             assert ("--branch alt" in command) == (branch == "alt"), text
 
 

@@ -120,7 +120,7 @@ def test_expert_blocks_the_unit_with_the_reason(half_run: Path) -> None:
     unit = status(half_run)["units"]["U5"]
     assert unit["state"] == "blocked" and unit["reason"] == "marked for an expert"
     assert takeover_events(half_run)[-1]["payload"]["note"] == "check the price claims"
-    assert invoke("resume", half_run, "--run", "R1", "--quiet").exit_code == 0
+    assert invoke("resume", half_run, "--run", "R1", "--quiet").exit_code == 3  # held
     assert status(half_run)["units"]["U7"]["state"] == "pending"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,27 @@ def test_two_executors_never_execute_one_unit_at_once(tmp_path: Path) -> None:
     assert executors == {"exec-1:1:x", "exec-2:2:x"}, "both executors should have done work"
 
 
+def pause_outside_a_write(pid: int, db_path: Path) -> None:
+    """SIGSTOP ``pid`` at a moment it holds no SQLite write lock. A process stopped inside a
+    write transaction holds the lock until it continues (SQLite's rule, not keepstep's), so
+    a stop that lands inside one is undone and tried again a moment later."""
+    import sqlite3
+
+    for _ in range(200):
+        os.kill(pid, signal.SIGSTOP)
+        probe = sqlite3.connect(db_path, timeout=0.2, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.003)
+        finally:
+            probe.close()
+    raise AssertionError("the worker held the write lock at every try")
+
+
 def test_paused_executor_is_fenced_out_after_takeover(tmp_path: Path) -> None:
     """A SIGSTOPped worker whose lease expired cannot commit after another executor took the
     unit over: its attempt is fenced and its output an orphan; the unit is committed once."""
@@ -70,7 +92,7 @@ def test_paused_executor_is_fenced_out_after_takeover(tmp_path: Path) -> None:
     try:
         # Its first model call is reserved, then litellm loads (seconds): pause it there.
         wait_for(lambda: store.calls(RUN, unit="U03"), timeout=60, interval=0.005)
-        os.kill(paused.pid, signal.SIGSTOP)
+        pause_outside_a_write(paused.pid, root / ".keepstep" / "state.db")
         lease = wait_for(lambda: store.leases(RUN))[0]
         assert lease.attempt_id == "U03/a1"
         wait_for(lambda: store.now() > lease.expires_at + 0.2)

@@ -28,6 +28,7 @@ EXPECTED = {
     "state/baseline.json", "state/status.json", "state/units.json", "state/inputs.json",
     "state/invalidations.json", "state/orphans.json", "state/approvals.json",
     "state/budget.json", "state/external_unknowns.json", "state/recent_errors.json",
+    "state/errors_by_cause.json",
     "state/recoveries.json", "state/next_step.json",
     "deliverables/report.md", "deliverables/evidence-table.csv",
     "deliverables/decision-brief.md", "deliverables/appendix.md",
@@ -234,9 +235,44 @@ def test_index_links_bundle_files_and_loads_nothing_external(bundle):
     assert {"narrative.md", "manifest.json", "contract.md", "plan.toml", "dag.svg",
             "deliverables/report.md"} <= set(parser.refs)
     assert not re.search(r"(?:href|src)=\"https?:", html)
-    for text in ("U07/a1", "ME-042", "Recent errors", "Pending approvals", "External unknowns",
+    for text in ("U07/a1", "ME-042", "Errors by cause", "Pending approvals", "External unknowns",
                  "suggested next step"):
         assert text in html
+
+
+def test_index_names_the_model_and_groups_errors_by_cause(bundle):
+    """index.html says which model produced the work, and lists errors once per cause, each
+    with one action (the story's budget block and its orphan are two causes, not a dump)."""
+    page = (bundle / "index.html").read_text(encoding="utf-8")
+    assert "local/keepstep-offline" in page and "offline heuristic" in page
+    assert "Errors by cause" in page and "Recent errors" not in page
+    groups = _json(bundle, "state/errors_by_cause.json")
+    causes = [g["cause"] for g in groups]
+    assert len(causes) == len(set(causes)) and groups
+    assert all(g["action"] and g["count"] >= 1 for g in groups)
+    assert sum(g["count"] for g in groups) == len(_json(bundle, "state/recent_errors.json"))
+
+
+def test_errors_of_one_cause_are_one_row_with_the_units_action():
+    """Twelve budget errors over three units become one row naming the three units and the
+    budget raise the run needs (the Needs-you action, not a repeated message)."""
+    from types import SimpleNamespace
+
+    from keepstep.engine.report.handover import group_errors
+    from keepstep.engine.report.next_action import Need
+
+    errors = [{"ts": f"t{i}", "kind": "unit.blocked", "unit": f"U{20 + i % 3}",
+               "class": "budget", "message": "budget: calls 56/56"} for i in range(12)]
+    errors.append({"ts": "t99", "kind": "attempt.failed", "unit": "U07", "class": "InvalidOutput",
+                   "message": "not JSON"})
+    need = Need(kind="budget", unit="U20", units=["U20", "U21", "U22"], message="blocked",
+                action="raise the calls limit (e.g. to 84), then resume",
+                command="`keepstep budget raise --run R --calls 84 --reason 'x'`")
+    groups = group_errors(errors, SimpleNamespace(needs=[need], run_id="R"))
+    assert [g["cause"] for g in groups] == ["budget", "InvalidOutput"]
+    assert groups[0]["count"] == 12 and groups[0]["units"] == ["U20", "U21", "U22"]
+    assert "--calls 84" in groups[0]["action"]
+    assert "keepstep retry --run R U07" in groups[1]["action"]
 
 
 def test_dag_svg_colours_units_by_state(run):

@@ -428,15 +428,30 @@ def test_audit_fails_when_a_deliverable_is_missing() -> None:
 
 
 def test_notes_list_decision_events_in_order() -> None:
-    """U36 lists every decision event, oldest first, with its kind, time and details."""
-    events = [decision_event(7, "plan_changed", None, plan_n=2, reason="audience changed"),
-              decision_event(3, "budget_raised", "U21", calls=80)]
+    """U36 writes each decision for a person, oldest first: the date, what changed, why,
+    who decided and what was redone."""
+    events = [
+        decision_event(7, "decision.plan_change", None, plan="plan-v2",
+                       changes=[{"detail": "audience changed to 'board'",
+                                 "origin": "contract:audience"}],
+                       invalidated={"U27": [], "U28": [], "U29": [], "U30": []},
+                       reused=["U01"] * 26),
+        decision_event(3, "decision.budget_raise", None, old={"calls": 56.0},
+                       new={"calls": 200.0}, reason="client approved", used={"calls": 56.0},
+                       who="consultant"),
+        decision_event(5, "recovery.done", None, did_work=False, reused=20),
+    ]
     runner = PackRunner(events=events)
     runner.run_all()
     notes = runner.artifacts["U36"]["change-notes.md"].decode()
-    assert notes.index("budget_raised") < notes.index("plan_changed")
-    assert "2025-03-01T10:03:00Z — **budget_raised** (U21): calls=80" in notes
-    assert "Final audit U35: passed" in notes and runner.outcomes["U36"].facts["decisions"] == 2
+    assert notes.index("Budget raised") < notes.index("Plan changed")
+    assert ("1. **2025-03-01 10:03 UTC — Budget raised by consultant: calls 56 → 200**"
+            in notes)
+    assert "Why: client approved." in notes
+    assert "Plan changed (plan-v2): audience changed to 'board'" in notes
+    assert "Redone: U27–U30" in notes and "Reused: 26 units." in notes
+    assert "Recovered" not in notes  # a recovery that did nothing is not a change
+    assert "Final audit U35: passed" in notes and runner.outcomes["U36"].facts["decisions"] == 3
 
 
 def test_notes_say_when_no_decisions_were_recorded(pack: PackRunner) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -50,9 +52,19 @@ def test_walkthrough_holds_no_stored_outputs():
     assert code and all(c.outputs == [] and c.execution_count is None for c in code)
 
 
+def test_walkthrough_imports_only_public_names():
+    """Every keepstep import in the walkthrough is ``from keepstep.engine import …``."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    lines = [line.strip() for c in nb.cells if c.cell_type == "code"
+             for line in c.source.splitlines() if "keepstep" in line and "import" in line]
+    assert lines and all(line.startswith("from keepstep.engine import ") for line in lines)
+
+
 def test_walkthrough_runs_offline_to_done(python3_kernel, tmp_path, monkeypatch):
-    """Executed with nbclient in the venv's kernel: no errors; the dashboard, an explanation and
-    the preview show as HTML tables; the narrative tells the run's story."""
+    """Executed with nbclient in the venv's kernel: no errors; live progress is a display
+    updated in place; the dashboard, an explanation and the preview show as HTML tables; a
+    deliverable shows as Markdown and the export's hashes match; the narrative tells the
+    run's story; the audience change stops at the gate with a resume token shown once."""
     monkeypatch.setenv("KEEPSTEP_WALKTHROUGH_DIR", str(tmp_path))
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     nb = nbformat.read(NOTEBOOK, as_version=4)
@@ -64,21 +76,33 @@ def test_walkthrough_runs_offline_to_done(python3_kernel, tmp_path, monkeypatch)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     html = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
+    progress = [h for h in html if 'class="keepstep-progress"' in h]
+    assert progress and any("36/36 units done" in h and "<b>done</b>" in h for h in progress)
+    assert any("28/36 units done" in h and "<b>blocked</b>" in h for h in progress)
+    assert len(progress) == 3  # one display per run() call, refreshed in place
     assert any('class="keepstep-status"' in h and "<table" in h and "U36" in h for h in html)
     assert any('class="keepstep-explanation"' in h and "U28" in h for h in html)
     assert any('class="keepstep-preview"' in h and "U27" in h for h in html)
     markdown = [o["data"]["text/markdown"] for o in outputs if "text/markdown" in
                 o.get("data", {})]
-    assert len(markdown) == 1
-    assert "# Handover: run ME-042" in markdown[0] and "- Decision: done — " in markdown[0]
-    assert "36 of 36 current" in markdown[0]
+    assert len(markdown) == 2
+    assert markdown[0].startswith("# Decision brief")
+    assert "# Handover: run ME-042" in markdown[1] and "- Decision: done — " in markdown[1]
+    assert "36 of 36 current" in markdown[1]
     assert any("image/svg+xml" in o.get("data", {}) for o in outputs)
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream"
                    and o.get("name") == "stdout")
     assert "done: every required final unit is current" in text
     assert "bundle OK" in text
+    assert "resume token for gate audience (shown once): " in text
+    assert "done: 36 current, 8 superseded" in text  # U27–U31, U33, U35, U36 redone
     assert f"PREFIX={sys.prefix}" in text
     assert (tmp_path / "handover" / "ME-042.zip").is_file()
+    folder = tmp_path / "deliverables" / "ME-042"
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    assert len(manifest["files"]) == 5
+    for f in manifest["files"]:
+        assert hashlib.sha256((folder / f["file"]).read_bytes()).hexdigest() == f["sha256"]
     assert sorted(p.name for p in PACK.iterdir()) == pack_before  # it worked on a copy
 
 

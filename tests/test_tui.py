@@ -7,11 +7,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from textual.widgets import Checkbox, DataTable, Input, Markdown, Static
+from textual.widgets import DataTable, Input, Markdown, Static
 
 from keepstep.app.tui.screens import (
     AddSourceModal,
     ApprovalModal,
+    ConfirmModal,
     DashboardScreen,
     ErrorModal,
     EventsScreen,
@@ -22,7 +23,7 @@ from keepstep.app.tui.screens import (
     SourcesScreen,
     TakeoverScreen,
 )
-from keepstep.app.tui.widgets import UnitGrid
+from keepstep.app.tui.widgets import Tick, UnitTable
 from keepstep.engine import KeepstepError, open_project
 from keepstep.engine.files.project import load_sources, save_sources
 from tests.support.tui_support import (
@@ -46,7 +47,8 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def at_gate(gate: Path, tmp_path: Path) -> Path:
-    """A project whose run ME-042 waits at the audience gate (28 units current; U28–U30 are held by the same gate)."""
+    """A project whose run ME-042 waits at the audience gate (28 units current; U28–U30 are
+    held by the same gate)."""
     return copy_of(gate, tmp_path / "market-entry")
 
 
@@ -64,7 +66,8 @@ def _set_approved(root: Path, source_id: str, approved: bool) -> None:
 
 # -- dashboard ---------------------------------------------------------------------------------
 async def test_dashboard_shows_versions_units_budget_and_the_waiting_gate(at_gate: Path) -> None:
-    """The dashboard shows run/plan/input versions, the checkpoint, states, budget, needs."""
+    """The dashboard shows run/plan/input versions, the checkpoint, unit titles and states,
+    budget, and the gate under Needs you with its action."""
     app = make_test_app(at_gate)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -72,41 +75,42 @@ async def test_dashboard_shows_versions_units_budget_and_the_waiting_gate(at_gat
         text = screen_text(app)
         assert f"run {RUN_ID} (main)" in text
         assert "plan-v1 · in-v1 · checkpoint 28 · ◼ blocked" in text
-        assert "✓ current 28" in text and "· pending 8" in text
-        assert "? gate audience: Confirm the audience" in text
-        assert "next   answer the approval for gate 'audience'" in text
-        grid = app.screen.query_one(UnitGrid)
-        assert grid.state_of("U01") == "succeeded" and grid.state_of("U27") == "pending"
+        assert "✓ current 28/36" in text and "· pending 8" in text
+        assert "U03 ✓ current Frame the research questions" in text
+        assert "? gate audience: Confirm the audience" in text and "→ answer the approval" in text
+        assert "external unknown" not in text  # only what needs the person
+        assert "next   answer the approval — a answers it" in text and "DIR" not in text
+        table = app.screen.query_one(UnitTable)
+        assert table.state_of("U01") == "succeeded" and table.state_of("U27") == "pending"
 
 
 async def test_dashboard_fits_80_by_24_and_a_project_without_runs(tmp_path: Path) -> None:
-    """A project with no run opens at 80×24 on a 'not started' dashboard; r would start it."""
+    """A project with no run opens at 80×24 on a 'not started' dashboard of the default run
+    (keepstep.toml's default_run: ME-042); r would start it."""
     root = copy_sample(tmp_path / "market-entry")
     app = make_test_app(root, run_id=None)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         text = screen_text(app)
-        assert "run run-1 (not started)" in text
-        assert "press r to start run run-1" in text
+        assert "run ME-042 (not started)" in text
+        assert "press r to start run ME-042" in text
         assert app.active_run is None
 
 
-async def test_unit_grid_moves_with_arrows_and_explain_opens(at_gate: Path) -> None:
-    """A click or the arrows move the grid's cursor; e explains the selected unit."""
+async def test_unit_table_moves_with_arrows_and_explain_opens(at_gate: Path) -> None:
+    """The arrows move the units table's cursor; e explains the selected unit, outputs too."""
     app = make_test_app(at_gate)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        grid = app.screen.query_one(UnitGrid)
-        await pilot.click(UnitGrid, offset=(1 + 13 + 6 * 3, 0))  # padding, label, 3 cells
-        assert grid.selected == "U04"
-        await pilot.press("left", "left", "down")
-        assert grid.selected == "U06"
-        await pilot.press("up", "right")
-        assert grid.selected == "U03"
+        table = app.screen.query_one(UnitTable)
+        assert table.selected == "U01"
+        await pilot.press("down", "down")
+        assert table.selected == "U03"
         await pilot.press("e")
         assert isinstance(app.screen, ExplainScreen)
         text = screen_text(app)
         assert "U03 — Frame the research questions" in text and "succeeded" in text
+        assert "outputs (current record U03/a1)" in text and "matches its record" in text
         await pilot.press("escape")
         assert isinstance(app.screen, DashboardScreen)
 
@@ -125,7 +129,7 @@ async def test_run_stops_at_the_gate_then_the_approval_resumes_it_to_done(tmp_pa
         modal = app.screen
         assert "Confirm the audience for the synthesis" in screen_text(app)
         assert "Binds: plan-v1 · contract sha256:" in screen_text(app)
-        assert modal.options[modal._chosen()]["label"] == "product team"
+        assert modal.options[modal.chosen()]["label"] == "product team"
         assert dashboard.status.counts["current"] == 28
         await pilot.press("y")
         await wait_for(pilot, lambda: not dashboard.running and dashboard.status is not None
@@ -149,16 +153,27 @@ async def test_not_now_leaves_the_gate_waiting(at_gate: Path) -> None:
         assert app.screen.status.pending_approvals
 
 
-async def test_an_approval_the_engine_refuses_shows_an_error(at_gate: Path) -> None:
-    """Choosing an option the contract contradicts shows the engine's error, not a crash."""
+async def test_an_option_the_gate_refuses_is_shown_disabled_with_the_reason(
+        at_gate: Path) -> None:
+    """The option contract.md contradicts is disabled with why: the highlight cannot reach
+    it, so y approves what contract.md says; nothing refused is offered as a choice."""
     app = make_test_app(at_gate)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        await pilot.press("a", "down", "enter", "y")
-        await wait_for(pilot, lambda: isinstance(app.screen, ErrorModal), what="the error")
-        assert "would not match it" in screen_text(app)
-        await pilot.press("escape")
-        assert app.screen.status.pending_approvals
+        await pilot.press("a")
+        modal = app.screen
+        assert isinstance(modal, ApprovalModal)
+        text = screen_text(app)
+        assert "not available: needs contract.md's audience changed to 'investment committee'" \
+            in text
+        await pilot.press("down")
+        assert modal.options[modal.chosen()]["label"] == "product team"
+        await pilot.press("y")
+        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen)
+                       and not app.dashboard.running, what="the resumed run")
+    with open_project(at_gate) as project:
+        decided = project.get_run(RUN_ID).events(kinds=["approval.decided"])
+        assert decided[-1].payload["choice"] == "product team"
 
 
 async def test_cancel_stops_the_run_at_a_safe_point(tmp_path: Path) -> None:
@@ -179,8 +194,8 @@ async def test_cancel_stops_the_run_at_a_safe_point(tmp_path: Path) -> None:
         await pilot.pause()
         dashboard = app.screen
         assert dashboard.start_engine(held_run)
-        grid = dashboard.query_one(UnitGrid)
-        await wait_for(pilot, lambda: grid.state_of("U01") == "succeeded", what="a commit")
+        table = dashboard.query_one(UnitTable)
+        await wait_for(pilot, lambda: table.state_of("U01") == "succeeded", what="a commit")
         await pilot.press("c")
         assert dashboard.cancel_event.is_set()
         release.set()
@@ -223,7 +238,12 @@ async def test_sources_screen_approves_a_source_and_flags_the_change(at_gate: Pa
         assert _approved(at_gate, "A3") is True
         text = screen_text(app)
         assert "48 approved" in text and "⚑ would invalidate" not in text
-        await pilot.press("space")
+        await pilot.press("space")  # revoking asks first, with the impact
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmModal)
+        assert "Revoke source A3?" in app.screen.title_text
+        assert _approved(at_gate, "A3") is True
+        await pilot.press("y")
         await pilot.pause()
         assert _approved(at_gate, "A3") is False
 
@@ -240,13 +260,13 @@ async def test_sources_screen_adds_a_source_and_shows_a_duplicate_id_in_the_moda
         await pilot.press("s")
         sources = app.screen
         assert isinstance(sources, SourcesScreen)
-        await pilot.press("n")
+        await pilot.press("ctrl+n")
         await pilot.pause()
         modal = app.screen
         assert isinstance(modal, AddSourceModal)
         modal.query_one("#add-path", Input).value = str(doc)
         await pilot.press("tab", *"M1", "tab", "M", "tab", *"Bakery", "tab", "tab", "space")
-        assert modal.query_one("#add-approve", Checkbox).value is True
+        assert modal.query_one("#add-approve", Tick).value is True
         await pilot.click("#add")
         await pilot.pause()
         assert app.screen is sources
@@ -257,7 +277,7 @@ async def test_sources_screen_adds_a_source_and_shows_a_duplicate_id_in_the_moda
         assert _approved(at_gate, "M1") is True
         assert (at_gate / "sources" / "M1-notes.md").read_bytes() == doc.read_bytes()
 
-        await pilot.press("n")
+        await pilot.press("ctrl+n")
         await pilot.pause()
         modal = app.screen
         modal.query_one("#add-path", Input).value = "sources/M1-notes.md"
@@ -355,19 +375,22 @@ async def test_takeover_marks_a_unit_for_an_expert_as_a_decision(at_gate: Path) 
     app = make_test_app(at_gate)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        await pilot.press("right", "t", *["down"] * 5)
+        await pilot.press("down", "t", *["down"] * 5)
         assert app.screen.action == "mark_for_expert"
         assert app.screen.query_one("#takeover-arg").value == "U02"
-        await pilot.press("ctrl+r")  # without a note: refused, the page stays
+        await pilot.press("ctrl+s", "y")  # without a note: refused, the page stays
         await pilot.pause()
         assert isinstance(app.screen, ErrorModal)
         await pilot.press("escape")
         app.screen.query_one("#takeover-note").value = "check the contract parsing"
-        await pilot.press("ctrl+r")
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmModal)  # the preview, before anything is written
+        await pilot.press("y")
         await pilot.pause()
         assert isinstance(app.screen, DashboardScreen)
         assert app.screen.status.units["U02"].state == "blocked"
-        assert "U02 blocked: marked for an expert" in screen_text(app)
+        assert "U02 held: marked for an expert" in screen_text(app)
     with open_project(at_gate) as project:
         events = project.get_run(RUN_ID).events(kinds=["decision.takeover"])
         assert events[-1].payload["action"] == "mark_for_expert" and events[-1].unit == "U02"
@@ -384,7 +407,7 @@ async def test_takeover_rerun_invalidates_the_unit_and_runs_it_again(at_gate: Pa
         app.screen.query_one("#takeover-arg").value = "U32"
         await pilot.pause()
         assert "↺ U32" in screen_text(app) and "Recorded:" in screen_text(app)
-        await pilot.press("ctrl+r")
+        await pilot.press("ctrl+s", "y")
         await wait_for(pilot, lambda: isinstance(app.screen, ApprovalModal),
                        what="the run to reach the gate again")
         await pilot.press("n")
@@ -400,7 +423,7 @@ async def test_takeover_branch_switches_the_dashboard_to_the_new_branch(at_gate:
     app = make_test_app(at_gate)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        await pilot.press("t", "down", "down", "down", "ctrl+r")
+        await pilot.press("t", "down", "down", "down", "ctrl+s", "y")
         await pilot.pause()
         assert isinstance(app.screen, DashboardScreen)
         assert app.active_run.branch_id == "main-cp28"
@@ -449,8 +472,8 @@ async def test_quitting_mid_run_stops_the_engine_before_the_store_closes(tmp_pat
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         app.screen.start_engine(held_run)
-        grid = app.screen.query_one(UnitGrid)
-        await wait_for(pilot, lambda: grid.state_of("U01") == "succeeded", what="a commit")
+        table = app.screen.query_one(UnitTable)
+        await wait_for(pilot, lambda: table.state_of("U01") == "succeeded", what="a commit")
         release.set()
         await pilot.press("q")
     assert app.dashboard.engine_idle.is_set()

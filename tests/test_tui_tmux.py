@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.tui_support import RUN_ID, copy_of, gate_template
+from tests.support.tui_support import RUN_ID, copy_of, gate_project, gate_template
 
 WIDTH, HEIGHT = 100, 30
 
@@ -80,18 +80,24 @@ def tmux() -> Iterator[Tmux]:
                    timeout=30, check=False)
 
 
-def test_keepstep_tui_runs_in_a_real_terminal(tmux: Tmux, at_gate: Path) -> None:
-    """The TUI starts, shows the dashboard, opens sources and the gate, and quits cleanly."""
+def _start(tmux: Tmux, root: Path) -> None:
     env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "TERM": "xterm-256color",
            "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"}
     command = shlex.join(["env", *(f"{k}={v}" for k, v in env.items()),
-                          *_tui_command(at_gate)])
+                          *_tui_command(root)])
     # The pane stays after the TUI exits, showing its exit status (and any traceback).
+    # The TUI starts a second later, once the window has its final size: a detached session
+    # may begin at 80×24, and the app must read 100×30 when it starts.
     tmux("new-session", "-d", "-s", "tui", "-x", str(WIDTH), "-y", str(HEIGHT),
-         f"{command}; echo KEEPSTEP-EXIT=$?; sleep 60")
+         f"sleep 1; {command}; echo KEEPSTEP-EXIT=$?; sleep 60")
     tmux("set-option", "-t", "tui", "window-size", "manual")  # no client: keep 100×30
     tmux("resize-window", "-t", "tui", "-x", str(WIDTH), "-y", str(HEIGHT))
     tmux.wait_for("q quit")  # the footer is drawn last, at the final size
+
+
+def test_keepstep_tui_runs_in_a_real_terminal(tmux: Tmux, at_gate: Path) -> None:
+    """The TUI starts, shows the dashboard, opens sources and the gate, and quits cleanly."""
+    _start(tmux, at_gate)
     shown = tmux.wait_for("Needs you")
     assert f"run {RUN_ID} (main)" in shown and "checkpoint 28" in shown
     tmux.keys("s")
@@ -99,11 +105,32 @@ def test_keepstep_tui_runs_in_a_real_terminal(tmux: Tmux, at_gate: Path) -> None
     tmux.keys("Escape")
     tmux.wait_for("Needs you")
     tmux.keys("a")
-    shown = tmux.wait_for("Gate: audience")
+    tmux.wait_for("Gate: audience")
+    shown = tmux.wait_for("y approve highlighted")  # the modal's footer, drawn last
     assert "product team" in shown and "Binds: plan-v1" in shown
+    assert "y approve highlighted" in shown and "q quit" not in shown  # the modal's own keys
     tmux.keys("n")
     tmux.wait_for("Needs you")
     tmux.keys("q")
     shown = tmux.wait_for("KEEPSTEP-EXIT=", timeout=30)
     assert "KEEPSTEP-EXIT=0" in shown, shown
     assert "Traceback" not in shown
+
+
+def test_highlighting_the_second_option_and_y_records_it(tmux: Tmux, tmp_path: Path) -> None:
+    """In a real terminal: r runs to the gate, Down highlights the second option, y approves
+    it — the event log records that option, and the run finishes."""
+    from keepstep.engine import open_project
+
+    root = gate_project(tmp_path / "proj")
+    _start(tmux, root)
+    tmux.keys("r")
+    tmux.wait_for("Gate: depth")
+    tmux.keys("Down", "y")
+    tmux.wait_for("✓ done", timeout=90)
+    tmux.keys("q")
+    shown = tmux.wait_for("KEEPSTEP-EXIT=", timeout=30)
+    assert "KEEPSTEP-EXIT=0" in shown, shown
+    with open_project(root) as project:
+        decided = project.get_run("R1").events(kinds=["approval.decided"])
+    assert [e.payload["choice"] for e in decided] == ["full report"]

@@ -22,11 +22,15 @@ import click
 import typer
 
 from keepstep.app.cli import output as out
+from keepstep.app.cli.output import commands_for, find_project, here
 
 if TYPE_CHECKING:
     from keepstep.engine import Project, Run, RunStatus
 
-EXIT_RUNTIME, EXIT_USAGE, EXIT_CANCELLED = 1, 2, 130
+# Exit codes (documented in README and `keepstep --help`): run and resume end with
+# EXIT_OK (done, or stopped where asked), EXIT_BLOCKED (waiting for a person: an approval,
+# the budget, an unknown external outcome, a held unit) or EXIT_FAILED (units failed).
+EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_BLOCKED, EXIT_FAILED, EXIT_CANCELLED = 0, 1, 2, 3, 4, 130
 DEBUG_ENV = "KEEPSTEP_DEBUG"
 
 
@@ -101,9 +105,16 @@ def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def short_help(fn: Callable[..., Any]) -> str:
+    """The first paragraph of a command's docstring, whole (click would cut it with "...")."""
+    doc = (fn.__doc__ or "").strip()
+    return " ".join(doc.split("\n\n", 1)[0].split())
+
+
 def add_command(target: typer.Typer, fn: Callable[..., Any], name: str | None = None,
                 **kwargs: Any) -> None:
-    """``target.command(name)(fn)`` with friendly error handling."""
+    """``target.command(name)(fn)`` with friendly error handling and a full short help."""
+    kwargs.setdefault("short_help", short_help(fn))
     target.command(name, **kwargs)(friendly(fn))
 
 
@@ -118,10 +129,40 @@ def command(target: typer.Typer, name: str | None = None, **kwargs: Any) -> Call
     return deco
 
 
-def sub_app(help_text: str) -> typer.Typer:
-    """A command group (``keepstep sources …``) styled like the main app."""
-    return typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
-                       help=help_text)
+def sub_app(help_text: str, *, default: str | None = None) -> typer.Typer:
+    """A command group (``keepstep sources …``) styled like the main app. With ``default``,
+    the group runs that command when no other is named (``keepstep effects`` lists), and the
+    old DIR-first order (``keepstep sources DIR list``) still works, with a note."""
+    if default is None:
+        return typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+                           help=help_text, short_help=help_text.split("\n")[0])
+    return typer.Typer(no_args_is_help=False, add_completion=False, rich_markup_mode=None,
+                       help=help_text, short_help=help_text.split("\n")[0],
+                       cls=_default_group(default))
+
+
+def _default_group(default: str) -> type:
+    from typer.core import TyperGroup
+
+    class DefaultGroup(TyperGroup):
+        """A group that runs ``default`` when the first word names no command."""
+
+        def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+            if not args:
+                args = [default]
+            elif args[0] not in self.commands and args[0] not in ("--help", "-h"):
+                if not args[0].startswith("-") and len(args) > 1 and args[1] in self.commands:
+                    old = " ".join([ctx.info_name or "", args[0], args[1]])
+                    new = " ".join([ctx.info_name or "", args[1], args[0]])
+                    typer.echo(f"note: `keepstep {old}` is the old order; use "
+                               f"`keepstep {new}` (DIR after the command, as everywhere)",
+                               err=True)
+                    args = [args[1], args[0], *args[2:]]
+                else:
+                    args = [default, *args]
+            return super().parse_args(ctx, args)
+
+    return DefaultGroup
 
 
 def has_command(app: typer.Typer, name: str) -> bool:
@@ -133,18 +174,22 @@ def has_command(app: typer.Typer, name: str) -> bool:
 
 
 # --- shared arguments ----------------------------------------------------------------------
-DirArg = Annotated[Path, typer.Argument(metavar="DIR", help="The project folder.",
-                                        show_default=False)]
-RunOpt = Annotated[str, typer.Option("--run", "-r", help="The run id, e.g. ME-042.")]
+DirArg = Annotated[Path | None, typer.Argument(
+    metavar="[DIR]", show_default=False,
+    help="The project folder (default: the one you are in, or the nearest one above it).")]
+RunOpt = Annotated[str | None, typer.Option(
+    "--run", "-r", show_default=False,
+    help="The run id (default: keepstep.toml's default_run, else the newest run).")]
 BranchOpt = Annotated[str, typer.Option("--branch", "-b", help="The branch of the run.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 ApproveOpt = Annotated[list[str] | None, typer.Option(
     "--approve", metavar="GATE=CHOICE",
     help="Answer an approval gate when the run reaches it (repeatable).")]
 WhoOpt = Annotated[str | None, typer.Option("--who", help="Who decides (default: your login).")]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")]
 MaxUnitsOpt = Annotated[int | None, typer.Option(
     "--max-units", min=1, help="Stop after this many units have been executed.")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Record without asking.")]
 
 
 # --- projects and runs -----------------------------------------------------------------------
@@ -157,8 +202,16 @@ def who_or_login(who: str | None) -> str:
         return "user"
 
 
-def check_dir(root: Path) -> Path:
-    """``root`` when it is a keepstep project folder; UsageProblem saying what to do otherwise."""
+def check_dir(root: Path | None) -> Path:
+    """``root`` when it is a keepstep project folder (None: the project found from the working
+    directory upward); UsageProblem saying what to do otherwise."""
+    if root is None:
+        found = find_project()
+        if found is None:
+            raise UsageProblem(f"no keepstep project in {Path.cwd()} or any folder above it",
+                               "cd into a project folder, pass its path, or create one with "
+                               "`keepstep init my-project`")
+        return found
     if not root.exists():
         raise UsageProblem(f"{root} does not exist",
                            "pass a project folder, or create one with `keepstep init DIR`")
@@ -170,10 +223,20 @@ def check_dir(root: Path) -> Path:
     return root
 
 
+def shift(root: Path | None, *values: Any) -> tuple[Path | None, ...]:
+    """DIR is optional before a command's other positionals: when the first one given is not
+    a project folder and the last slot is empty (``keepstep explain U07``), the words move one
+    place right and DIR is found from the working directory."""
+    if root is None or (root / "keepstep.toml").is_file() or values[-1] is not None:
+        return (root, *values)
+    return (None, str(root), *values[:-1])
+
+
 @contextmanager
-def open_project_dir(root: Path, *, validate: bool = True) -> Iterator[Project]:
-    """The project at ``root``, closed on exit. ``validate=False`` opens a project whose
-    plan does not validate (for commands that only read or edit sources)."""
+def open_project_dir(root: Path | None, *, validate: bool = True) -> Iterator[Project]:
+    """The project at ``root`` (or found from the working directory), closed on exit.
+    ``validate=False`` opens a project whose plan does not validate (for commands that only
+    read or edit sources)."""
     from keepstep.engine import open_project
 
     root = check_dir(root)
@@ -184,11 +247,17 @@ def open_project_dir(root: Path, *, validate: bool = True) -> Iterator[Project]:
         project.close()
 
 
-def existing_run(project: Project, run_id: str, branch: str = "main") -> Run:
+def run_id_of(project: Project, run_id: str | None) -> str:
+    """``--run`` when given, else keepstep.toml's default_run, else the newest run (else R1)."""
+    return run_id or project.default_run_id()
+
+
+def existing_run(project: Project, run_id: str | None, branch: str = "main") -> Run:
+    run_id = run_id_of(project, run_id)
     if run_id not in project.runs():
         known = ", ".join(project.runs()) or "none yet"
         raise UsageProblem(f"no run {run_id!r} in {project.root} (runs: {known})",
-                           f"start it with `keepstep run {project.root} --run {run_id}`")
+                           f"start it with `keepstep run {here(project.root)}--run {run_id}`")
     return project.get_run(run_id, branch)
 
 
@@ -226,16 +295,27 @@ def models_of(project: Project, run: Run | None = None) -> list[str]:
 
 
 def dashboard(project: Project, run: Run, status: RunStatus) -> str:
-    phases = {u.id: u.phase for u in run.plan.units}
-    return out.dashboard_text(status, project=project.files.config.name, phases=phases,
-                              models=models_of(project, run))
+    return commands_for(out.dashboard_text(status, project=project.files.config.name,
+                                           models=models_of(project, run)), project.root)
 
 
 def summary_line(status: RunStatus) -> str:
     c = status.counts
     return (f"run {status.run_id} ({status.branch}): {status.decision} · {c.get('current', 0)}/"
-            f"{len(status.units)} units current · checkpoint {status.head_version} · "
-            f"{status.plan_version} · {status.input_version}")
+            f"{len(status.units)} units current · {c.get('superseded', 0)} superseded · "
+            f"checkpoint {status.head_version} · {status.plan_version} · {status.input_version}")
+
+
+def exit_code(status: RunStatus) -> int:
+    """EXIT_OK when done or stopped as asked, EXIT_FAILED when a unit failed, EXIT_BLOCKED
+    when the run waits for a person."""
+    if status.decision == "done":
+        return EXIT_OK
+    if any(v.state == "failed" for v in status.units.values()):
+        return EXIT_FAILED
+    if status.decision == "blocked":
+        return EXIT_BLOCKED
+    return EXIT_OK  # ready to go on: stopped by --max-units or a stop_after
 
 
 # --- driving the engine ------------------------------------------------------------------------
@@ -244,28 +324,25 @@ _ABANDONED_CALLS = 0
 
 
 def drive(action: Callable[[threading.Event, Callable[[dict[str, Any]], None]], Any], *,
-          quiet: bool = False) -> tuple[Any, bool]:
+          quiet: bool = False, run: Run | None = None, as_json: bool = False) -> tuple[Any, bool]:
     """Run ``action(cancel, on_event)`` in a worker thread; Ctrl-C sets ``cancel``.
 
-    Returns (the action's result or None, whether it was cancelled). The engine stops
-    at its next safe point; a second Ctrl-C quits at once (the unit in flight is then
+    Progress: a live display (units done of total, the units in flight with their step and
+    elapsed time, calls, tokens, cost, ETA) on a terminal when ``run`` is given; plain lines
+    otherwise — on stderr with ``--json``, so stdout stays one JSON document; nothing with
+    ``quiet``. Returns (the action's result or None, whether it was cancelled). The engine
+    stops at its next safe point; a second Ctrl-C quits at once (the unit in flight is then
     an orphan that the next resume finds and redoes — committed work is never lost).
     """
+    from keepstep.app.cli.progress import progress_display
+
     cancel = threading.Event()
-    sym = out.symbols()
-
-    def on_event(event: dict[str, Any]) -> None:
-        if quiet:
-            return
-        line = out.progress_line(event, sym)
-        if line:
-            typer.echo(line)
-
+    display = progress_display(run, quiet=quiet, as_json=as_json)
     box: dict[str, Any] = {}
 
     def work() -> None:
         try:
-            box["result"] = action(cancel, on_event)
+            box["result"] = action(cancel, display.on_event)
         except BaseException as exc:  # handed back to the main thread
             box["error"] = exc
 
@@ -276,8 +353,8 @@ def drive(action: Callable[[threading.Event, Callable[[dict[str, Any]], None]], 
         presses += 1
         if presses == 1:
             cancel.set()
-            typer.echo("cancel requested: stopping at the next safe point "
-                       "(Ctrl-C again to quit now)", err=True)
+            display.say("cancel requested: stopping at the next safe point "
+                        "(Ctrl-C again to quit now)")
         else:
             typer.echo("quitting now; the unit in flight is left as an orphan and redone on "
                        "resume", err=True)
@@ -290,9 +367,11 @@ def drive(action: Callable[[threading.Event, Callable[[dict[str, Any]], None]], 
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, on_sigint)
     try:
-        worker.start()
-        while worker.is_alive():
-            worker.join(0.2)
+        with display:
+            worker.start()
+            while worker.is_alive():
+                worker.join(0.2)
+                display.tick()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -308,19 +387,36 @@ def drive(action: Callable[[threading.Event, Callable[[dict[str, Any]], None]], 
     return box.get("result"), cancel.is_set()
 
 
+def show_tokens(run: Run) -> None:
+    """Print each resume token this run's loop issued (shown once: only its hash is kept)."""
+    for gate, token in run.resume_tokens.items():
+        typer.echo(f"resume token for gate {gate} (shown once, valid 24 h, single use): "
+                   f"{token}")
+        typer.echo("  someone without access to this project can answer with "
+                   f"`keepstep approve --run {run.run_id} {gate} --choice ... --token {token}`; "
+                   "here, a plain `keepstep approve` needs no token")
+
+
 def finish(project: Project, run: Run, status: RunStatus | None, cancelled: bool,
-           quiet: bool) -> None:
-    """Print where a run stopped (dashboard, or one line with --quiet); exit 130 if cancelled."""
+           quiet: bool, as_json: bool = False) -> None:
+    """Print where a run stopped (dashboard, one line with --quiet, or the status as JSON),
+    then exit with the code for it (see EXIT_*)."""
     status = status if status is not None else run.status()
-    if quiet:
+    if as_json:
+        typer.echo(out.to_json(status.model_dump(mode="json") | {
+            "exit_code": EXIT_CANCELLED if cancelled else exit_code(status),
+            "resume_tokens": dict(run.resume_tokens)}))
+    elif quiet:
         typer.echo(summary_line(status))
-        typer.echo(f"next: {status.next_action}")
+        typer.echo(f"next: {commands_for(status.next_action, project.root)}")
+        show_tokens(run)
     else:
         typer.echo("")
         typer.echo(dashboard(project, run, status))
+        show_tokens(run)
     if cancelled:
         typer.echo(f"cancelled at the next safe point; continue with "
-                   f"`keepstep resume {project.root} --run {run.run_id}`", err=True)
+                   f"`keepstep resume {here(project.root)}--run {run.run_id}`", err=True)
         if _ABANDONED_CALLS:
             # A unit thread is still inside a provider call (its attempt is cancelled and its
             # lease released): the interpreter's shutdown would wait seconds for it.
@@ -328,6 +424,9 @@ def finish(project: Project, run: Run, status: RunStatus | None, cancelled: bool
             sys.stderr.flush()
             os._exit(EXIT_CANCELLED)
         raise typer.Exit(EXIT_CANCELLED)
+    code = exit_code(status)
+    if code:
+        raise typer.Exit(code)
 
 
 def confirmed(question: str, yes: bool) -> bool:

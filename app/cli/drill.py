@@ -33,7 +33,7 @@ WorkdirOpt = Annotated[Path | None, typer.Option(
     "--workdir", help="Where to make the temporary copy (default: the system temp folder).")]
 
 
-def drill(root: DirArg, run: RunOpt, seed: SeedOpt = None, keep: KeepOpt = False,
+def drill(root: DirArg = None, run: RunOpt = None, seed: SeedOpt = None, keep: KeepOpt = False,
           workdir: WorkdirOpt = None, as_json: JsonOpt = False) -> None:
     """Kill a copy of the run at two seeded commit-protocol boundaries, recover it with a
     third executor, and check: every unit current, only in-flight units redone, no duplicate
@@ -41,7 +41,7 @@ def drill(root: DirArg, run: RunOpt, seed: SeedOpt = None, keep: KeepOpt = False
     from keepstep.engine import drill as run_drill
 
     with open_project_dir(root) as project:
-        existing_run(project, run)
+        root, run = project.root, existing_run(project, run).run_id
     chosen = seed if seed is not None else random.SystemRandom().randrange(1_000_000)
     if not as_json:
         typer.echo(f"drilling a copy of run {run} with seed {chosen} …")

@@ -23,21 +23,31 @@ from keepstep.app.cli.common import (
     UsageProblem,
     add_command,
     check_dir,
+    commands_for,
     existing_run,
     open_project_dir,
 )
 
-OutOpt = Annotated[Path, typer.Option(
-    "--out", "-o", help="Where to write the bundle: a folder, or a file ending in .zip.")]
+OutOpt = Annotated[Path | None, typer.Option(
+    "--out", "-o", show_default=False,
+    help="Where to write the bundle: a folder, or a file ending in .zip (default: "
+    "handover/RUN.zip in the project).")]
 
 
-def handover(root: DirArg, run: RunOpt, out_path: OutOpt, branch: BranchOpt = "main",
-             as_json: JsonOpt = False) -> None:
-    """Export the handover bundle (folder or .zip) and verify it."""
+def handover(root: DirArg = None, run: RunOpt = None, out_path: OutOpt = None,
+             branch: BranchOpt = "main", as_json: JsonOpt = False) -> None:
+    """Export the handover bundle (folder or .zip) and verify it.
+
+    \b
+    Example:
+      keepstep handover --run ME-042 --out handover-ME-042.zip
+    """
     from keepstep.engine import export_handover, verify_bundle
 
     with open_project_dir(root) as project:
         the_run = existing_run(project, run, branch)
+        if out_path is None:
+            out_path = project.root / "handover" / f"{the_run.run_id}.zip"
         path = export_handover(the_run, out_path)
         report = verify_bundle(path)
         status = the_run.status()
@@ -47,7 +57,7 @@ def handover(root: DirArg, run: RunOpt, out_path: OutOpt, branch: BranchOpt = "m
         typer.echo(f"handover bundle: {path}")
         typer.echo(report.render())
         typer.echo(f"open {path / 'index.html' if path.is_dir() else path} · next: "
-                   f"{status.next_action}")
+                   f"{commands_for(status.next_action, project.root)}")
     if not report.ok:
         raise typer.Exit(EXIT_RUNTIME)
 
@@ -80,7 +90,9 @@ def _story_workdir(pack: Path, workdir: Path | None) -> Path:
     return workdir
 
 
-def story(pack: DirArg, workdir: Annotated[Path | None, typer.Option(
+def story(pack: Annotated[Path, typer.Argument(metavar="PACK", show_default=False,
+                                              help="The sample pack folder.")],
+          workdir: Annotated[Path | None, typer.Option(
         "--workdir", "-w", help="Where to copy the pack (replaced). Default: a new temp folder."
 )] = None) -> None:
     """Run the ME-042 story on a copy of the pack: a killed executor, a budget block and an
@@ -99,12 +111,21 @@ def story(pack: DirArg, workdir: Annotated[Path | None, typer.Option(
     typer.echo(f"all {len(result.checks)} end-state checks passed")
 
 
-def narrative_cmd(root: DirArg, run: RunOpt, branch: BranchOpt = "main",
+def narrative_cmd(root: DirArg = None, run: RunOpt = None, branch: BranchOpt = "main",
                   check: Annotated[Path | None, typer.Option(
                       "--check", metavar="FILE",
                       help="Compare the figures of a narrative file with the state instead "
-                      "(a mismatch raises an alert and exits 1).")] = None) -> None:
-    """The handover narrative, generated from the run's stored state (no model)."""
+                      "(a mismatch raises an alert and exits 1).")] = None,
+                  as_json: JsonOpt = False) -> None:
+    """The handover narrative, generated from the run's stored state (no model).
+
+    With --json: {"run", "narrative"} or, with --check, {"file", "ok", "mismatches"}.
+
+    \b
+    Example:
+      keepstep narrative --run ME-042 > narrative.md
+      keepstep narrative --check narrative.md
+    """
     from keepstep.engine import check_narrative, narrative
 
     if check is not None and not check.is_file():
@@ -112,9 +133,20 @@ def narrative_cmd(root: DirArg, run: RunOpt, branch: BranchOpt = "main",
     with open_project_dir(root) as project:
         the_run = existing_run(project, run, branch)
         if check is None:
-            typer.echo(narrative(the_run), nl=False)
+            text = narrative(the_run)
+            if as_json:
+                typer.echo(out.to_json({"run": the_run.run_id, "branch": the_run.branch_id,
+                                        "narrative": text}))
+            else:
+                typer.echo(text, nl=False)
             return
         mismatches = check_narrative(the_run, check.read_text(encoding="utf-8"))
+    if as_json:
+        typer.echo(out.to_json({"file": str(check), "ok": not mismatches,
+                                "mismatches": [m.render() for m in mismatches]}))
+        if mismatches:
+            raise typer.Exit(EXIT_RUNTIME)
+        return
     if not mismatches:
         typer.echo(f"{check}: every figure matches the state")
         return

@@ -18,40 +18,66 @@ from keepstep.app.cli.common import (
     DirArg,
     JsonOpt,
     RunOpt,
+    UsageProblem,
     add_command,
     check_unit,
     existing_run,
     open_project_dir,
+    shift,
 )
 
 
-def verify(root: DirArg, run: RunOpt, branch: BranchOpt = "main") -> None:
-    """Verify the whole checkpoint chain of a run (links and state hashes)."""
+def verify(root: DirArg = None, run: RunOpt = None, branch: BranchOpt = "main",
+           as_json: JsonOpt = False) -> None:
+    """Verify the whole checkpoint chain of a run (links and state hashes); exit 1 if broken.
 
+    \b
+    Example:
+      keepstep verify --run ME-042 --json
+    """
     with open_project_dir(root) as project:
         report = existing_run(project, run, branch).verify()
-        typer.echo(out.chain_text(report))
+        typer.echo(out.to_json(report.model_dump(mode="json")) if as_json
+                   else out.chain_text(report))
         if not report.ok:
             raise typer.Exit(EXIT_RUNTIME)
 
 
-def explain(root: DirArg, run: RunOpt,
-            unit: Annotated[str, typer.Argument(help="The unit, e.g. U27.")],
-            branch: BranchOpt = "main", as_json: JsonOpt = False) -> None:
-    """Why a unit is in its state: attempts, invalidation path, gate or budget figures."""
+def explain(root: DirArg = None,
+            unit: Annotated[str | None, typer.Argument(metavar="UNIT", show_default=False,
+                                                       help="The unit, e.g. U27.")] = None,
+            run: RunOpt = None, branch: BranchOpt = "main", as_json: JsonOpt = False) -> None:
+    """Why a unit is in its state: attempts, invalidation path, gate or budget figures, and
+    the outputs its committed record holds (name, sha256, size).
 
+    \b
+    Example:
+      keepstep explain U28 --run ME-042
+    """
+    root, unit = shift(root, unit)
+    if unit is None:
+        raise UsageProblem("name the unit to explain", "e.g. keepstep explain U07")
     with open_project_dir(root) as project:
         the_run = existing_run(project, run, branch)
         check_unit(the_run, unit)
         result = the_run.explain(unit)
-        typer.echo(out.to_json(result.model_dump(mode="json")) if as_json
-                   else out.render_any(result))
+        outputs = the_run.outputs(unit)
+        if as_json:
+            typer.echo(out.to_json(result.model_dump(mode="json") | {
+                "outputs": [o.model_dump(mode="json") for o in outputs]}))
+        else:
+            typer.echo(out.render_any(result))
+            typer.echo(out.outputs_text(outputs, project.root))
 
 
-def preview(root: DirArg, run: RunOpt, branch: BranchOpt = "main",
+def preview(root: DirArg = None, run: RunOpt = None, branch: BranchOpt = "main",
             as_json: JsonOpt = False) -> None:
-    """Dry run: what the project files' edits would reuse and invalidate, before resuming."""
+    """Dry run: what the project files' edits would reuse and invalidate, before resuming.
 
+    \b
+    Example:
+      keepstep preview --run ME-042
+    """
     with open_project_dir(root) as project:
         the_run = existing_run(project, run, branch)
         result = the_run.preview()

@@ -13,11 +13,9 @@ import typer
 
 
 def _size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n} B"
+    import humanize
+
+    return humanize.naturalsize(n, binary=True)
 
 
 def backup_text(report: Any) -> str:
@@ -72,9 +70,9 @@ def register(app: typer.Typer) -> None:
 
     @cli.command(app, "backup")
     def backup(
-        root: cli.DirArg,
         to: Annotated[Path, typer.Option(
             "--out", "--to", help="A new folder, or a file ending .zip.", show_default=False)],
+        root: cli.DirArg = None,
         as_json: cli.JsonOpt = False,
     ) -> None:
         """Back up the run state: database, committed artifacts and a manifest of hashes."""
@@ -105,10 +103,10 @@ def register(app: typer.Typer) -> None:
 
     @cli.command(app, "gc")
     def gc(
-        root: cli.DirArg,
         older_than: Annotated[float, typer.Option(
             "--older-than", metavar="DAYS", min=0,
             help="Only delete what is older than this many days.", show_default=False)],
+        root: cli.DirArg = None,
         as_json: cli.JsonOpt = False,
     ) -> None:
         """Delete attempt folders nothing needs any more; strip old event payloads."""

@@ -8,11 +8,17 @@ the CLI's start-up must stay light.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+# `keepstep VERB` or `keepstep GROUP SUB` as the engine writes them (see commands_for).
+COMMAND_WORDS = re.compile(r"`keepstep (?:(?:budget|recovery|effects|sources|keys) "
+                           r"[a-z][a-z-]*|[a-z][a-z-]*)")
 OFFLINE_MODEL = "local/keepstep-offline"
 OFFLINE_NOTE = "the offline heuristic: deterministic rules, no language model, no network"
 
@@ -36,6 +42,33 @@ def symbols(stream: Any = None) -> dict[str, str]:
     except (LookupError, UnicodeEncodeError):
         return dict(_ASCII_SYMBOLS)
     return dict(_UNICODE_SYMBOLS)
+
+
+def find_project(start: Path | None = None) -> Path | None:
+    """The nearest folder holding keepstep.toml: ``start`` (default: the working directory)
+    or one of its parents — the way git finds its repository."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "keepstep.toml").is_file():
+            return folder
+    return None
+
+
+def here(root: Path) -> str:
+    """``"DIR "`` for a command a person types now, or ``""`` when they are inside it."""
+    found = find_project()
+    if found is not None and found == Path(root).resolve():
+        return ""
+    return f"{shlex.quote(str(root))} "
+
+
+def commands_for(text: str, root: Path) -> str:
+    """The engine writes commands as they run inside the project (``keepstep resume --run
+    R``); outside it, put the project path in (``keepstep resume /path/to/proj --run R``)."""
+    prefix = here(root)
+    if not prefix:
+        return text
+    return COMMAND_WORDS.sub(lambda m: f"{m.group(0)} {prefix.rstrip()}", text)
 
 
 # --- generic ----------------------------------------------------------------------------
@@ -86,12 +119,9 @@ def model_line(models: Iterable[str]) -> str:
 
 # --- dashboard --------------------------------------------------------------------------
 def _ago(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 90:
-        return f"{seconds} s"
-    if seconds < 5400:
-        return f"{seconds // 60} min"
-    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    import humanize
+
+    return humanize.naturaldelta(max(0.0, seconds))
 
 
 def _since(iso: str | None, now: float) -> str:
@@ -103,7 +133,7 @@ def _since(iso: str | None, now: float) -> str:
         ts = dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return iso
-    return f"{iso} ({_ago(now - ts)} ago)"
+    return f"{iso[:19].replace('T', ' ')} UTC ({_ago(now - ts)} ago)"
 
 
 def unit_rows(status: Any, phases: Mapping[str, str] | None,
@@ -111,7 +141,7 @@ def unit_rows(status: Any, phases: Mapping[str, str] | None,
     """Units grouped by phase (plan order), each with its state symbol."""
     groups: dict[str, list[str]] = {}
     for uid, view in status.units.items():
-        phase = (phases or {}).get(uid, "units")
+        phase = (phases or {}).get(uid) or getattr(view, "phase", "") or "units"
         groups.setdefault(phase, []).append(f"{uid} {sym.get(view.state, '?')}")
     width = max((len(p) for p in groups), default=5)
     lines = []
@@ -142,6 +172,31 @@ def budget_lines(budget: Mapping[str, Any], sym: Mapping[str, str]) -> list[str]
     return lines or ["  nothing used yet, no limits set"]
 
 
+def needs_lines(status: Any, sym: Mapping[str, str]) -> list[str]:
+    """What only a person can settle, each with what to do (nothing else)."""
+    lines = []
+    for need in getattr(status, "needs", []):
+        mark = {"approval": "?", "budget": sym["blocked"], "failed": sym["failed"],
+                "effect": "!", "expert": sym["blocked"]}.get(need.kind, "!")
+        lines.append(f"  {mark} {need.message}")
+        lines.append(f"      {sym['arrow']} {need.action}"
+                     + (f": {need.command}" if need.command else ""))
+    return lines or ["  nothing: the run needs no decision from you"]
+
+
+def in_flight_lines(status: Any, now: float, sym: Mapping[str, str]) -> list[str]:
+    from keepstep.engine import fmt_duration
+
+    lines = []
+    for f in getattr(status, "in_flight", []):
+        since = f" · {fmt_duration(now - f.started_ts)}" if f.started_ts else ""
+        left = f.expires_at - now
+        when = "lease expired" if f.expired or left <= 0 else f"lease {fmt_duration(left)} left"
+        lines.append(f"  {sym['running']} {f.unit} {f.title[:40]} · {f.step or 'started'}"
+                     f"{since} · {f.owner} · {when}")
+    return lines
+
+
 def dashboard_text(status: Any, *, project: str = "", phases: Mapping[str, str] | None = None,
                    models: Iterable[str] = (), now: float | None = None,
                    sym: Mapping[str, str] | None = None) -> str:
@@ -157,43 +212,47 @@ def dashboard_text(status: Any, *, project: str = "", phases: Mapping[str, str] 
         f"{status.head_version} ({status.checkpoint_commits} commits) {sym['dot']} "
         f"{status.decision}",
     ]
-    models = list(models)
+    models = list(models) or list(getattr(status, "models", []))
     if models:
         lines.append(model_line(models))
     lines += ["", "Units", *unit_rows(status, phases, sym)]
     lines.append(
         f"  {sym['succeeded']} current {c.get('current', 0)}  "
+        f"superseded {c.get('superseded', 0)}  "
         f"{sym['invalidated']} invalidated {c.get('invalidated', 0)}  "
         f"{sym['blocked']} blocked {c.get('blocked', 0)}  "
         f"{sym['failed']} failed {c.get('failed', 0)}  "
         f"{sym['orphan']} orphans {c.get('orphans', 0)}  "
         f"ready {c.get('ready', 0)}  running {c.get('running', 0)}  "
-        f"({status.progress_pct:g}% current, {status.view_version})"
+        f"({status.progress_pct:g}% current)"
     )
     lines += ["", "Budget", *budget_lines(status.budget, sym)]
-
-    needs = []
-    for uid, view in status.units.items():
-        if view.state in ("blocked", "failed") and view.reason:
-            needs.append(f"  {sym[view.state]} {uid} {view.state}: {view.reason}")
-    for req in status.pending_approvals:
-        needs.append(f"  ? gate {req.gate}: {req.question}".rstrip(": "))
-    needs.append(f"  ! external unknown: {len(status.external_unknown)}")
-    lines += ["", "Needs you", *needs]
-
-    lines += ["", "Now"]
-    for lease in status.leases:
-        left = lease.get("expires_at", now) - now
-        when = "expired" if lease.get("expired") or left <= 0 else f"expires in {_ago(left)}"
-        lines.append(f"  lease  {lease.get('attempt', lease.get('unit'))} {sym['dot']} executor "
-                     f"{lease.get('owner', '?')} {sym['dot']} token {lease.get('token')} "
-                     f"{sym['dot']} {when}")
+    lines += ["", "Needs you", *needs_lines(status, sym)]
+    lines += ["", "Now", *in_flight_lines(status, now, sym)]
     lines.append(f"  last commit  {_since(status.last_commit_at, now)}")
     lines.append(f"  next   {status.next_action}")
-    if status.alerts:
+    alerts = [a for a in status.alerts if a.get("kind") not in ("nothing_ready",)]
+    if alerts:
         lines += ["", "Alerts"]
         lines += [f"  {sym['orphan']} {a.get('kind', 'alert')}: {a.get('message', '')}".rstrip(": ")
-                  for a in status.alerts]
+                  for a in alerts]
+    return "\n".join(lines)
+
+
+def outputs_text(outputs: Sequence[Any], root: Any = None) -> str:
+    """A unit's committed outputs: name, size, sha256 prefix, whether the file still matches."""
+    import humanize
+
+    if not outputs:
+        return "  outputs: none committed yet"
+    lines = [f"  outputs ({'current' if outputs[0].current else 'invalidated'} record "
+             f"{outputs[0].attempt}):"]
+    for o in outputs:
+        size = humanize.naturalsize(o.size) if o.size is not None else "missing"
+        state = "matches its record" if o.matches else "DOES NOT match its record"
+        lines.append(f"    {o.name:<24} {size:>9}  sha256 {o.sha256[:16]}…  {state}")
+    lines.append("  read one with `keepstep export` (deliverables) or, in Python, "
+                 "run.output(unit, name)")
     return "\n".join(lines)
 
 
@@ -289,13 +348,19 @@ def approvals_text(requests: Sequence[Mapping[str, Any]], run_id: str, root: str
                         + (f", ~{float(est.get('calls', 0)):g} call(s)" if est else ""))
                 if opt.get("note"):
                     line += f" — {opt['note']}"
+                if not opt.get("available", True):
+                    line += " [not accepted now]"
                 out.append(line)
             else:
                 out.append(f"  - {opt}")
         binds = req.get("bound_object")
         if binds:
             out.append(f"  binds: {_short(binds, 80)}")
-        out.append(f"  answer: keepstep approve {root} --run {run_id} {gate} --choice '...'")
+        first = next((o.get("label") for o in req.get("options") or []
+                      if isinstance(o, Mapping) and o.get("available", True)), None)
+        where = f"{root} " if root else ""
+        out.append(f"  answer: keepstep approve {where}{gate} --run {run_id} --choice "
+                   f"{shlex.quote(str(first or '...'))}")
     return "\n".join(out)
 
 

@@ -19,8 +19,9 @@ from keepstep.app.cli.common import (
     UsageProblem,
     add_command,
     check_dir,
-    friendly,
+    here,
     open_project_dir,
+    shift,
     sub_app,
 )
 
@@ -48,10 +49,19 @@ def example_files() -> Any:
     return files("keepstep.app").joinpath("templates")
 
 
-def init(root: DirArg, force: Annotated[bool, typer.Option(
+NewDirArg = Annotated[Path, typer.Argument(metavar="DIR", show_default=False,
+                                           help="The new project folder.")]
+
+
+def init(root: NewDirArg, force: Annotated[bool, typer.Option(
         "--force", help="Write into a non-empty folder (same-named files are overwritten).")]
         = False) -> None:
-    """Create a small working example project in DIR."""
+    """Create a small working example project in DIR.
+
+    \b
+    Example:
+      keepstep init my-pack && cd my-pack && keepstep run
+    """
     if root.exists() and not root.is_dir():
         raise UsageProblem(f"{root} is a file", "pass a new or empty folder")
     if root.is_dir() and any(root.iterdir()) and not force:
@@ -61,25 +71,47 @@ def init(root: DirArg, force: Annotated[bool, typer.Option(
     written = copy_tree(example_files(), root)
     typer.echo(f"created a keepstep project in {root} ({len(written)} files)")
     typer.echo("next:")
-    typer.echo(f"  keepstep validate {root}")
-    typer.echo(f"  keepstep run {root} --run R1")
-    typer.echo(f"  keepstep status {root} --run R1")
+    typer.echo(f"  cd {root}")
+    typer.echo("  keepstep validate")
+    typer.echo("  keepstep run        # run R1 (keepstep.toml's default_run)")
+    typer.echo("  keepstep status")
 
 
-def validate(root: DirArg, as_json: JsonOpt = False) -> None:
+def validate(root: DirArg = None, as_json: JsonOpt = False) -> None:
     """Check the project files: plan (units, dependencies, typed inputs, params, gates and
     their bindings, templates and their placeholders, data files, adapters), contract,
     sources, and the models (known to litellm, a key available for each provider) — without
-    calling any. Every problem names the unit and field and what to do."""
-    from keepstep.engine import PlanValidationError, validate_project
+    calling any.
+
+    Every problem is named with its unit and field and what to do; exit 2 when there is one.
+    With --json: {"ok", "units", "gates", "approved_sources", "warnings", "models",
+    "problems"}; each problem has where, unit, gate, field, message, hint, code and line.
+
+    \b
+    Example:
+      keepstep validate
+      keepstep validate my-pack --json
+    """
+    from keepstep.engine import KeepstepError, PlanValidationError, validate_project
 
     root = check_dir(root)
-    report = validate_project(root)
     if as_json:
-        typer.echo(out.to_json(report.model_dump(mode="json")))
+        try:
+            report = validate_project(root)
+        except KeepstepError as exc:  # keepstep.toml, contract.md or sources.toml unreadable
+            problems = [{"where": "project", "message": line, "line": line}
+                        for line in _problems(exc)]
+            typer.echo(out.to_json({"ok": False, "problems": problems, "warnings": []}))
+            raise typer.Exit(EXIT_USAGE) from None
+        data = report.model_dump(mode="json")
+        data["approved_sources"] = data.pop("sources")
+        for shown, problem in zip(data["problems"], report.problems, strict=True):
+            shown["line"] = problem.line()
+        typer.echo(out.to_json(data))
         if not report.ok:
             raise typer.Exit(EXIT_USAGE)
         return
+    report = validate_project(root)
     if report.problems:
         lines = [p.line() for p in report.problems]
         _print_models(report.models)
@@ -104,16 +136,16 @@ def _print_models(findings: list[dict[str, Any]]) -> int:
     return sum(1 for f in findings if f["level"] == "error")
 
 
+def _problems(exc: BaseException) -> list[str]:
+    """The problems an engine error lists, one per line (its hint is not a problem)."""
+    text = str(exc).split("\n  → ")[0]
+    lines = [line.strip().lstrip("-•").strip() for line in text.splitlines()]
+    return [line for line in lines if line] or [str(exc)]
+
+
 # --- sources -------------------------------------------------------------------------------
-def sources_main(ctx: typer.Context, root: DirArg) -> None:
-    """keepstep sources DIR [list | approve ID | revoke ID | add PATH --id ID --group G]."""
-    ctx.obj = {"root": root}
-    if ctx.invoked_subcommand is None:
-        _sources_list(root, None)
-
-
-def _root_of(ctx: typer.Context) -> Path:
-    return check_dir(ctx.obj["root"])
+RunFilter = Annotated[str | None, typer.Option(
+    "--run", "-r", help="Show the input snapshot this run is at.")]
 
 
 def _run_snapshots(root: Path) -> tuple[dict[str, dict[str, Any]], str]:
@@ -129,55 +161,100 @@ def _run_snapshots(root: Path) -> tuple[dict[str, dict[str, Any]], str]:
         return {}, f"warning: run snapshots unavailable: {first}"
 
 
-def _sources_list(root: Path, run_id: str | None) -> None:
+def _default_run(root: Path) -> str | None:
+    from keepstep.engine import KeepstepError, load_project_files
+
+    try:
+        return load_project_files(root, validate=False).config.default_run
+    except KeepstepError:
+        return None
+
+
+def _sources_rows(root: Path, run_id: str | None) -> tuple[list[dict[str, Any]], str | None,
+                                                         str | None, str]:
+    """(one dict per source, the run whose snapshot is compared, its label, a note)."""
     from keepstep.engine import file_sha256, load_sources
 
-    root = check_dir(root)
     sf = load_sources(root)
     snapshots, note = _run_snapshots(root)
     if run_id is not None:
         if run_id not in snapshots:
             raise UsageProblem(f"no run {run_id!r} (runs: {', '.join(snapshots) or 'none yet'})")
-        chosen: dict[str, Any] | None = snapshots[run_id]
     elif len(snapshots) == 1:
-        run_id, chosen = next(iter(snapshots.items()))
-    else:
-        chosen = None
-        if snapshots:
-            note = f"pass --run to see a run's input snapshot (runs: {', '.join(snapshots)})"
+        run_id = next(iter(snapshots))
+    elif (default := _default_run(root)) in snapshots:
+        run_id = default
+    elif snapshots:
+        note = f"pass --run to see a run's input snapshot (runs: {', '.join(snapshots)})"
+    chosen = snapshots.get(run_id) if run_id is not None else None
     rows = []
     for s in sf.sources:
         path = root / s.path
         sha = file_sha256(str(path)) if path.is_file() else None
-        shown = sha[:12] if sha else "(missing)"
-        snap = ""
+        snap = None
         if chosen is not None:
             taken = chosen["sources"].get(s.id)
-            if taken is None:
-                snap = "-"
-            elif taken == sha:
-                snap = chosen["label"]
-            else:
-                snap = f"{chosen['label']} (file changed since)"
-        row = [s.id, s.group, "yes" if s.approved else "no", shown, s.title or s.path]
-        if chosen is not None:
-            row.insert(4, snap)
-        rows.append(row)
+            snap = "-" if taken is None else chosen["label"] if taken == sha else \
+                f"{chosen['label']} (file changed since)"
+        rows.append({"id": s.id, "group": s.group, "approved": s.approved, "sha256": sha,
+                     "path": s.path, "title": s.title, "kind": s.kind, "snapshot": snap})
+    return rows, run_id if chosen is not None else None, \
+        chosen["label"] if chosen is not None else None, note
+
+
+def sources_list(root: DirArg = None, run: RunFilter = None, as_json: JsonOpt = False) -> None:
+    """List sources: id, group, approved, sha256 prefix, the run's snapshot version.
+
+    Works even when the plan does not validate. With --json: {"run", "snapshot", "sources"}.
+
+    \b
+    Example:
+      keepstep sources list
+      keepstep sources list my-pack --run ME-042 --json
+    """
+    root = check_dir(root)
+    rows, run_id, label, note = _sources_rows(root, run)
+    if as_json:
+        typer.echo(out.to_json({"run": run_id, "snapshot": label, "sources": rows}))
+        return
     headers = ["id", "group", "approved", "sha256"]
-    if chosen is not None:
+    if run_id is not None:
         headers.append(f"run {run_id}")
     headers.append("title")
-    typer.echo(out.table(headers, rows))
-    approved = sum(1 for s in sf.sources if s.approved)
-    typer.echo(f"{len(sf.sources)} source(s), {approved} approved")
+    table_rows = []
+    for r in rows:
+        row = [r["id"], r["group"], "yes" if r["approved"] else "no",
+               r["sha256"][:12] if r["sha256"] else "(missing)"]
+        if run_id is not None:
+            row.append(r["snapshot"])
+        row.append(r["title"] or r["path"])
+        table_rows.append(row)
+    typer.echo(out.table(headers, table_rows))
+    approved = sum(1 for r in rows if r["approved"])
+    typer.echo(f"{len(rows)} source(s), {approved} approved")
     if note:
         typer.echo(note)
 
 
-def sources_list(ctx: typer.Context, run: Annotated[str | None, typer.Option(
-        "--run", "-r", help="Show the input snapshot this run is at.")] = None) -> None:
-    """List sources: id, group, approved, sha256 prefix, the run's snapshot version."""
-    _sources_list(ctx.obj["root"], run)
+def _impact(root: Path, source_id: str, approved: bool) -> str | None:
+    """What approving / revoking would invalidate in the default run, before writing."""
+    from keepstep.engine import KeepstepError, StorageError, compact_ids
+
+    try:
+        with open_project_dir(root, validate=False) as project:
+            runs = project.runs()
+            if not runs:
+                return None
+            run = project.get_run(project.default_run_id() if project.default_run_id() in runs
+                                  else runs[-1])
+            found = run.preview_sources({source_id: approved})
+    except (KeepstepError, StorageError, UsageProblem):
+        return None
+    if not found.invalidated:
+        return f"impact on run {run.run_id}: nothing invalidated"
+    return (f"impact on run {run.run_id}: the next resume invalidates "
+            f"{len(found.invalidated)} unit(s): {compact_ids(list(found.invalidated))} "
+            f"({found.summary})")
 
 
 def _set_approved(root: Path, source_id: str, approved: bool) -> None:
@@ -188,7 +265,7 @@ def _set_approved(root: Path, source_id: str, approved: bool) -> None:
     if entry is None:
         raise UsageProblem(f"no source {source_id!r} in {root / 'sources.toml'}",
                            "known: " + (", ".join(s.id for s in sf.sources) or "none") +
-                           "; add one with `keepstep sources DIR add PATH --id ID`")
+                           "; add one with `keepstep sources add PATH --id ID`")
     verb = "approved" if approved else "revoked"
     if entry.approved == approved:
         typer.echo(f"source {source_id} is already {'approved' if approved else 'not approved'}")
@@ -196,6 +273,9 @@ def _set_approved(root: Path, source_id: str, approved: bool) -> None:
     if approved and not (root / entry.path).is_file():
         raise UsageProblem(f"source {source_id}: file {entry.path} is missing",
                            "restore the file (or fix its path in sources.toml), then approve it")
+    impact = _impact(root, source_id, approved)
+    if impact:
+        typer.echo(impact)
     entry.approved = approved
     save_sources(root, sf)
     typer.echo(f"source {source_id} {verb} (sources.toml updated)")
@@ -218,33 +298,63 @@ def _plan_refs(root: Path, source_id: str) -> list[str]:
             "until you remove it" for u in plan.units if f"source:{source_id}" in u.inputs]
 
 
-SourceIdArg = Annotated[str, typer.Argument(metavar="ID", help="The source id.")]
+SourceIdArg = Annotated[str | None, typer.Argument(metavar="ID", show_default=False,
+                                                   help="The source id.")]
 
 
-def sources_approve(ctx: typer.Context, source_id: SourceIdArg) -> None:
-    """Approve a source (runs may then cite it)."""
-    _set_approved(_root_of(ctx), source_id, True)
+def _source_id(root: Path | None, source_id: str | None) -> tuple[Path, str]:
+    root, source_id = shift(root, source_id)
+    if source_id is None:
+        raise UsageProblem("name the source", "e.g. keepstep sources approve A3")
+    return check_dir(root), source_id
 
 
-def sources_revoke(ctx: typer.Context, source_id: SourceIdArg) -> None:
-    """Revoke a source's approval."""
-    _set_approved(_root_of(ctx), source_id, False)
+def sources_approve(root: DirArg = None, source_id: SourceIdArg = None) -> None:
+    """Approve a source (runs may then cite it).
+
+    \b
+    Example:
+      keepstep sources approve A3
+    """
+    _set_approved(*_source_id(root, source_id), True)
+
+
+def sources_revoke(root: DirArg = None, source_id: SourceIdArg = None) -> None:
+    """Revoke a source's approval; prints what the next resume would invalidate first.
+
+    \b
+    Example:
+      keepstep sources revoke A3
+    """
+    _set_approved(*_source_id(root, source_id), False)
 
 
 def sources_add(
-    ctx: typer.Context,
-    path: Annotated[Path, typer.Argument(help="The source file (copied into sources/ if it "
-                                         "lives outside the project).")],
-    source_id: Annotated[str, typer.Option("--id", help="A new, unique source id.")],
+    root: DirArg = None,
+    path: Annotated[Path | None, typer.Argument(
+        metavar="PATH", show_default=False,
+        help="The source file (copied into sources/ if it lives outside the project).")] = None,
+    source_id: Annotated[str, typer.Option("--id", help="A new, unique source id.")] = "",
     group: Annotated[str, typer.Option("--group", help="Its source group.")] = "",
     title: Annotated[str, typer.Option("--title")] = "",
     kind: Annotated[str, typer.Option("--kind", help="e.g. 'market report'.")] = "",
     approve: Annotated[bool, typer.Option("--approve", help="Approve it at once.")] = False,
 ) -> None:
-    """Add a source to sources.toml (not approved unless --approve)."""
+    """Add a source to sources.toml (not approved unless --approve).
+
+    \b
+    Example:
+      keepstep sources add ~/notes/interview.md --id M1 --group M --approve
+    """
     from keepstep.engine import add_source
 
-    root = _root_of(ctx)
+    root, shifted = shift(root, None if path is None else str(path))
+    if shifted is None:
+        raise UsageProblem("name the file to add", "e.g. keepstep sources add notes.md --id M1")
+    if not source_id:
+        raise UsageProblem("a new source needs an id", "pass --id, e.g. --id M1")
+    path = Path(shifted)
+    root = check_dir(root)
     entry = add_source(root, path, source_id=source_id, group=group, title=title, kind=kind,
                        approved=approve)
     if not path.resolve().is_relative_to(root.resolve()):
@@ -252,14 +362,16 @@ def sources_add(
     typer.echo(f"source {source_id} added ({entry.path}, group {group or '-'}, "
                f"{'approved' if approve else 'not approved yet'})")
     if not approve:
-        typer.echo(f"approve it with `keepstep sources {root} approve {source_id}`")
+        typer.echo(f"approve it with `keepstep sources approve {here(root)}{source_id}`")
 
 
 def register(app: typer.Typer) -> None:
     add_command(app, init, "init")
     add_command(app, validate, "validate")
-    sources_app = sub_app("List, approve, revoke and add sources (DIR first).")
-    sources_app.callback(invoke_without_command=True)(friendly(sources_main))
+    sources_app = sub_app("List, approve, revoke and add sources.\n\n"
+                          "`keepstep sources` alone lists them. The old order "
+                          "`keepstep sources DIR list` still works, with a note.",
+                          default="list")
     add_command(sources_app, sources_list, "list")
     add_command(sources_app, sources_approve, "approve")
     add_command(sources_app, sources_revoke, "revoke")

@@ -35,9 +35,12 @@ from keepstep.app.cli.common import (
     drive,
     existing_run,
     finish,
+    here,
     open_project_dir,
     parse_approvals,
     print_error,
+    run_id_of,
+    shift,
     who_or_login,
 )
 
@@ -51,23 +54,36 @@ JobsOpt = Annotated[int | None, typer.Option(
 
 
 def status(
-    root: DirArg,
-    run: Annotated[str | None, typer.Option("--run", "-r", help="The run (optional when the "
-                                            "project has only one).")] = None,
+    root: DirArg = None,
+    run: RunOpt = None,
     branch: BranchOpt = "main",
+    all_runs: Annotated[bool, typer.Option("--all", help="List every run instead.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """The run dashboard (or the list of runs). Never loads a model client or the TUI."""
+    """The run dashboard: units by phase, budget, what needs you, what runs now.
+
+    Never loads a model client or the TUI. Without --run: keepstep.toml's default_run, else
+    the newest run. `--json` gives the same facts, with current and superseded successes
+    counted apart (counts.current, counts.superseded).
+
+    \b
+    Example:
+      keepstep status --run ME-042
+      keepstep status ~/packs/me042 --json
+    """
     with open_project_dir(root) as project:
         runs = project.runs()
-        if run is None and len(runs) != 1:
-            if not runs:
-                if as_json:
-                    typer.echo(out.to_json({"runs": []}))
-                else:
-                    typer.echo(f"no runs yet in {project.root}; start one with "
-                               f"`keepstep run {root} --run R1`")
-                return
+        if not runs and run is not None:
+            existing_run(project, run, branch)  # names the run and how to start it
+        if not runs:
+            if as_json:
+                typer.echo(out.to_json({"runs": []}))
+            else:
+                typer.echo(f"no runs yet in {project.root}; start one with "
+                           f"`keepstep run {here(project.root)}--run "
+                           f"{project.default_run_id()}`")
+            return
+        if all_runs:
             statuses = [project.get_run(r).status() for r in runs]
             rows = [{k: s.model_dump(mode="json")[k] for k in (
                 "run_id", "plan_version", "input_version", "head_version", "decision",
@@ -76,59 +92,96 @@ def status(
                 typer.echo(out.to_json({"runs": rows}))
             else:
                 typer.echo(out.runs_table(rows))
-                typer.echo(f"show one with `keepstep status {root} --run ID`")
+                typer.echo(f"show one with `keepstep status {here(project.root)}--run ID`")
             return
-        the_run = existing_run(project, run or runs[0], branch)
+        the_run = existing_run(project, run, branch)
         st = the_run.status()
         if as_json:
             typer.echo(out.to_json(st.model_dump(mode="json")))
         else:
             typer.echo(dashboard(project, the_run, st))
+            others = [r for r in runs if r != the_run.run_id]
+            if others:
+                typer.echo(f"\nother runs: {', '.join(others)} (`keepstep status --all`)")
 
 
-def run_cmd(root: DirArg, run: RunOpt, approve: ApproveOpt = None, max_units: MaxUnitsOpt = None,
-            branch: BranchOpt = "main", quiet: QuietOpt = False, jobs: JobsOpt = None) -> None:
-    """Start the run (or continue it) until done, blocked or cancelled (Ctrl-C)."""
-    answers = parse_approvals(approve)
+def _start(root: Path | None, run: str | None, branch: str, answers: dict[str, str],
+           max_units: int | None, quiet: bool, as_json: bool, jobs: int | None, *,
+           create: bool) -> None:
     with open_project_dir(root) as project:
-        exists = run in project.runs()
-        check_gates(project.get_run(run, branch).plan if exists else project.files.plan, answers)
-        the_run = project.open_or_start(run, branch)
+        run_id = run_id_of(project, run)
+        exists = run_id in project.runs()
+        if not create and not exists:
+            existing_run(project, run_id, branch)  # the error naming the known runs
+        check_gates(project.get_run(run_id, branch).plan if exists else project.files.plan,
+                    answers)
+        the_run = project.open_or_start(run_id, branch)
         result, cancelled = drive(
             lambda cancel, on_event: the_run.run(cancel=cancel, on_event=on_event,
                                                  approve=answers, max_units=max_units,
                                                  jobs=jobs),
-            quiet=quiet)
-        finish(project, the_run, result, cancelled, quiet)
+            quiet=quiet, run=the_run, as_json=as_json)
+        finish(project, the_run, result, cancelled, quiet, as_json)
 
 
-def resume(root: DirArg, run: RunOpt, approve: ApproveOpt = None, max_units: MaxUnitsOpt = None,
-           branch: BranchOpt = "main", quiet: QuietOpt = False, jobs: JobsOpt = None) -> None:
-    """Continue a run after a restart or interruption (recovery first)."""
-    answers = parse_approvals(approve)
-    with open_project_dir(root) as project:
-        the_run = existing_run(project, run, branch)
-        check_gates(the_run.plan, answers)
-        result, cancelled = drive(
-            lambda cancel, on_event: the_run.resume(cancel=cancel, on_event=on_event,
-                                                    approve=answers, max_units=max_units,
-                                                    jobs=jobs),
-            quiet=quiet)
-        finish(project, the_run, result, cancelled, quiet)
+def run_cmd(root: DirArg = None, run: RunOpt = None, approve: ApproveOpt = None,
+            max_units: MaxUnitsOpt = None, branch: BranchOpt = "main", quiet: QuietOpt = False,
+            as_json: JsonOpt = False, jobs: JobsOpt = None) -> None:
+    """Start the run (or continue it) until done, blocked or cancelled (Ctrl-C).
+
+    Shows live progress on a terminal (plain lines otherwise). Exit code: 0 done (or stopped
+    by --max-units), 3 waiting for a person (approval, budget, unknown external outcome,
+    held unit), 4 units failed, 2 usage error, 130 cancelled. With --json the final status
+    is printed as JSON (with "exit_code").
+
+    \b
+    Example:
+      keepstep run --run ME-042 --approve audience="product team"
+      keepstep run my-pack --max-units 5
+    """
+    _start(root, run, branch, parse_approvals(approve), max_units, quiet, as_json, jobs,
+           create=True)
 
 
-def retry(root: DirArg, run: RunOpt,
-          unit: Annotated[str, typer.Argument(help="The unit to try again, e.g. U07.")],
-          branch: BranchOpt = "main", who: WhoOpt = None, quiet: QuietOpt = False) -> None:
-    """Same unit, new attempt (a recorded decision), then continue the run."""
+def resume(root: DirArg = None, run: RunOpt = None, approve: ApproveOpt = None,
+           max_units: MaxUnitsOpt = None, branch: BranchOpt = "main", quiet: QuietOpt = False,
+           as_json: JsonOpt = False, jobs: JobsOpt = None) -> None:
+    """Continue a run after a restart or interruption (recovery first).
+
+    Same progress, exit codes and --json as `keepstep run`.
+
+    \b
+    Example:
+      keepstep resume --run ME-042
+    """
+    _start(root, run, branch, parse_approvals(approve), max_units, quiet, as_json, jobs,
+           create=False)
+
+
+
+def retry(root: DirArg = None,
+          unit: Annotated[str | None, typer.Argument(metavar="UNIT", show_default=False,
+                                                     help="The unit to try again, e.g. U07.")]
+          = None,
+          run: RunOpt = None, branch: BranchOpt = "main", who: WhoOpt = None,
+          quiet: QuietOpt = False, as_json: JsonOpt = False) -> None:
+    """Same unit, new attempt (a recorded decision), then continue the run.
+
+    \b
+    Example:
+      keepstep retry U07 --run ME-042
+    """
+    root, unit = shift(root, unit)
+    if unit is None:
+        raise UsageProblem("name the unit to retry", "e.g. keepstep retry U07")
     with open_project_dir(root) as project:
         the_run = existing_run(project, run, branch)
         check_unit(the_run, unit)
         result, cancelled = drive(
             lambda cancel, on_event: the_run.retry(unit, who=who_or_login(who), cancel=cancel,
                                                    on_event=on_event),
-            quiet=quiet)
-        finish(project, the_run, result, cancelled, quiet)
+            quiet=quiet, run=the_run, as_json=as_json)
+        finish(project, the_run, result, cancelled, quiet, as_json)
 
 
 def new_run_id(project: Project, new_id: str) -> str:
@@ -137,14 +190,14 @@ def new_run_id(project: Project, new_id: str) -> str:
     return new_id
 
 
-def replay(root: DirArg, run: RunOpt,
+def replay(root: DirArg = None, run: RunOpt = None,
            as_: Annotated[str | None, typer.Option("--as", help="The new run id "
                                                    "(default RUN-replay).")] = None,
            quiet: QuietOpt = False) -> None:
     """Re-execute a run into a new run from its recorded responses (no model calls)."""
     with open_project_dir(root) as project:
         source = existing_run(project, run)
-        new_id = new_run_id(project, as_ or f"{run}-replay")
+        new_id = new_run_id(project, as_ or f"{source.run_id}-replay")
         result, cancelled = drive(
             lambda cancel, on_event: source.replay(new_id, cancel=cancel, on_event=on_event),
             quiet=quiet)
@@ -152,42 +205,47 @@ def replay(root: DirArg, run: RunOpt,
         finish(project, new_run, None, cancelled, quiet)
 
 
-def restart(root: DirArg, run: RunOpt,
-            as_: Annotated[str, typer.Option("--as", help="The new run id.")]) -> None:
+def restart(root: DirArg = None, run: RunOpt = None,
+            as_: Annotated[str, typer.Option("--as", help="The new run id.")] = "") -> None:
     """A new business task: a new run id from the current files (the old run is kept)."""
+    if not as_:
+        raise UsageProblem("name the new run", "pass --as NEW_ID")
     with open_project_dir(root) as project:
-        existing_run(project, run)
-        new = project.restart(run, new_run_id(project, as_))
+        old = existing_run(project, run)
+        new = project.restart(old.run_id, new_run_id(project, as_))
         typer.echo(f"started run {new.run_id} from the current project files "
-                   f"(run {run} is kept, with a decision.restart event)")
-        typer.echo(f"run it with `keepstep run {root} --run {new.run_id}`")
+                   f"(run {old.run_id} is kept, with a decision.restart event)")
+        typer.echo(f"run it with `keepstep run {here(project.root)}--run {new.run_id}`")
 
 
 AtOpt = Annotated[int, typer.Option("--at", min=0, help="The checkpoint version.")]
 AsBranchOpt = Annotated[str, typer.Option("--as", help="The new branch id.")]
 
 
-def branch_cmd(root: DirArg, run: RunOpt, at: AtOpt, as_: AsBranchOpt,
+def branch_cmd(root: DirArg = None, run: RunOpt = None, at: AtOpt = -1, as_: AsBranchOpt = "",
                branch: Annotated[str, typer.Option("--from", help="The branch to fork.")]
                = "main") -> None:
     """Fork a run at a checkpoint under its own branch id and head."""
+    if at < 0 or not as_:
+        raise UsageProblem("`branch` needs --at VERSION and --as NAME",
+                           "e.g. keepstep branch --at 28 --as try-board")
     with open_project_dir(root) as project:
         the_run = existing_run(project, run, branch)
         head = the_run.head().version
         if at > head:
-            raise UsageProblem(f"checkpoint {at} is past the head of {run}/{branch} ({head})",
-                               f"pick a version from 0 to {head}")
+            raise UsageProblem(f"checkpoint {at} is past the head of {the_run.run_id}/{branch} "
+                               f"({head})", f"pick a version from 0 to {head}")
         new = the_run.branch(at, as_)
-        typer.echo(f"branch {as_} of run {run} forked at checkpoint {at}")
-        typer.echo(f"continue it with `keepstep resume {root} --run {run} --branch "
-                   f"{new.branch_id}`")
+        typer.echo(f"branch {as_} of run {the_run.run_id} forked at checkpoint {at}")
+        typer.echo(f"continue it with `keepstep resume {here(project.root)}--run "
+                   f"{the_run.run_id} --branch {new.branch_id}`")
 
 
 # --- TUI -------------------------------------------------------------------------------------
-def launch_tui(root: Path, run_id: str | None = None) -> None:
-    """Open the TUI on ``root`` (and ``run_id``, default the newest run); textual is imported
-    only here."""
-    check_dir(root)
+def launch_tui(root: Path | None, run_id: str | None = None) -> None:
+    """Open the TUI on ``root`` (and ``run_id``, default keepstep.toml's default_run, else the
+    newest run); textual is imported only here."""
+    root = check_dir(root)
     make_app = None
     if importlib.util.find_spec("keepstep.app.tui") is not None:
         try:
@@ -196,16 +254,19 @@ def launch_tui(root: Path, run_id: str | None = None) -> None:
             make_app = None
     if make_app is None:
         print_error("the TUI is not available in this build yet")
-        typer.echo(f"use the commands instead, e.g. `keepstep status {root}` "
+        typer.echo("use the commands instead, e.g. `keepstep status` "
                    "(see `keepstep --help`)", err=True)
         raise typer.Exit(EXIT_RUNTIME)
     make_app(root, run_id).run()
 
 
-def tui(root: Annotated[Path, typer.Argument(help="The project folder.")] = Path("."),
-        run: Annotated[str | None, typer.Option("--run", "-r", help="The run to show "
-                                                "(default: the newest).")] = None) -> None:
-    """Open the TUI on a project."""
+def tui(root: DirArg = None, run: RunOpt = None) -> None:
+    """Open the TUI on a project (also: `keepstep` with no arguments inside one).
+
+    \b
+    Example:
+      keepstep tui ~/packs/me042 --run ME-042
+    """
     launch_tui(root, run)
 
 

@@ -28,10 +28,13 @@ from keepstep.app.cli.common import (
     UsageProblem,
     WhoOpt,
     add_command,
+    check_dir,
     check_unit,
     confirmed,
     existing_run,
+    here,
     open_project_dir,
+    run_id_of,
     who_or_login,
 )
 
@@ -88,6 +91,15 @@ def _take_over(root: Path, run_id: str, branch: str, question: str, yes: bool,
         typer.echo(record(run))
 
 
+def _positionals(root: Path | None, action: str | None,
+                 unit: str | None) -> tuple[Path | None, str | None, str | None]:
+    """``takeover [DIR] ACTION [UNIT]``: when the first word is an action, DIR was left out."""
+    if root is not None and str(root) in {a.value for a in Action} and \
+            not (root / "keepstep.toml").is_file():
+        return None, str(root), action
+    return root, action, unit
+
+
 def _unit_list(values: list[str] | None) -> list[str]:
     return [u for v in values or [] for u in v.replace(",", " ").split()]
 
@@ -100,11 +112,13 @@ def _only(action: Action, given: dict[str, object]) -> None:
 
 
 def takeover(
-    root: DirArg, run: RunOpt,
-    action: Annotated[Action, typer.Argument(
-        metavar="ACTION", help="narrow, rerun, branch, cancel or expert.", show_default=False)],
+    root: DirArg = None,
+    action_word: Annotated[str | None, typer.Argument(
+        metavar="ACTION", help="narrow, rerun, branch, cancel or expert.", show_default=False)]
+    = None,
     unit: Annotated[str | None, typer.Argument(
-        metavar="UNIT", help="The unit, for rerun and expert.", show_default=False)] = None,
+        metavar="[UNIT]", help="The unit, for rerun and expert.", show_default=False)] = None,
+    run: RunOpt = None,
     drop: Annotated[list[str] | None, typer.Option(
         "--drop", metavar="U31,U32", help="narrow: units to drop from the required scope "
         "(what depends on them goes too).")] = None,
@@ -124,20 +138,35 @@ def takeover(
     terminal and without --yes only the preview is printed).
 
     \b
+    Example:
+      keepstep takeover rerun U07 --run ME-042
+      keepstep takeover narrow --drop U31,U32 --yes
+    \b
       narrow --drop U31,U32    the run can finish without these units
       rerun UNIT               run UNIT again (it and what uses its content are invalidated)
       branch --at V --as NAME  fork the run at checkpoint V
       cancel                   record the decision to stop the run here
       expert UNIT --note TEXT  hold UNIT for an expert; what depends on it waits
     """
+    root, action_word, unit = _positionals(root, action_word, unit)
+    try:
+        action = Action(action_word or "")
+    except ValueError:
+        raise UsageProblem(f"no takeover action {action_word!r}" if action_word else
+                           "name the takeover action",
+                           "one of: " + ", ".join(a.value for a in Action)) from None
+    root = check_dir(root)
     who_name = who_or_login(who)
-    hint = f"continue with `keepstep resume {root} --run {run}" + (
+    with open_project_dir(root) as project:
+        run = run_id_of(project, run)
+    where = here(root)
+    hint = f"continue with `keepstep resume {where}--run {run}" + (
         f" --branch {branch}`" if branch != "main" else "`")
     args = {"root": root, "run_id": run, "branch": branch, "yes": yes}
     if action in (Action.rerun, Action.expert):
         if unit is None:
             raise UsageProblem(f"`takeover {action.value}` needs a unit",
-                               f"e.g. keepstep takeover {root} --run {run} {action.value} U07")
+                               f"e.g. keepstep takeover {where}{action.value} U07 --run {run}")
     elif unit is not None:
         raise UsageProblem(f"`takeover {action.value}` takes no unit ({unit!r})")
     if action == Action.narrow:
@@ -213,8 +242,8 @@ def _branch(root: Path, run_id: str, branch: str, yes: bool, *, at: int, name: s
     def record(run: Run) -> str:
         new = run.branch(at, name)
         return (f"recorded: branch {new.branch_id} of run {run.run_id} forked at checkpoint "
-                f"{at}\ncontinue it with `keepstep resume {root} --run {run.run_id} --branch "
-                f"{new.branch_id}`")
+                f"{at}\ncontinue it with `keepstep resume {here(root)}--run {run.run_id} "
+                f"--branch {new.branch_id}`")
 
     _take_over(root, run_id, branch, f"Fork at checkpoint {at} as {name}?", yes, preview,
                record)
@@ -241,7 +270,7 @@ def _expert(root: Path, run_id: str, branch: str, yes: bool, *, unit: str, note:
     def record(run: Run) -> str:
         mark_for_expert(run, unit, note, who=who)
         return (f"recorded: {unit} marked for an expert ({note})\nrelease it with "
-                f"`keepstep takeover {root} --run {run.run_id} rerun {unit}`")
+                f"`keepstep takeover {here(root)}rerun {unit} --run {run.run_id}`")
 
     _take_over(root, run_id, branch, f"Hold {unit} for an expert?", yes, preview, record)
 

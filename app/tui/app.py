@@ -7,18 +7,19 @@ started); screens read facts through the engine API only — never the database.
 from __future__ import annotations
 
 import getpass
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from textual.app import App
+from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.screen import Screen
 
 from keepstep.app.tui.format import error_text
 from keepstep.app.tui.screens.dashboard import DashboardScreen
 from keepstep.app.tui.screens.error import ErrorModal
 from keepstep.engine import Project, Run, open_project
 
-DEFAULT_RUN_ID = "run-1"
 QUIT_WAIT_S = 60.0
 
 
@@ -28,6 +29,7 @@ class KeepstepApp(App[None]):
     CSS_PATH = "keepstep.tcss"
     TITLE = "keepstep"
     BINDINGS = [
+        Binding("question_mark,f1", "toggle_keys", "keys", key_display="?"),
         Binding("ctrl+t", "toggle_theme", "light/dark", show=False),
     ]
 
@@ -78,6 +80,27 @@ class KeepstepApp(App[None]):
             self.show_error(exc, title=what)
         return None
 
+    def action_toggle_keys(self) -> None:
+        """`?` / F1: Textual's help panel with the screen's bindings (again: hide it)."""
+        if self.screen.query("HelpPanel"):
+            self.action_hide_help_panel()
+        else:
+            self.action_show_help_panel()
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """The palette offers every key of the screen (and the app's), by its description."""
+        yield from super().get_system_commands(screen)
+        seen = set()
+        for key, active in screen.active_bindings.items():
+            binding = active.binding
+            if not binding.description or binding.action in seen or not active.enabled:
+                continue
+            seen.add(binding.action)
+            yield SystemCommand(binding.description.capitalize(),
+                                f"{binding.key_display or key} · {screen.__class__.__name__}",
+                                lambda node=active.node, action=binding.action:
+                                self.call_later(self.run_action, action, node))
+
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.theme != "textual-light" else "textual-dark"
 
@@ -102,14 +125,12 @@ def _default_who() -> str:
 
 def make_app(project_path: str | Path, run_id: str | None = None, *, who: str | None = None,
              **project_options: Any) -> KeepstepApp:
-    """Open the project and build the app on ``run_id`` (default: the newest run, or
-    'run-1' to be started on the first `r`). ``project_options`` go to ``open_project``
-    (tests pass a fixed ``clock`` and ``executor_id``)."""
+    """Open the project and build the app on ``run_id`` (default, as everywhere:
+    keepstep.toml's default_run, else the newest run, else R1 — started on the first `r`).
+    ``project_options`` go to ``open_project`` (tests pass a fixed ``clock``, an
+    ``executor_id`` or a ``gateway_factory``)."""
     project = open_project(Path(project_path), **project_options)
-    if run_id is None:
-        runs = project.runs()
-        run_id = runs[-1] if runs else DEFAULT_RUN_ID
-    return KeepstepApp(project, run_id, who=who)
+    return KeepstepApp(project, run_id or project.default_run_id(), who=who)
 
 
-__all__ = ["DEFAULT_RUN_ID", "KeepstepApp", "make_app"]
+__all__ = ["KeepstepApp", "make_app"]

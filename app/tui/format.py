@@ -18,6 +18,11 @@ STATE_SYMBOLS = {
     "running": "●", "pending": "·", "cancelled": "⊘",
 }
 STATE_WORDS = {"succeeded": "current"}
+# Colour is extra to the symbol and the word (theme-independent rich styles).
+STATE_STYLES = {
+    "succeeded": "green", "invalidated": "yellow", "blocked": "bold red", "failed": "red",
+    "running": "bold cyan", "pending": "dim", "cancelled": "dim",
+}
 DECISION_LABELS = {
     "claim": "▶ ready", "done": "✓ done", "blocked": "◼ blocked", "waiting": "… waiting",
 }
@@ -25,6 +30,10 @@ DECISION_LABELS = {
 
 def state_symbol(state: str) -> str:
     return STATE_SYMBOLS.get(state, "?")
+
+
+def state_word(state: str) -> str:
+    return STATE_WORDS.get(state, state)
 
 
 def ids(units: Iterable[str]) -> str:
@@ -63,18 +72,13 @@ def parse_ts(value: str | float | None) -> float | None:
 
 
 def ago(value: str | float | None, now: float) -> str:
-    """'12 s ago', '3 min ago', '2 h ago', '4 days ago' (or 'never')."""
+    """'12 seconds ago', '3 minutes ago', '4 days ago' (humanize), or 'never'."""
+    import humanize
+
     ts = parse_ts(value)
     if ts is None:
         return "never"
-    s = max(0, int(now - ts))
-    if s < 90:
-        return f"{s} s ago"
-    if s < 90 * 60:
-        return f"{s // 60} min ago"
-    if s < 36 * 3600:
-        return f"{s // 3600} h ago"
-    return f"{s // 86400} days ago"
+    return humanize.naturaldelta(max(0.0, now - ts)) + " ago"
 
 
 def expires_in(seconds: float) -> str:
@@ -195,6 +199,31 @@ def error_text(exc: BaseException) -> tuple[str, str]:
     return message, hint
 
 
-__all__ = ["DECISION_LABELS", "STATE_SYMBOLS", "ago", "bound_text", "error_text",
-           "estimate_text", "expires_in", "figure", "ids", "option_line", "parse_ts",
-           "preview_lines", "progress_text", "state_symbol", "takeover_lines", "tokens"]
+__all__ = ["DECISION_LABELS", "STATE_STYLES", "STATE_SYMBOLS", "STATE_WORDS", "ago",
+           "bound_text", "error_text", "estimate_text", "event_line", "expires_in", "figure",
+           "ids",
+           "option_line", "parse_ts", "preview_lines", "progress_text", "state_symbol",
+           "state_word", "takeover_lines", "tokens"]
+
+
+def event_line(event: Any) -> str:
+    """One line of the recent-events tail: time, what happened, to what."""
+    ts = str(getattr(event, "ts", ""))[11:19]
+    kind = str(getattr(event, "kind", ""))
+    who = getattr(event, "attempt_id", None) or getattr(event, "unit", None) or ""
+    payload = getattr(event, "payload", {}) or {}
+    words = {
+        "checkpoint.committed": "committed", "unit.claimed": "started",
+        "unit.succeeded": "succeeded", "lease.fenced": "lease fenced",
+        "attempt.failed": "failed", "unit.blocked": "blocked", "approval.requested": "asks",
+        "approval.decided": "answered", "decision.budget_raise": "budget raised",
+        "decision.plan_change": "plan changed", "recovery.done": "recovered",
+        "run.done": "run done", "run.blocked": "run blocked",
+    }
+    text = words.get(kind, kind)
+    extra = ""
+    if kind == "approval.decided":
+        extra = f" {payload.get('choice')!r}"
+    elif kind in ("attempt.failed", "unit.blocked"):
+        extra = f": {payload.get('message') or payload.get('reason') or ''}"
+    return f"{ts} {who} {text}{extra}".replace("  ", " ").strip()

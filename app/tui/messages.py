@@ -15,10 +15,12 @@ from keepstep.engine import PendingApproval, RunStatus
 
 @dataclass
 class UnitClaimed(Message):
-    """A unit's attempt took its lease and started."""
+    """A unit's attempt took its lease and started (``status``: a fresh RunStatus when the
+    worker had time to compute one, else None)."""
 
     unit: str
     attempt: str
+    status: RunStatus | None = None
 
 
 @dataclass

@@ -99,8 +99,8 @@ class WebhookConfig(BaseModel):
         if parts.username is not None or parts.password is not None:
             # Never echo the URL back: it holds the secret.
             raise ValueError(
-                f"the URL carries a user name or password ({parts.scheme}://…@{parts.hostname}"
-                "/…); keepstep.toml must hold no credentials — remove them from the URL "
+                f"the URL carries a user or password ({parts.scheme}://…@{parts.hostname}/…); "
+                "keepstep.toml must hold no credentials — remove them from the URL "
                 "(credentials come from the keyring or the environment)")
         return value
 
@@ -114,6 +114,9 @@ class ProjectConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     name: str
+    # The run a command shows when --run is not given (`keepstep init` and the sample pack
+    # write it); without it, the newest run.
+    default_run: str | None = None
     # -- models: which model a unit calls, where, and how (docs/config.md) --
     default_model: str = "local/keepstep-offline"
     models: dict[str, str] = Field(default_factory=dict)  # per unit kind, optional
@@ -285,7 +288,7 @@ def snapshot_sources(root: Path, sf: SourcesFile) -> InputSnapshot:
             raise SourceError(
                 f"source {s.id}: file {s.path} is missing",
                 hint="restore the file, or revoke the source with "
-                f"`keepstep sources DIR revoke {s.id}` (units that used it will be invalidated)",
+                f"`keepstep sources revoke {s.id}` (units that used it will be invalidated)",
             )
         hashes[s.id] = file_sha256(str(p))
         groups[s.id] = s.group
@@ -323,15 +326,20 @@ def load_project_files(root: Path, *, validate: bool = True) -> ProjectFiles:
     plan = load_plan(root / PLAN_FILE)
     files = ProjectFiles(root=root, config=config, contract=contract, sources=sources, plan=plan)
     if validate:
-        from keepstep.engine.core.plan import find_problems
-        from keepstep.engine.files.validation import file_problems
-
-        approved = {s.id: s.approved for s in sources.sources}
-        groups = {s.group for s in sources.sources if s.approved and s.group}
-        problems = find_problems(plan, sources=approved, groups=groups,
-                                 contract_fields=set(contract.fields) | {"body"})
-        # Checked before anything runs: a plan that cannot run spends no model call.
-        problems += file_problems(files)
+        problems = plan_problems(files)
         if problems:
             raise PlanValidationError([p.line() for p in problems], problems=problems)
     return files
+
+
+def plan_problems(files: ProjectFiles) -> list[Any]:
+    """The plan's own problems (``core.plan.find_problems``) against the approved sources and
+    the contract's fields. The checks against the rest of the folder (templates, data files,
+    adapters, prompts, providers) are ``run.validation.file_problems``: they need the kinds
+    and the gateway, which sit above this package."""
+    from keepstep.engine.core.plan import find_problems
+
+    approved = {s.id: s.approved for s in files.sources.sources}
+    groups = {s.group for s in files.sources.sources if s.approved and s.group}
+    return find_problems(files.plan, sources=approved, groups=groups,
+                         contract_fields=set(files.contract.fields) | {"body"})

@@ -21,7 +21,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any, Protocol
 
@@ -149,6 +149,23 @@ def _litellm() -> ModuleType:
         litellm.suppress_debug_info = True
         offline_provider.register(litellm)
         return litellm
+
+
+def warm_up(models: Iterable[str] = ()) -> None:
+    """Do, ahead of the first call, what a process's first model call would otherwise pay
+    for while a unit waits: import litellm and the completion path it loads lazily, and the
+    tokenizer each model's token counting uses. Safe to call from a background thread; an
+    error is left for the first real call to report."""
+    litellm = _litellm()
+    for model in models:
+        if model.split("/", 1)[0] == offline_provider.PROVIDER:
+            continue
+        with contextlib.suppress(Exception):
+            litellm.token_counter(model=model, text="warm up")  # loads the tokenizer
+            # A mock answer goes through litellm's request and response building (the
+            # modules it imports on first use) without any network or key.
+            litellm.completion(model=model, messages=[{"role": "user", "content": "warm up"}],
+                               mock_response="ok", max_retries=0)
 
 
 # --- models ----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ prompt a project resolves, by name; rendering being deterministic.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import tomllib
@@ -173,6 +174,7 @@ def message_text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
+@functools.lru_cache(maxsize=1)
 def _env() -> Any:
     import jinja2
 
@@ -180,11 +182,18 @@ def _env() -> Any:
                               autoescape=False, trim_blocks=True, lstrip_blocks=True)
 
 
+@functools.lru_cache(maxsize=128)
+def _compiled(source: str) -> Any:
+    # Compiling a template costs far more than rendering it, and every model call renders
+    # one: a prompt's text is compiled once per process (an edited prompt is new text).
+    return _env().from_string(source)
+
+
 def _render(prompt: Prompt, section: str, values: Mapping[str, Any]) -> str:
     import jinja2
 
     try:
-        return _env().from_string(getattr(prompt, section)).render(**values).strip() + "\n"
+        return _compiled(getattr(prompt, section)).render(**values).strip() + "\n"
     except jinja2.TemplateError as exc:
         where = prompt.origin if prompt.origin != "package" else f"packaged prompt {prompt.name}"
         raise ProjectError(f"{where}: the {section} section does not render: {exc}",

@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from keepstep.engine.core.explain import compact_ids
 from keepstep.engine.core.plan import UnitKind
 from keepstep.engine.core.presets import (
     AuditParams,
@@ -34,6 +35,7 @@ from keepstep.engine.core.presets import (
     document_output,
 )
 from keepstep.engine.core.templates import section_ids, section_text
+from keepstep.engine.core.timefmt import parse_iso, readable_utc
 from keepstep.engine.gateway.offline_rules import normalise
 from keepstep.engine.kinds.common import (
     JSON,
@@ -55,7 +57,7 @@ from keepstep.engine.kinds.context import (
     register,
 )
 from keepstep.engine.kinds.synthesize import figures_of
-from keepstep.storage.hashing import canonical_json, sha256_hex
+from keepstep.storage.hashing import sha256_hex
 
 AUDIT = KindSpec(
     name="audit",
@@ -306,23 +308,99 @@ def run_audit(ctx: UnitContext) -> KindOutcome:
 
 
 # --- notes -----------------------------------------------------------------------------
-def _short(value: Any) -> str:
-    if isinstance(value, str):
-        # Hashes are noise to a reader; their first 12 characters still identify them.
-        return re.sub(r"\b([0-9a-f]{12})[0-9a-f]{52}\b", r"\1…", value)
+# The change notes are read by a person: what changed, when, why, who decided and what was
+# redone because of it — one paragraph per decision, in the words of the decision.
+
+
+def _when(ts: str) -> str:
+    try:
+        return readable_utc(parse_iso(ts), seconds=False)
+    except ValueError:
+        return ts
+
+
+def _plain(value: Any) -> str:
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {_short(v)}" for k, v in sorted(value.items())) + "}"
+        return ", ".join(f"{k} {_plain(v)}" for k, v in sorted(value.items())
+                         if v not in (None, "", [], {}))
     if isinstance(value, list):
-        return "[" + ", ".join(_short(v) for v in value) + "]"
-    return canonical_json(value)
-
-
-def _summary(payload: dict[str, Any]) -> str:
-    """``key=value; …`` of the non-empty payload fields, sorted, hashes shortened."""
-    parts = [f"{k}={_short(v)}" for k, v in sorted(payload.items())
-             if v not in (None, "", [], {})]
-    text = "; ".join(parts) or "(no details)"
+        return ", ".join(_plain(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    text = str(value)
+    # Hashes are noise to a reader; their first 12 characters still identify them.
+    text = re.sub(r"\b([0-9a-f]{12})[0-9a-f]{52}\b", r"\1…", text)
     return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 1] + "…"
+
+
+def _by(p: dict[str, Any]) -> str:
+    return f" by {p['who']}" if p.get("who") else ""
+
+
+def _redone(units: Any) -> str:
+    ids = sorted(units or [], key=natural_key)
+    return compact_ids(ids) if ids else ""
+
+
+def _note(kind: str, unit: str | None, p: dict[str, Any]) -> tuple[str, list[str]] | None:
+    """(headline, detail lines) for one decision event; None when it changed nothing."""
+    if kind in ("decision.plan_change", "decision.input_change"):
+        what = "; ".join(str(c.get("detail") or c.get("kind")) for c in p.get("changes", []))
+        label = p.get("plan") or p.get("inputs") or ""
+        head = f"{'Plan' if kind.endswith('plan_change') else 'Inputs'} changed" + (
+            f" ({label})" if label else "") + f": {what or 'the project files changed'}"
+        lines = []
+        origins = sorted({str(c.get("origin")) for c in p.get("changes", []) if c.get("origin")})
+        if origins:
+            lines.append(f"Why: {', '.join(origins)} changed in the project files.")
+        redo = _redone(p.get("invalidated"))
+        lines.append(f"Redone: {redo} (each depends on what changed)." if redo else
+                     "Redone: nothing (no current unit depended on it).")
+        if p.get("reused"):
+            lines.append(f"Reused: {len(p['reused'])} units.")
+        return head, lines
+    if kind == "decision.budget_raise":
+        old, new = p.get("old", {}), p.get("new", {})
+        moves = ", ".join(f"{k} {_plain(old[k]) if k in old else 'no limit'} → "
+                          f"{_plain(new[k])}" for k in sorted(new))
+        return (f"Budget raised{_by(p)}: {moves}",
+                [f"Why: {p.get('reason') or 'no reason given'}.",
+                 f"Used at the time: {_plain(p.get('used', {})) or 'nothing'}."])
+    if kind == "approval.decided":
+        gate = p.get("gate") or p.get("gate_id") or unit
+        bound = p.get("bound_object") or {}
+        plan = f" for plan-v{bound['plan_n']}" if "plan_n" in bound else ""
+        return (f"Approval: gate {gate} answered {p.get('choice')!r}{_by(p)}",
+                [f"Applies{plan} while the contract is unchanged"
+                 + (f" (via {p['via']})." if p.get("via") not in (None, "direct") else ".")])
+    if kind == "approval.revoked":
+        return (f"Approval revoked: gate {p.get('gate') or p.get('gate_id') or unit}{_by(p)}",
+                [f"Why: {p.get('reason') or 'no reason given'}."])
+    if kind == "decision.takeover":
+        action = str(p.get("action", "takeover")).replace("_", " ")
+        lines = [f"Note: {p['note']}."] if p.get("note") else []
+        redo = _redone(p.get("invalidated"))
+        if redo:
+            lines.append(f"Redone: {redo}.")
+        return f"Takeover: {action}" + (f" {unit}" if unit else "") + _by(p), lines
+    if kind == "recovery.done":
+        if not p.get("did_work"):
+            return None
+        lines = []
+        if p.get("orphans"):
+            lost = sorted({str(a).split("/")[0] for a in p["orphans"]}, key=natural_key)
+            lines.append(f"Lost in an interruption and redone: {compact_ids(lost)} (unfinished "
+                         f"attempt(s) {', '.join(map(str, p['orphans']))} set aside, never used).")
+        if p.get("invalidated"):
+            lines.append(f"Redone: {_redone(p['invalidated'])}.")
+        if p.get("reused") is not None:
+            lines.append(f"Reused: {p['reused']} units.")
+        return "Recovered after an interruption", lines
+    if kind == "decision.recovery_reset":
+        return (f"Recovery reset{_by(p)}", [f"Why: {p.get('reason') or 'no reason given'}."])
+    details = _plain({k: v for k, v in p.items() if k != "who"})
+    return (kind.removeprefix("decision.").replace("_", " ").capitalize()
+            + (f" ({unit})" if unit else "") + _by(p), [details] if details else [])
 
 
 @register(NOTES)
@@ -336,14 +414,15 @@ def run_notes(ctx: UnitContext) -> KindOutcome:
         lines.append(f"Final audit {unit.id}: {verdict} ({len(audit.get('checks', []))} checks).")
     if audit_units:
         lines.append("")
-    if not events:
+    notes = [(e, n) for e in events if (n := _note(e.kind, e.unit, e.payload)) is not None]
+    if not notes:
         lines.append("No decisions recorded: the run went ahead on its original plan, approvals "
                      "and budget.")
     else:
-        lines += [f"Decisions recorded, oldest first ({len(events)}):", ""]
-        for n, e in enumerate(events, start=1):
-            where = f" ({e.unit})" if e.unit else ""
-            lines.append(f"{n}. {e.ts} — **{e.kind}**{where}: {_summary(e.payload)}")
+        lines += [f"What changed during the run, oldest first ({len(notes)}):", ""]
+        for n, (e, (head, details)) in enumerate(notes, start=1):
+            lines.append(f"{n}. **{_when(e.ts)} — {head}**")
+            lines += [f"   {d}" for d in details]
     text = "\n".join(lines) + "\n"
     ctx.write("change-notes.md", text, media_type=MARKDOWN)
     return KindOutcome(validators=[result("structure", [], f"{len(events)} decision(s) noted")],

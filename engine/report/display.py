@@ -49,6 +49,7 @@ def status_html(status: Any) -> str:
     head = key_values([
         ("run", f"{status.run_id} ({status.branch})"),
         ("versions", f"{status.plan_version} · {status.input_version}"),
+        ("model", model_text(getattr(status, "models", []))),
         ("latest checkpoint", f"{status.head_version} ({status.checkpoint_commits} commits: "
          + ", ".join(f"{n} {k}" for k, n in sorted(status.commits_by_kind.items())) + ")"),
         ("decision", Raw(f"<b>{escape(status.decision)}</b> — "
@@ -57,17 +58,25 @@ def status_html(status: Any) -> str:
         ("last commit", status.last_commit_at or "no commit yet"),
         ("progress", f"{status.progress_pct:g}% current ({status.view_version})"),
     ], caption=f"keepstep run {status.run_id}")
-    counts = table(["current", "invalidated", "orphans", "ready", "running", "blocked",
-                    "failed", "pending"],
-                   [[c.get(k, 0) for k in ("current", "invalidated", "orphans", "ready",
-                                           "running", "blocked", "failed", "pending")]],
-                   caption="Counts")
+    names = ("current", "superseded", "invalidated", "orphans", "ready", "running", "blocked",
+             "failed", "pending")
+    counts = table(list(names), [[c.get(k, 0) for k in names]], caption="Counts")
     budget = table(["counter", "used", "limit", "left"], budget_rows(status.budget),
                    caption="Budget")
     units = table(["unit", "state", "attempts", "current attempt", "reason"],
                   [[uid, state_badge(v.state), v.attempts, v.current_attempt, v.reason]
                    for uid, v in status.units.items()], caption="Units")
     parts = [head, counts, budget]
+    needs = getattr(status, "needs", [])
+    if needs:
+        parts.append(table(["needs you", "what", "what to do", "command"],
+                           [[n.kind, n.message, n.action, n.command] for n in needs],
+                           caption="Needs you"))
+    flights = getattr(status, "in_flight", [])
+    if flights:
+        parts.append(table(["unit", "title", "attempt", "step", "since", "executor"],
+                           [[f.unit, f.title, f.attempt, f.step, f.started_at, f.owner]
+                            for f in flights], caption="In flight"))
     if status.pending_approvals:
         parts.append(table(["gate", "unit", "question", "options"],
                            [[a.gate, a.unit, a.question, ", ".join(o.label for o in a.options)]
@@ -86,6 +95,21 @@ def status_html(status: Any) -> str:
                             for a in status.alerts], caption="Alerts"))
     parts.append(units)
     return '<div class="keepstep-status">' + "".join(parts) + "</div>"
+
+
+OFFLINE_MODEL = "local/keepstep-offline"
+
+
+def model_text(models: Sequence[str]) -> str:
+    """The model(s) that produced the work, saying plainly when it is the offline heuristic."""
+    names = sorted(set(models))
+    if not names:
+        return "no model configured"
+    text = ", ".join(names)
+    if OFFLINE_MODEL in names:
+        text += (" — keepstep's offline heuristic: deterministic rules over the sources, no "
+                 "language model")
+    return text
 
 
 # -- the handover page ------------------------------------------------------------------------
@@ -109,6 +133,7 @@ def handover_index_html(*, title: str, run_label: str, facts: Mapping[str, Any],
          if base["version"] is None else
          f"{base['version']} ({base['kind']}) · hash {base['hash'][:16]}… · state "
          f"{base['state_hash'][:16]}… · {base['created_at']} · {base['verification']}"),
+        ("model", model_text(facts.get("models") or st.models)),
         ("decision", Raw(f"<b>{escape(st.decision)}</b> — {escape('; '.join(st.reasons))}")),
         ("suggested next step", Raw(f"<b>{escape(st.next_action)}</b>")),
         ("contract", _link("contract.md") if contract_current else Raw(
@@ -151,10 +176,11 @@ def handover_index_html(*, title: str, run_label: str, facts: Mapping[str, Any],
         ["unit", "action", "status", "key"],
         [[e.get("unit"), e.get("action"), e.get("status"), e.get("idem_key")]
          for e in st.external_unknown])))
-    sections.append(("Recent errors", table(
-        ["when", "event", "unit", "attempt", "class", "message"],
-        [[e["ts"], e["kind"], e["unit"], e["attempt"], e["class"], e["message"]]
-         for e in facts["errors"]])))
+    sections.append(("Errors by cause", table(
+        ["cause", "times", "units", "latest message", "last seen", "what to do"],
+        [[g["cause"], g["count"], ", ".join(g["units"]) or "-", g["message"], g["last"],
+          g["action"]] for g in facts.get("error_groups", [])])
+        + "<p><small>Every error event is in <code>state/recent_errors.json</code>.</small></p>"))
     sections.append(("Deliverables", table(
         ["unit", "file", "sha256", "matches the manifest"],
         [[d["unit"], _link(d["bundle_path"], d["name"]), d["sha256"][:16] + "…",
@@ -179,5 +205,5 @@ def handover_index_html(*, title: str, run_label: str, facts: Mapping[str, Any],
             "source texts or keys are included.</small></p></body></html>\n")
 
 
-__all__ = ["Raw", "budget_rows", "explanation_html", "handover_index_html", "key_values",
-           "preview_html", "state_badge", "status_html", "table"]
+__all__ = ["OFFLINE_MODEL", "Raw", "budget_rows", "explanation_html", "handover_index_html",
+           "key_values", "model_text", "preview_html", "state_badge", "status_html", "table"]

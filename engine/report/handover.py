@@ -145,8 +145,14 @@ def _collect(run: RunHandle) -> dict[str, Any]:
     errors = [e for e in events if e.kind in ERROR_KINDS][-RECENT_ERRORS:]
     changes = [e for e in events if e.kind in ("decision.plan_change", "decision.input_change")]
     approvals = [a for a in store.approvals(run.run_id, branch_id=run.branch_id)]
+    error_rows = [{"seq": e.seq, "ts": e.ts, "kind": e.kind, "unit": e.unit,
+                   "attempt": e.attempt_id,
+                   "class": e.payload.get("error_class") or e.payload.get("kind"),
+                   "message": e.payload.get("message") or e.payload.get("reason") or ""}
+                  for e in errors]
     return {
         "status": status, "units": units, "artifacts": artifacts,
+        "error_groups": group_errors(error_rows, status),
         "baseline": {
             "head_version": status.head_version,
             "verified": cp is not None and cp.version == status.head_version,
@@ -166,15 +172,49 @@ def _collect(run: RunHandle) -> dict[str, Any]:
         "approvals": {"pending": [p.model_dump(mode="json") for p in pending_approvals(run)],
                       "history": [a.model_dump(mode="json") for a in approvals
                                   if a.status != "requested"]},
-        "errors": [{"seq": e.seq, "ts": e.ts, "kind": e.kind, "unit": e.unit,
-                    "attempt": e.attempt_id,
-                    "class": e.payload.get("error_class") or e.payload.get("kind"),
-                    "message": e.payload.get("message") or e.payload.get("reason") or ""}
-                   for e in errors],
+        "errors": error_rows,
+        "models": list(status.models),
         "recoveries": [{"seq": e.seq, "ts": e.ts, "kind": e.kind, **e.payload}
                        for e in events if e.kind.startswith("recovery.")
                        and e.kind != "recovery.orphan"],
     }
+
+
+# What to do about each cause of error, in one sentence (a cause not listed gets the
+# generic advice: explain the unit, then retry it).
+ERROR_ACTIONS = {
+    "budget": "raise the budget with `keepstep budget raise`, then resume",
+    "quota": "top up the provider account or switch the model, then resume",
+    "auth": "store a valid key with `keepstep keys set` and the provider's name, then resume",
+    "rate_limited": "wait, or lower the request rate; resume retries",
+    "storage": "free disk space where the project lies, then resume",
+    "effect": "settle the external action with `keepstep effects settle` and its key",
+    "expert": "when the expert has looked, release the unit with a takeover rerun",
+}
+
+
+def group_errors(errors: list[dict[str, Any]], status: Any) -> list[dict[str, Any]]:
+    """The recent errors grouped by cause (their class, or the event kind): how many, which
+    units, the latest message and one action each, most frequent first."""
+    groups: dict[str, dict[str, Any]] = {}
+    for e in errors:
+        cause = str(e.get("class") or e["kind"].split(".")[-1])
+        g = groups.setdefault(cause, {"cause": cause, "count": 0, "units": [], "last": "",
+                                      "message": ""})
+        g["count"] += 1
+        if e.get("unit") and e["unit"] not in g["units"]:
+            g["units"].append(e["unit"])
+        g["last"], g["message"] = e["ts"], e.get("message") or g["message"]
+    needs = {n.unit: n for n in getattr(status, "needs", [])}
+    for g in groups.values():
+        need = next((needs[u] for u in g["units"] if u in needs), None)
+        first = g["units"][0] if g["units"] else None
+        generic = (f"look at {first} (`keepstep explain --run {status.run_id} {first}`), then "
+                   f"retry it (`keepstep retry --run {status.run_id} {first}`)" if first else
+                   "look at the events (`keepstep events`), then resume")
+        g["action"] = (f"{need.action} ({need.command})" if need is not None and need.command
+                       else ERROR_ACTIONS.get(g["cause"], generic))
+    return sorted(groups.values(), key=lambda g: (-g["count"], g["cause"]))
 
 
 def _relative(path: str, root: Path) -> str:
@@ -316,6 +356,7 @@ def _write_bundle(run: RunHandle, out: Path, chain: ChainReport) -> Path:
     w.json("state/budget.json", st.budget)
     w.json("state/external_unknowns.json", st.external_unknown)
     w.json("state/recent_errors.json", facts["errors"])
+    w.json("state/errors_by_cause.json", facts["error_groups"])
     w.json("state/recoveries.json", facts["recoveries"])
     w.json("state/next_step.json", {"next_action": st.next_action, "decision": st.decision,
                                     "reasons": st.reasons})

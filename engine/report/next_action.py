@@ -1,54 +1,157 @@
-"""The one next step a person can take, in words, from the status and decision.
+"""What needs a person, and the one next step, in words, from the status and decision.
 
-Every command suggested here exists in the ``keepstep`` CLI and is written out in full with
-the placeholder ``DIR`` for the project folder (the engine does not know how the person
-spelled it) and the run id (plus ``--branch`` off the main branch), so it can be copied.
+Every command suggested here exists in the ``keepstep`` CLI and is written out in full as it
+runs inside the project folder (DIR is then found from the working directory), with the run
+id (plus ``--branch`` off the main branch), so it can be copied. A face that runs elsewhere
+adds the project path (``keepstep.app.cli.output.commands_for``). No placeholder is ever
+written: a value a person must choose is named in words after the command.
 """
 
 from __future__ import annotations
 
+import math
+import shlex
+from types import SimpleNamespace
 from typing import Any
+
+from pydantic import BaseModel
 
 from keepstep.engine.core.decide import Decision, DecisionKind
 
 
-def _cmd(status: Any, verb: str, rest: str = "") -> str:
+class Need(BaseModel):
+    """One thing only a person can settle, with what to do about it.
+
+    ``kind``: approval, budget, effect, expert, failed, blocked or recovery. ``action`` is
+    what to do in words; ``command`` the CLI command that does it (empty when there is none).
+    """
+
+    kind: str
+    unit: str | None = None
+    units: list[str] = []
+    message: str
+    action: str
+    command: str = ""
+    key: str | None = None  # the effect's idempotency key, the gate id, …
+
+
+def cmd(status: Any, verb: str, rest: str = "") -> str:
+    """```keepstep VERB --run RUN [--branch B] [REST]``` as it runs inside the project."""
     branch = f" --branch {status.branch}" if getattr(status, "branch", "main") != "main" else ""
     tail = f" {rest}" if rest else ""
-    return f"`keepstep {verb} DIR --run {status.run_id}{branch}{tail}`"
+    return f"`keepstep {verb} --run {status.run_id}{branch}{tail}`"
+
+
+def _gate_of(request: Any) -> tuple[str, str, str, str]:
+    """(gate, unit, question, the option to suggest: the first one the gate accepts)."""
+    if isinstance(request, dict):
+        request = SimpleNamespace(gate=request.get("gate", "?"), unit=request.get("unit", ""),
+                                  question=request.get("question", ""),
+                                  options=request.get("options") or [])
+    labels = [(o.get("label"), o.get("available", True)) if isinstance(o, dict)
+              else (o.label, o.available) for o in request.options]
+    choice = next((label for label, ok in labels if ok), labels[0][0] if labels else "approve")
+    return request.gate, request.unit, request.question, str(choice)
+
+
+
+
+def needs(status: Any, recovery_stopped: str | None = None,
+          budget_limits: dict[str, float] | None = None) -> list[Need]:
+    """What waits for a person, most urgent first: a stopped recovery, unknown external
+    outcomes, approvals, the budget, held and failed units. Nothing else."""
+    out: list[Need] = []
+    effects = getattr(status, "external_unknown", None) or []
+    if recovery_stopped:
+        out.append(Need(kind="recovery", message=f"recovery stopped: {recovery_stopped}",
+                        action="look at the events, then record a recovery reset",
+                        command=cmd(status, "recovery reset", "--reason 'what you checked'")))
+    for e in effects:
+        if not (e.get("detail") or {}).get("needs_person"):
+            continue
+        key = e.get("idem_key", "")
+        why = (e.get("detail") or {}).get("reason", "outcome unknown")
+        out.append(Need(kind="effect", unit=e.get("unit"), key=key,
+                        message=f"{e.get('unit')}: {e.get('action')} via {e.get('adapter')} — "
+                        f"outcome unknown ({why})",
+                        action="settle it: look it up again, or record whether it was sent",
+                        command=cmd(status, "effects settle", key)))
+    for req in status.pending_approvals:
+        gate, unit, question, choice = _gate_of(req)
+        out.append(Need(kind="approval", unit=unit, key=gate,
+                        message=f"gate {gate}: {question}".rstrip(": "),
+                        action="answer the approval",
+                        command=cmd(status, "approve", f"{gate} --choice {shlex.quote(choice)}")))
+    units = status.units
+    budget = [u for u, v in units.items() if v.state == "blocked"
+              and (v.reason or "").startswith("budget")]
+    if budget:
+        reason = units[budget[0]].reason or ""
+        counter = next((k for k in ("calls", "tokens", "cost", "recoveries")
+                        if f"budget: {k}" in reason), "calls")
+        limit = (budget_limits or {}).get(counter)
+        new = (f"{limit * 1.5:.2f}" if counter == "cost" else f"{math.ceil(limit * 1.5)}") \
+            if limit else "200"
+        out.append(Need(kind="budget", unit=budget[0], units=budget,
+                        message=f"{', '.join(budget)} blocked: {reason}",
+                        action=f"raise the {counter} limit (e.g. to {new}), then resume",
+                        command=cmd(status, "budget raise",
+                                    f"--{counter} {new} --reason 'approved more {counter}'")))
+    effect_units = {n.unit for n in out if n.kind == "effect"}
+    for uid, view in units.items():
+        reason = view.reason or ""
+        if uid in budget or uid in effect_units:
+            continue
+        if view.state == "blocked" and reason.startswith("marked for an expert"):
+            out.append(Need(kind="expert", unit=uid, message=f"{uid} held: {reason}",
+                            action="when the expert has looked, release it with a rerun",
+                            command=cmd(status, "takeover", f"rerun {uid}")))
+        elif view.state == "blocked" and reason.startswith("external outcome unknown"):
+            out.append(Need(kind="effect", unit=uid, message=f"{uid} blocked: {reason}",
+                            action="settle the external action",
+                            command=cmd(status, "effects")))
+        elif view.state == "failed":
+            out.append(Need(kind="failed", unit=uid, message=f"{uid} failed: {reason}",
+                            action="look at why, then retry it",
+                            command=cmd(status, "retry", uid)))
+        elif view.state == "blocked" and reason and not reason.startswith("out of scope"):
+            out.append(Need(kind="blocked", unit=uid, message=f"{uid} blocked: {reason}",
+                            action="fix the cause, then retry it",
+                            command=cmd(status, "retry", uid)))
+    return out
 
 
 def next_action(status: Any, decision: Decision) -> str:
-    resume = _cmd(status, "resume")
+    """The one next step: what the run needs now, with the command that does it."""
+    resume = cmd(status, "resume")
     if decision.kind == DecisionKind.done:
-        return (f"done: export the handover "
-                f"({_cmd(status, 'handover', f'--out handover-{status.run_id}.zip')})")
+        return (f"done: export the deliverables ({cmd(status, 'export')}) or the handover "
+                f"({cmd(status, 'handover', f'--out handover-{status.run_id}.zip')})")
     if decision.kind == DecisionKind.claim:
         return f"resume: {decision.unit} is ready ({resume})"
     if decision.kind == DecisionKind.waiting:
         return ("wait: another executor holds a live lease (" + "; ".join(decision.reasons)
-                + f"); check it with {_cmd(status, 'status')}")
-    budget_units = [u for u, v in status.units.items() if v.state == "blocked"
-                    and (v.reason or "").startswith("budget")]
-    if budget_units:
-        reason = status.units[budget_units[0]].reason or ""
-        exact = reason.split("raise with `", 1)[1].split("`", 1)[0] if "raise with `" in reason \
-            else None
-        command = f"`{exact}`" if exact else _cmd(status, "budget raise", "--calls N --reason ...")
-        return (f"raise the budget ({command}), "
-                f"then resume ({resume}) ({', '.join(budget_units)} blocked: "
-                f"{status.units[budget_units[0]].reason})")
-    if status.pending_approvals:
-        first = status.pending_approvals[0]
-        gate = first["gate"] if isinstance(first, dict) else first.gate
-        return (f"answer the approval for gate {gate!r} "
-                f"({_cmd(status, 'approve', gate + ' --choice ...')}), then resume")
+                + f"); check it with {cmd(status, 'status')}")
+    limits = (getattr(status, "budget", None) or {}).get("limits", {})
+    found = needs(status, budget_limits=limits)
+    first = found[0] if found else None
+    if first is not None and first.kind == "budget":
+        return (f"raise the budget ({first.command}), then resume ({resume}) "
+                f"({first.message})")
+    if first is not None and first.kind == "approval":
+        return f"answer the approval for gate {first.key!r} ({first.command}), then resume"
+    if first is not None and first.kind == "effect" and first.key:
+        return (f"settle the external action of {first.unit} ({first.command}: it looks the "
+                f"key up first), then resume ({resume})")
     if status.external_unknown:
-        return (f"settle the unknown external outcomes (list them with "
-                f"{_cmd(status, 'effects')}), then resume ({resume})")
-    blocked = [u for u, v in status.units.items() if v.state in ("blocked", "failed")]
-    if blocked:
-        u = blocked[0]
-        return (f"look at {u} ({_cmd(status, 'explain', u)}), then retry it "
-                f"({_cmd(status, 'retry', u)})")
+        return (f"resume: recovery asks the adapters about {len(status.external_unknown)} "
+                f"external action(s) without a receipt ({resume}); list them with "
+                f"{cmd(status, 'effects')}")
+    if first is not None and first.kind in ("failed", "blocked", "expert"):
+        u = first.unit
+        return f"look at {u} ({cmd(status, 'explain', u or '')}), then {first.action} " \
+               f"({first.command})"
     return "blocked: " + "; ".join(decision.reasons)
+
+
+__all__ = ["Need", "cmd", "needs", "next_action"]

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 from keepstep.engine.core.decide import Decision, DecisionKind, decide, ready_units
 from keepstep.engine.core.state import counts
 from keepstep.engine.core.timefmt import parse_iso
+from keepstep.engine.report.next_action import Need, needs
 from keepstep.engine.run.gates import PendingApproval, pending_approvals
 from keepstep.storage import NotFound
 
@@ -26,6 +27,24 @@ class UnitView(BaseModel):
     # A failed unit's validator problems and rejected answers (see UnitExplanation).
     problems: list[dict[str, Any]] = Field(default_factory=list)
     answers: list[str] = Field(default_factory=list)
+    title: str = ""
+    phase: str = ""
+    kind: str = ""
+
+
+class InFlightUnit(BaseModel):
+    """A unit some executor is working on now: its lease, the step it last reported (the
+    lease's progress string, renewed with every heartbeat) and when its attempt started."""
+
+    unit: str
+    title: str = ""
+    attempt: str
+    owner: str
+    step: str | None = None
+    started_at: str | None = None  # ISO, from the attempt row
+    started_ts: float | None = None
+    expires_at: float
+    expired: bool = False
 
 
 class RunStatus(BaseModel):
@@ -40,14 +59,17 @@ class RunStatus(BaseModel):
     counts: dict[str, int]
     budget: dict[str, dict[str, float]]
     leases: list[dict[str, Any]]
+    in_flight: list[InFlightUnit] = Field(default_factory=list)
     pending_approvals: list[PendingApproval]
     external_unknown: list[dict[str, Any]]
     alerts: list[dict[str, Any]]
     next_action: str
+    needs: list[Need] = Field(default_factory=list)
     decision: str
     reasons: list[str] = Field(default_factory=list)
     last_commit_at: str | None = None
     progress_pct: float = 0.0
+    models: list[str] = Field(default_factory=list)
     view_version: str = VIEW_VERSION
 
     def _repr_html_(self) -> str:  # Jupyter
@@ -76,11 +98,24 @@ def _alerts(run: RunHandle, facts: Any, last_commit_ts: float | None,
                         f"moved for {int(lease.renewed_at - lease.progress_at)} s"})
     for ev in run.store.events(run.run_id, branch_id=run.branch_id, kind_prefix="alert.",
                                newest_first=True, limit=20):
-        out.append({"kind": ev.kind.removeprefix("alert."), "unit": ev.unit, **ev.payload,
-                    "ts": ev.ts})
+        alert = {"kind": ev.kind.removeprefix("alert."), "unit": ev.unit, **ev.payload,
+                 "ts": ev.ts}
+        if not alert.get("message"):
+            alert["message"] = _alert_message(alert)
+        out.append(alert)
     if decision_kind == DecisionKind.blocked:
         out.append({"kind": "nothing_ready", "message": "nothing is ready but the run is not done"})
     return out
+
+
+def _alert_message(alert: dict[str, Any]) -> str:
+    """A sentence for an alert event recorded without one."""
+    if alert["kind"] == "repeated_error":
+        return (f"{alert.get('unit') or 'a unit'} failed {alert.get('count', 'several')} times "
+                f"with {alert.get('error_class') or 'the same error'}")
+    details = ", ".join(f"{k} {v}" for k, v in alert.items()
+                        if k not in ("kind", "unit", "ts") and v not in (None, "", [], {}))
+    return details or alert["kind"].replace("_", " ")
 
 
 def recovery_stop(run: RunHandle) -> str | None:
@@ -120,11 +155,25 @@ def run_status(run: RunHandle) -> RunStatus:
             reason=st.reason if st else None,
             problems=list((st.details.get("diagnosis") or {}).get("problems", [])) if st else [],
             answers=list((st.details.get("diagnosis") or {}).get("answers", [])) if st else [],
+            title=u.title, phase=u.phase, kind=u.kind.value,
         )
     c = counts(facts, plan, ready)
     orphans = store.orphaned_attempts(run.run_id)
     c["orphans"] = len(orphans)
     by_kind = store.count_checkpoints(run.run_id, run.branch_id)
+    # Successes later invalidated (or replaced by a newer success): each success is one
+    # unit-success commit, and each unit holds at most one current record.
+    c["superseded"] = max(0, by_kind.get("unit-success", 0) - c["current"])
+    titles = {u.id: u.title for u in plan.units}
+    in_flight = []
+    for lease in facts.leases.values():
+        attempt = store.get_attempt(run.run_id, lease.attempt_id)
+        started = attempt.started_at if attempt is not None else None
+        in_flight.append(InFlightUnit(
+            unit=lease.unit, title=titles.get(lease.unit, ""), attempt=lease.attempt_id,
+            owner=lease.owner, step=lease.progress, started_at=started,
+            started_ts=parse_iso(started) if started else None, expires_at=lease.expires_at,
+            expired=lease.expires_at <= facts.now))
     try:
         last = store.get_checkpoint(run.run_id, head.version, run.branch_id)
     except NotFound:  # a damaged chain: the newest row there is (recovery reports the rest)
@@ -144,18 +193,23 @@ def run_status(run: RunHandle) -> RunStatus:
         leases=[{"unit": lease.unit, "attempt": lease.attempt_id, "owner": lease.owner,
                  "token": lease.fencing_token, "expires_at": lease.expires_at,
                  "expired": lease.expires_at <= facts.now} for lease in facts.leases.values()],
+        in_flight=in_flight,
         pending_approvals=pending_approvals(run, facts),
         external_unknown=[e.model_dump(mode="json") for e in effects],
         alerts=_alerts(run, facts, last_ts, decision.kind.value),
         next_action="", decision=decision.kind.value, reasons=decision.reasons,
         last_commit_at=last.created_at if last else None,
         progress_pct=round(100.0 * c["current"] / max(1, len(plan.units)), 1),
+        models=sorted({run.model_for(u) for u in plan.units}) or [
+            run.project.files.config.default_model],
     )
+    status.needs = needs(status, recovery_stopped=stopped, budget_limits=dict(budget.limits))
     status.next_action = next_action(status, decision)
     if stopped is not None:
         status.alerts.insert(0, {"kind": "recovery_stopped", "message": stopped})
-        status.next_action = f"recovery stopped: {stopped}"
+        status.next_action = (f"recovery stopped: {stopped}; look at the events, then "
+                              f"{status.needs[0].command}")
     return status
 
 
-__all__ = ["RunStatus", "UnitView", "run_status"]
+__all__ = ["InFlightUnit", "RunStatus", "UnitView", "run_status"]

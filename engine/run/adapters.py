@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import urllib.error
 import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -117,11 +115,16 @@ class FileDropAdapter:
 
 
 class WebhookAdapter:
-    """HTTP POST of a JSON request with ``Idempotency-Key: <key>`` (urllib, no extra dependency).
+    """HTTP POST of a JSON request with ``Idempotency-Key: <key>`` (httpx).
 
     lookup = GET ``{url}/{key}``: 200 found (remote id from the body's ``id``),
     404 not found and safe to retry, 410 gone (undone; not safe to resend),
     anything else or no connection: cannot tell. compensate = DELETE ``{url}/{key}``.
+
+    A failure before the request was written — the name does not resolve, the connection is
+    refused or times out while connecting, the URL is invalid — means nothing was sent
+    (``EffectRejected``); a failure after it (a read error or timeout, a dropped connection,
+    a 5xx) leaves the outcome unknown (``SideEffectError``).
     """
 
     def __init__(self, url: str, timeout: float = 5.0, *, name: str = "webhook") -> None:
@@ -131,13 +134,12 @@ class WebhookAdapter:
 
     def _call(self, method: str, url: str, body: bytes | None = None,
               headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
-        req = urllib.request.Request(url, data=body, method=method, headers=dict(headers or {}))
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as exc:
-            with exc:
-                return exc.code, exc.read()
+        import httpx
+
+        # A fresh client per call: adapters are used from several threads and rarely.
+        with httpx.Client(timeout=self.timeout, follow_redirects=False, trust_env=False) as c:
+            resp = c.request(method, url, content=body, headers=dict(headers or {}))
+            return resp.status_code, resp.content
 
     def _key_url(self, key: str) -> str:
         return f"{self.url}/{urllib.parse.quote(key, safe='')}"
@@ -151,15 +153,23 @@ class WebhookAdapter:
         return str(data.get("id", default)) if isinstance(data, dict) else default
 
     def perform(self, key: str, request: dict[str, Any]) -> str:
+        import httpx
+
         try:
             status, body = self._call(
                 "POST", self.url, canonical_json(request).encode("utf-8"),
                 {"Content-Type": "application/json", "Idempotency-Key": key},
             )
-        except urllib.error.URLError as exc:
-            if isinstance(exc.reason, ConnectionRefusedError):  # nothing was sent
-                raise EffectRejected(f"{self.url} refused the connection; nothing sent") from exc
-            raise
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            # No connection was made (DNS failure, refused, unreachable): nothing was sent.
+            raise EffectRejected(f"{self.url}: could not connect ({type(exc).__name__}); "
+                                 "nothing sent") from exc
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+            raise EffectRejected(f"{self.url} is not a URL keepstep can send to; nothing "
+                                 "sent") from exc
+        except httpx.HTTPError as exc:
+            raise SideEffectError(f"{self.url}: {type(exc).__name__} after the request was "
+                                  "sent; outcome unknown") from exc
         if 200 <= status < 300:
             return self._remote_id(body, key)
         if 400 <= status < 500 and status not in (408, 409, 425, 429):
@@ -167,9 +177,11 @@ class WebhookAdapter:
         raise SideEffectError(f"{self.url} answered HTTP {status}; outcome unknown")
 
     def lookup(self, key: str) -> LookupResult:
+        import httpx
+
         try:
             status, body = self._call("GET", self._key_url(key))
-        except (urllib.error.URLError, OSError):
+        except (httpx.HTTPError, OSError):
             return LookupResult(found=None)
         if status == 200:
             return LookupResult(found=True, remote_id=self._remote_id(body, key), retry_safe=True)

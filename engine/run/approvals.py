@@ -48,6 +48,8 @@ class ApprovalOption(BaseModel):
     redo: list[str] = Field(default_factory=list)
     estimate: dict[str, float] = Field(default_factory=dict)  # e.g. {"calls": 12, "cost": 0.4}
     note: str = ""
+    # False when the gate would refuse this answer now (``note`` says what must change first).
+    available: bool = True
 
 
 class ApprovalRequest(ApprovalRecord):

@@ -407,6 +407,76 @@ def decide_unknown(
     return fresh
 
 
+class SettleResult(BaseModel):
+    """How ``settle_effect`` settled an effect (or why it could not)."""
+
+    key: str
+    unit: str
+    outcome: Literal["sent", "not sent", "unknown"]
+    by: Literal["lookup", "person", "nobody"]
+    remote_id: str | None = None
+    reason: str = ""
+    effect: EffectRecord
+
+
+def settle_effect(
+    store: Store,
+    adapter: EffectAdapter | None,
+    key: str,
+    *,
+    sent: bool | None,
+    who: str,
+    reason: str = "",
+    remote_id: str | None = None,
+) -> SettleResult:
+    """Settle an effect whose outcome is unknown: ask the adapter by key first; only when it
+    cannot tell, record the person's decision (``sent``: it happened, ``remote_id`` its
+    reference; ``not sent``: it did not, so the next resume sends it again with the same key).
+
+    A lookup that can tell wins over the person's word (the answer says so). With
+    ``sent=None`` and a lookup that cannot tell, nothing is recorded (outcome ``unknown``).
+    Raises SideEffectError for a key that is not waiting, and for a person's decision
+    without a reason. Every settlement is a ``decision.effect`` event."""
+    row = store.get_effect(key)
+    if row is None or row.status not in UNRESOLVED:
+        raise SideEffectError(f"effect {key} is not waiting to be settled"
+                              + (f" (it is {row.status})" if row else " (no such key)"),
+                              hint="list the effects with `keepstep effects`")
+    lookup_key = row.compensates or key
+    found, why = (_lookup(adapter, lookup_key) if adapter is not None
+                  else (None, f"no adapter named {row.adapter!r} is configured"))
+    if found is not None and (found.found or found.retry_safe):
+        happened = bool(found.found) if row.compensates is None else not found.found
+        outcome = "sent" if happened else "not sent"
+        event = EventIn(kind="decision.effect", unit=row.unit, payload={
+            "key": key, "decision": "settle", "outcome": outcome, "by": "lookup", "who": who,
+            "reason": f"{row.adapter} lookup by key"})
+        store.mark_effect(key, "committed" if happened else "failed",
+                          remote_id=found.remote_id if happened else None, only_if=UNRESOLVED,
+                          event=event, detail={"needs_person": False,
+                                               "resolved": f"lookup by {who}"})
+        fresh = store.get_effect(key)
+        assert fresh is not None
+        _unblock_if_for(store, fresh)
+        told = "" if sent is None or sent == happened else (
+            f"; the lookup answered, so it wins over 'you said {'sent' if sent else 'not sent'}'")
+        return SettleResult(key=key, unit=row.unit, outcome=outcome, by="lookup",
+                            remote_id=fresh.remote_id, effect=fresh,
+                            reason=f"{row.adapter} {'has' if found.found else 'has no'} "
+                            f"record of key {lookup_key}{told}")
+    if sent is None:
+        return SettleResult(key=key, unit=row.unit, outcome="unknown", by="nobody",
+                            reason=why, effect=row)
+    if not reason.strip():
+        raise SideEffectError(f"settling {key} by hand needs a reason",
+                              hint="say how you know, e.g. --reason 'the client confirmed'")
+    fresh = decide_unknown(store, adapter, key, decision="done" if sent else "abandon",
+                           who=who, reason=reason, remote_id=remote_id)
+    return SettleResult(key=key, unit=row.unit, outcome="sent" if sent else "not sent",
+                        by="person", remote_id=fresh.remote_id, effect=fresh,
+                        reason=f"{why}; decided by {who}: {reason}")
+
+
 # -- compensation ------------------------------------------------------------------------
 
 
@@ -492,5 +562,5 @@ def compensate(store: Store, adapter: EffectAdapter, effect: EffectRecord, *,
 __all__ = [
     "EffectOutcome", "ReconcileResult", "compensate", "compensation_key",
     "compensation_preview", "decide_unknown", "idempotency_key", "perform_effect", "reconcile",
-    "request_hash",
+    "request_hash", "SettleResult", "settle_effect",
 ]

@@ -244,8 +244,12 @@ def option_estimates(run: RunHandle, gate: Gate, facts: RunFacts) -> list[Approv
     hold = release_hold(run, gate, facts)
     out = []
     for label in gate.options or ["approve"]:
+        # An audience gate's option runs the gated units only when it matches contract.md's
+        # audience (record_choice refuses the others) — unless the audience is none of the
+        # options; a release gate's option runs them unless a failed validator holds them.
+        available = True
         if gate.binds_audience() and gate.options:
-            runs = label == audience
+            runs = available = audience not in gate.options or label == audience
             note = ("runs the gated unit and what follows" if runs else
                     f"needs contract.md's audience changed to {label!r} first (a plan change)")
         elif gate.lets_run(label):
@@ -258,7 +262,8 @@ def option_estimates(run: RunHandle, gate: Gate, facts: RunFacts) -> list[Approv
                     "is delivered (revoke the decision to be asked again)")
         out.append(ApprovalOption(
             label=label, reuse=current, redo=redo if runs else [],
-            estimate={"calls": est_calls if runs else 0, "cost": 0.0}, note=note))
+            estimate={"calls": est_calls if runs else 0, "cost": 0.0}, note=note,
+            available=available))
     return out
 
 
@@ -303,13 +308,43 @@ def request_gates(run: RunHandle, facts: RunFacts, *,
         if not any(all(facts.is_current(d.unit) for d in units[u].depends_on) for u in waiting):
             continue
         if status.request is None:
-            approvals.request_gate(run.store, run.run_id, run.branch_id, gate, bound_object=obj,
-                                   options=option_estimates(run, gate, facts), now=facts.now)
+            request = approvals.request_gate(run.store, run.run_id, run.branch_id, gate,
+                                             bound_object=obj,
+                                             options=option_estimates(run, gate, facts),
+                                             now=facts.now)
+            keep_token(run, gate.id, request.resume_token)
         answer = (approve or {}).get(gate.id)
         if answer is not None:
             record_choice(run, gate, answer, who="command line (--approve)", facts=facts)
             out.update({u: True for u in waiting})
     return out
+
+
+def keep_token(run: RunHandle, gate_id: str, token: str | None) -> None:
+    """Hand a newly issued resume token to the run object that asked (``Run.resume_tokens``,
+    in memory only): the database keeps its sha256, so this is the one chance to show it."""
+    tokens = getattr(run, "resume_tokens", None)
+    if token and isinstance(tokens, dict):
+        tokens[gate_id] = token
+
+
+def issue_resume_token(run: RunHandle, gate: Gate) -> str:
+    """Ask ``gate`` again about the same object and return the new request's resume token.
+
+    The open request is superseded (a token issued with it stops working); the options are
+    recomputed now. ApprovalError when the gate has no open request to re-issue."""
+    facts = run.facts()
+    obj = bound_object(run, gate, facts)
+    status = approvals.gate_status(run.store, run.run_id, run.branch_id, gate, obj, facts.now)
+    if status.open or status.request is None or status.request.status != "requested":
+        raise ApprovalError(f"gate {gate.id!r} has no open request to issue a token for",
+                            hint="a token is issued when the run reaches the gate; resume first")
+    request = approvals.request_gate(run.store, run.run_id, run.branch_id, gate,
+                                     bound_object=obj,
+                                     options=option_estimates(run, gate, facts), now=facts.now)
+    assert request.resume_token is not None
+    keep_token(run, gate.id, request.resume_token)
+    return request.resume_token
 
 
 def record_choice(run: RunHandle, gate: Gate, answer: str, *, who: str, token: str | None = None,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -30,6 +29,7 @@ from keepstep.engine.core.state import (
     UnitState,
     records_from_state,
 )
+from keepstep.engine.errors import PlanValidationError
 from keepstep.engine.files.project import STATE_DIR, ProjectFiles, load_project_files
 from keepstep.engine.gateway.call_ledger import StoreCallLedger
 from keepstep.engine.run.baseline import PRODUCER_VERSION, PROMPT_VERSION
@@ -223,6 +223,13 @@ class Workspace:
     def _load_files(self, *, validate: bool = True) -> ProjectFiles:
         signature = self._files_signature()
         files = load_project_files(self.root, validate=validate)
+        if validate:
+            from keepstep.engine.run.validation import file_problems
+
+            # Checked before anything runs: a plan that cannot run spends no model call.
+            problems = file_problems(files)
+            if problems:
+                raise PlanValidationError([p.line() for p in problems], problems=problems)
         self._loaded_signature, self._files_validated = signature, validate
         for key, value in self.policy_overrides.items():
             setattr(files.config.policy, key, value)
@@ -463,7 +470,7 @@ class RunHandle:
         injected gateway. Returns the thread, or None when there is nothing to preload."""
         from keepstep.engine.core.plan import MODEL_KINDS
 
-        if self.project.gateway_factory is not None or "litellm" in sys.modules:
+        if self.project.gateway_factory is not None:
             return None
         plan = self.project.files.plan
         model_units = {u.id for u in plan.units if u.kind in MODEL_KINDS}
@@ -473,11 +480,15 @@ class RunHandle:
         if all(u in records and records[u].state == UnitState.succeeded for u in model_units):
             return None
 
+        config = self.project.files.config
+        models = sorted({config.model_for(u.id, u.kind.value) for u in plan.units
+                         if u.id in model_units})
+
         def load() -> None:
             from keepstep.engine.gateway import client
 
             try:
-                client._litellm()
+                client.warm_up(models)
             except Exception:  # noqa: BLE001, S110 - the first real call reports it
                 pass
 

@@ -148,7 +148,12 @@ def preview_rerun(run: RunHandle, unit: str, *, who: str = "user") -> TakeoverPr
     to_run = redo if unit in redo else [unit, *redo]
     cost, unknown = _estimate(run, plan, to_run, records)
     notes = []
-    if status is not None and status.status in ("blocked", "failed", "cancelled"):
+    if status is not None and status.details.get("effect"):
+        # The unknown outcome stays in the ledger: the rerun would block on it again.
+        notes.append(f"{unit} is {status.status}: {status.reason}; a rerun does NOT settle "
+                     "that external action — settle it first (`keepstep effects settle "
+                     f"{status.details['effect']} --run {run.run_id}`)")
+    elif status is not None and status.status in ("blocked", "failed", "cancelled"):
         notes.append(f"{unit} is {status.status}: {status.reason}; the rerun releases it")
         if status.details.get("kind") == "budget":
             notes.append("it is blocked by the budget: raise the limit first "
@@ -265,7 +270,7 @@ def preview_expert(run: RunHandle, unit: str) -> TakeoverPreview:
     current = _current(plan, records)
     waiting = _in_plan_order(plan, (u for u in nx.descendants(plan.graph(), unit)
                                     if u not in current))
-    notes = ["a rerun of it (`keepstep takeover DIR --run RUN rerun UNIT`) releases it"]
+    notes = [f"a rerun of it (`keepstep takeover --run {run.run_id} rerun {unit}`) releases it"]
     if unit in current:
         notes.insert(0, f"{unit} is current and stays so; the hold applies if it has to "
                         "run again")

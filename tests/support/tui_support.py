@@ -34,6 +34,17 @@ def copy_sample(dest: Path) -> Path:
     return dest
 
 
+def one_at_a_time(root: Path) -> Path:
+    """Set ``max_parallel = 1`` in the pack's keepstep.toml: one unit in flight, so a
+    screenshot of a running dashboard is the same every time."""
+    config = root / "keepstep.toml"
+    lines = config.read_text(encoding="utf-8").splitlines(keepends=True)
+    first_table = next(i for i, line in enumerate(lines) if line.startswith("["))
+    lines.insert(first_table, "max_parallel = 1\n\n")
+    config.write_text("".join(lines), encoding="utf-8")
+    return root
+
+
 def gate_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The pack after one offline run that stopped at the audience gate (built once per
     test session, shared by every TUI test module)."""
@@ -43,7 +54,8 @@ def gate_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
         root = copy_sample(tmp_path_factory.mktemp("me042") / "market-entry")
         with open_project(root, clock=lambda: FIXED_NOW, executor_id=EXECUTOR,
                           synchronous="OFF") as project:
-            status = project.open_or_start(RUN_ID).run()
+            # One unit at a time: the event log (and so every screenshot) is the same each run.
+            status = project.open_or_start(RUN_ID).run(jobs=1)
         assert status.decision == "blocked" and status.pending_approvals, status.reasons
         _TEMPLATES["gate"] = root
     return _TEMPLATES["gate"]
@@ -73,7 +85,76 @@ async def wait_for(pilot: Any, condition: Callable[[], bool], *, timeout: float 
 
 
 def screen_text(app: Any) -> str:
-    """All text the current screen shows in Static widgets (for assertions)."""
-    from textual.widgets import Static
+    """All text the current screen shows in Static widgets, option lists and tables (for
+    assertions)."""
+    from textual.widgets import DataTable, OptionList, Static
 
-    return "\n".join(str(w.render()) for w in app.screen.query(Static))
+    parts = [str(w.render()) for w in app.screen.query(Static)]
+    for options in app.screen.query(OptionList):
+        parts += [str(options.get_option_at_index(i).prompt)
+                  for i in range(options.option_count)]
+    for table in app.screen.query(DataTable):
+        parts += [" ".join(str(c) for c in table.get_row_at(i)) for i in range(table.row_count)]
+    return "\n".join(parts)
+
+
+def gate_project(dest: Path, options: tuple[str, ...] = ("summary", "full report")) -> Path:
+    """The `keepstep init` example with a gate on U5 whose options the contract does not
+    decide (its audience is not among them): every option is accepted."""
+    from typer.testing import CliRunner
+
+    from keepstep.app.cli.main import app
+
+    result = CliRunner().invoke(app, ["init", str(dest)])
+    assert result.exit_code == 0, result.output
+    opts = ", ".join(f'"{o}"' for o in options)
+    with open(dest / "plan.toml", "a", encoding="utf-8") as fh:
+        fh.write(f'\n[[gate]]\nid = "depth"\nunit = "U5"\nquestion = "How deep should the '
+                 f'findings go?"\noptions = [{opts}]\n')
+    return dest
+
+
+class SlowGateway:
+    """The offline model, slowed down: every call waits until ``release`` is set, so a unit
+    stays in flight while a test looks at the screen. When the dashboard's cancel Event is
+    set (quitting, c) the call stops as a cancellation at a safe point."""
+
+    def __init__(self, ledger: Any, release: Any, entered: Any,
+                 cancelled: Callable[[], bool]) -> None:
+        from keepstep.engine.gateway.client import ModelGateway
+
+        self.inner = ModelGateway(ledger=ledger)
+        self.release, self.entered, self.cancelled = release, entered, cancelled
+
+    def complete(self, ctx: Any, request: Any, **estimates: Any) -> Any:
+        from keepstep.engine import RunCancelled
+
+        self.entered.set()
+        while not self.release.wait(0.05):
+            if self.cancelled():
+                raise RunCancelled("cancelled while the model was answering")
+        return self.inner.complete(ctx, request, **estimates)
+
+
+def slow_app(root: Path, *, clock: Callable[[], float] | None = None) -> tuple[Any, Any]:
+    """(app, release Event): ME-042 whose model calls wait for ``release``; heartbeats every
+    50 ms so each unit's step reaches its lease at once."""
+    import threading
+
+    from keepstep.app.tui import make_app
+
+    release, entered = threading.Event(), threading.Event()
+    holder: dict[str, Any] = {}
+
+    def cancelled() -> bool:
+        app = holder.get("app")
+        return app is not None and app.dashboard.cancel_event.is_set()
+
+    options = {**APP_OPTIONS, "policy": {"heartbeat_seconds": 0.05}}
+    if clock is not None:
+        options["clock"] = clock
+    app = make_app(root, RUN_ID, gateway_factory=lambda ledger: SlowGateway(
+        ledger, release, entered, cancelled), **options)
+    holder["app"] = app
+    app.entered = entered
+    return app, release

@@ -14,9 +14,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Checkbox, Input, Label, Static
+from textual.widgets import Button, Footer, Input, Label, Static
 
 from keepstep.app.tui.format import error_text
+from keepstep.app.tui.widgets.tick import Tick
 from keepstep.engine import SourceEntry, add_source
 
 FIELDS = (  # (input id, label, placeholder)
@@ -31,7 +32,7 @@ FIELDS = (  # (input id, label, placeholder)
 class AddSourceModal(ModalScreen[SourceEntry | None]):
     BINDINGS = [
         Binding("escape", "cancel", "cancel"),
-        Binding("ctrl+s", "add", "add"),
+        Binding("ctrl+s", "add", "save"),
     ]
 
     def __init__(self, root: Path) -> None:
@@ -47,11 +48,12 @@ class AddSourceModal(ModalScreen[SourceEntry | None]):
                     yield Input(placeholder=placeholder, compact=True, id=field_id)
             with Horizontal(classes="field"):
                 yield Label("", classes="field-label")
-                yield Checkbox("approve now", compact=True, id="add-approve")
+                yield Tick("approve now", compact=True, id="add-approve")
             yield Static(id="add-source-error", markup=False)
             with Horizontal(classes="buttons"):
                 yield Button("Add", id="add", variant="primary")
                 yield Button("Cancel", id="cancel")
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#add-path", Input).focus()
@@ -81,7 +83,7 @@ class AddSourceModal(ModalScreen[SourceEntry | None]):
             entry = add_source(self.root, self._path(), source_id=self._value("add-id"),
                                group=self._value("add-group"), title=self._value("add-title"),
                                kind=self._value("add-kind"),
-                               approved=self.query_one("#add-approve", Checkbox).value)
+                               approved=self.query_one("#add-approve", Tick).value)
         except Exception as exc:  # engine errors, and the file system refusing the copy
             self._show_problem(*error_text(exc))
             return

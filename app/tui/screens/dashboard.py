@@ -1,8 +1,13 @@
-"""The run dashboard: versions, the unit grid, budget, what needs you, and what runs now.
+"""The run dashboard: every unit with its title and state by phase, budget, what needs you
+(each with its action), the units in flight with their step and a ticking elapsed time,
+the next step, and a tail of recent events.
 
 It owns the engine worker: `r` runs (or resumes) the run in a thread that only posts
-messages back (app/messages.py); `c` sets the cancel Event, so the engine stops at its
-next safe point. Every other page is one key away.
+messages back (app/messages.py) and feeds the engine's ``ProgressTracker``; `c` sets the
+cancel Event, so the engine stops at its next safe point. A one-second timer redraws "Now"
+from the tracker (several units may be in flight at once), and while nothing runs here it
+re-reads the status, so another executor's progress shows too. Every other page is one key
+away; every key is also in the command palette (ctrl+p) and on `?`.
 """
 
 from __future__ import annotations
@@ -17,10 +22,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Footer, OptionList, Static
+from textual.widgets.option_list import Option
 from textual.worker import Worker, WorkerState
 
-from keepstep.app.tui.format import DECISION_LABELS, ago, expires_in, progress_text, state_symbol
+from keepstep.app.tui.format import DECISION_LABELS, event_line, progress_text
 from keepstep.app.tui.messages import (
     ApprovalRequested,
     RunFailed,
@@ -29,37 +35,55 @@ from keepstep.app.tui.messages import (
     UnitClaimed,
     UnitCommitted,
 )
-from keepstep.app.tui.screens.approval import ApprovalModal
+from keepstep.app.tui.screens.dag import DagScreen
+from keepstep.app.tui.screens.deliverables import DeliverablesScreen
+from keepstep.app.tui.screens.effects import EffectsScreen
 from keepstep.app.tui.screens.events import EventsScreen
 from keepstep.app.tui.screens.explain import ExplainScreen
 from keepstep.app.tui.screens.narrative import NarrativeScreen
+from keepstep.app.tui.screens.needs import NeedsYouActions
 from keepstep.app.tui.screens.plan_builder import PlanBuilderScreen
 from keepstep.app.tui.screens.sources import SourcesScreen
 from keepstep.app.tui.screens.takeover import TakeoverScreen
 from keepstep.app.tui.widgets.budget_bars import BudgetBars
-from keepstep.app.tui.widgets.unit_grid import UnitGrid
-from keepstep.engine import KeepstepError, LeaseLost, RunCancelled
+from keepstep.app.tui.widgets.unit_table import UnitTable
+from keepstep.engine import KeepstepError, LeaseLost, RunCancelled, fmt_duration
 
 if TYPE_CHECKING:
     from keepstep.app.tui.app import KeepstepApp
-    from keepstep.engine import PendingApproval, Run, RunStatus
+    from keepstep.engine import Need, ProgressTracker, Run, RunStatus
 
 # action(run, cancel, on_event) -> RunStatus: Run.run, Run.retry… with the worker's Event.
 EngineAction = Callable[["Run", threading.Event, Callable[[dict[str, Any]], None]], Any]
-STATUS_EVERY_S = 0.3  # a full RunStatus at most this often while units commit
+STATUS_EVERY_S = 0.3  # a full RunStatus at most this often while units start and commit
+WATCH_EVERY_S = 2.0  # while nothing runs here: re-read the status (another executor may)
+EVENTS_SHOWN = 6
+QUIET_EVENTS = ("checkpoint.committed", "recovery.started", "recovery.audited")
+# Shown elsewhere: a stopped recovery is under Needs you; "nothing ready" is the next line.
+ALERTS_NOT_SHOWN = ("nothing_ready", "recovery_stopped")
+NEED_MARKS = {"approval": "?", "budget": "◼", "effect": "!", "expert": "◼", "failed": "✗",
+              "blocked": "◼", "recovery": "!"}
 
 
-class DashboardScreen(Screen[None]):
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+class DashboardScreen(NeedsYouActions, Screen[None]):
     BINDINGS = [
         Binding("r", "run", "run"),
         Binding("c", "cancel", "cancel"),
         Binding("a", "approvals", "approve"),
         Binding("e", "explain", "explain"),
         Binding("t", "takeover", "takeover"),
+        Binding("f", "deliverables", "files"),
+        Binding("g", "dag", "DAG"),
         Binding("h", "handover", "handover"),
         Binding("s", "sources", "sources"),
-        Binding("p", "plan", "plan"),
-        Binding("v", "events", "events"),
+        # Shown on `?` and in the palette; the footer keeps to 100 columns.
+        Binding("p", "plan", "plan", show=False),
+        Binding("v", "events", "events", show=False),
+        Binding("l", "effects", "effects", show=False),
         Binding("q", "app.quit", "quit"),
     ]
 
@@ -73,6 +97,8 @@ class DashboardScreen(Screen[None]):
         self.running = False
         self.status: RunStatus | None = None
         self.progress = ""
+        self.tracker: ProgressTracker | None = None
+        self._watched = 0.0
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="title-bar"):
@@ -80,24 +106,28 @@ class DashboardScreen(Screen[None]):
             yield Static(id="title-right", markup=False)
         with Horizontal(id="dash-body"):
             with Vertical(id="units-box", classes="panel") as units:
-                units.border_title = "Units"
-                yield UnitGrid(id="units")
+                units.border_title = "Units by phase"
+                yield UnitTable(id="units")
                 yield Static(id="counts", markup=False)
             with Vertical(id="side"):
                 with Vertical(id="budget-box", classes="panel") as budget:
                     budget.border_title = "Budget"
                     yield BudgetBars(id="budget")
                 with Vertical(id="needs-box", classes="panel") as needs:
-                    needs.border_title = "Needs you"
-                    yield Static(id="needs", markup=False)
-        with Vertical(id="now-box", classes="panel") as now:
-            now.border_title = "Now"
-            yield Static(id="now", markup=False)
-        yield Footer(compact=True, show_command_palette=False)
+                    needs.border_title = "Needs you · enter acts"
+                    yield OptionList(id="needs")
+        with Horizontal(id="dash-bottom"):
+            with Vertical(id="now-box", classes="panel") as now:
+                now.border_title = "Now"
+                yield Static(id="now", markup=False)
+            with Vertical(id="events-box", classes="panel") as events:
+                events.border_title = "Recent events"
+                yield Static(id="recent", markup=False)
+        yield Footer(compact=True)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Show `r` or `c` by whether a run is in progress, `a` only when a gate waits (the
-        footer then fits 80 columns)."""
+        footer then fits 100 columns)."""
         if action == "run":
             return not self.running
         if action == "cancel":
@@ -108,7 +138,8 @@ class DashboardScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.refresh_status()
-        self.query_one(UnitGrid).focus()
+        self.query_one(UnitTable).focus()
+        self.set_interval(1.0, self._tick)
 
     def on_screen_resume(self) -> None:
         if not self.running:
@@ -117,7 +148,7 @@ class DashboardScreen(Screen[None]):
     # -- showing facts -----------------------------------------------------------------------
     @property
     def selected_unit(self) -> str | None:
-        return self.query_one(UnitGrid).selected
+        return self.query_one(UnitTable).selected
 
     def refresh_status(self) -> None:
         """Recompute the RunStatus from stored facts and show it (no run yet: the plan)."""
@@ -132,9 +163,8 @@ class DashboardScreen(Screen[None]):
 
     def _show_no_run(self) -> None:
         plan = self.app.project.files.plan
-        grid = self.query_one(UnitGrid)
-        grid.set_units((u.id, u.phase) for u in plan.units)
-        grid.set_states({})
+        self.query_one(UnitTable).set_units(
+            (u.id, u.phase, u.title, "pending", 0) for u in plan.units)
         name = self.app.project.files.config.name
         self.query_one("#title-left", Static).update(
             f"{name} · run {self.app.run_id} (not started)")
@@ -142,18 +172,16 @@ class DashboardScreen(Screen[None]):
         self.query_one("#counts", Static).update(f"· pending {len(plan.units)}")
         limits = self.app.project.files.config.budget.as_limits()
         self.query_one(BudgetBars).set_budget({"used": {}, "limits": limits})
-        self.query_one("#needs", Static).update("nothing yet")
+        self._show_needs([])
         self.query_one("#now", Static).update(
             f"next   press r to start run {self.app.run_id} from the project files")
+        self.query_one("#recent", Static).update("no events yet")
 
     def show_status(self, status: RunStatus) -> None:
         self.status = status
         self.refresh_bindings()
-        run = self.app.active_run
-        phases = {u.id: u.phase for u in run.plan.units} if run else {}
-        grid = self.query_one(UnitGrid)
-        grid.set_units((uid, phases.get(uid, "")) for uid in status.units)
-        grid.set_states({uid: view.state for uid, view in status.units.items()})
+        table = self.query_one(UnitTable)
+        table.set_units(table.rows_for(status))
         name = self.app.project.files.config.name
         self.query_one("#title-left", Static).update(
             f"{name} · run {status.run_id} ({status.branch})")
@@ -162,43 +190,138 @@ class DashboardScreen(Screen[None]):
         self.query_one("#title-right", Static).update(
             f"{status.plan_version} · {status.input_version} · checkpoint "
             f"{status.head_version} · {state}")
-        c = status.counts
-        self.query_one("#counts", Static).update(
-            f"✓ current {c.get('current', 0)}  ↺ invalidated {c.get('invalidated', 0)}  "
-            f"⚠ orphans {c.get('orphans', 0)}  ▶ ready {c.get('ready', 0)}  "
-            f"● running {c.get('running', 0)}  ◼ blocked {c.get('blocked', 0)}  "
-            f"✗ failed {c.get('failed', 0)}  · pending {c.get('pending', 0)}")
+        self._show_counts()
         self.query_one(BudgetBars).set_budget(status.budget)
-        self.query_one("#needs", Static).update("\n".join(self._needs_lines(status)))
+        self._show_needs(status.needs)
         self._show_now()
+        self._show_events()
 
-    def _needs_lines(self, status: RunStatus) -> list[str]:
-        lines = [f"? gate {req.gate}: {req.question} "
-                 "(a)" for req in status.pending_approvals]
-        for uid, view in status.units.items():
-            if view.state in ("blocked", "failed") and view.reason:
-                lines.append(f"{state_symbol(view.state)} {uid} {view.state}: {view.reason}")
-        lines.append(f"! external unknown: {len(status.external_unknown)}")
-        lines += [f"! {a.get('kind', 'alert')}: {a.get('message', '')}" for a in status.alerts
-                  if a.get("kind") != "nothing_ready"]
-        return lines
+    def _show_counts(self) -> None:
+        status = self.status
+        if status is None:
+            return
+        c = dict(status.counts)
+        if self.running and self.tracker is not None:
+            snap = self.tracker.snapshot(read=False)
+            # The tracker is fresher than the status read: a unit it reports in flight may
+            # still be pending (and ready) there. Move it, so no unit is counted twice.
+            for unit in {f.unit for f in snap.in_flight}:
+                view = status.units.get(unit)
+                if view is not None and view.state in ("pending", "invalidated"):
+                    c[view.state] = max(0, c.get(view.state, 0) - 1)
+                    c["ready"] = max(0, c.get("ready", 0) - 1)
+            c["running"], c["current"] = len(snap.in_flight), snap.done
+        shown = [f"✓ current {c.get('current', 0)}/{len(status.units)}"]
+        for key, label in (("superseded", "superseded"), ("running", "● running"),
+                           ("ready", "▶ ready"), ("invalidated", "↺ invalidated"),
+                           ("blocked", "◼ blocked"), ("failed", "✗ failed"),
+                           ("pending", "· pending"), ("orphans", "⚠ orphans")):
+            if c.get(key):
+                shown.append(f"{label} {c[key]}")
+        self.query_one("#counts", Static).update("  ".join(shown))
+
+    def _show_needs(self, needs: list[Need]) -> None:
+        options = self.query_one("#needs", OptionList)
+        highlighted = options.highlighted
+        options.clear_options()
+        self.needs = list(needs)
+        if not needs:
+            options.add_option(Option("nothing: the run needs no decision from you",
+                                      disabled=True))
+            return
+        for n, need in enumerate(needs):
+            options.add_option(Option(f"{NEED_MARKS.get(need.kind, '!')} {need.message}\n"
+                                      f"  → {need.action}", id=f"need-{n}"))
+        if highlighted is not None and highlighted < len(needs):
+            options.highlighted = highlighted
+
+    def _flights(self) -> list[tuple[str, str, str, float]]:
+        """(unit, title, step, elapsed seconds) of every unit in flight now."""
+        now = self.app.project.clock()
+        if self.running and self.tracker is not None:
+            snap = self.tracker.snapshot()
+            return [(f.unit, f.title, f.step, f.elapsed_s) for f in snap.in_flight]
+        status = self.status
+        if status is None:
+            return []
+        return [(f.unit, f.title, f.step or "started",
+                 now - f.started_ts if f.started_ts else 0.0) for f in status.in_flight]
 
     def _show_now(self) -> None:
         status = self.status
         if status is None:
             return
-        now = self.app.project.clock()
+        width = max(40, self.query_one("#now", Static).size.width or 60)
         lines = []
-        for lease in status.leases:
-            left = expires_in(float(lease.get("expires_at", now)) - now)
-            lines.append(f"lease  {lease.get('attempt')} · executor {lease.get('owner')} · "
-                         f"expires {left}")
-        if self.progress:
-            lines.append(f"now    {self.progress}")
-        lines.append(f"last commit {ago(status.last_commit_at, now)} · "
-                     f"{status.checkpoint_commits} checkpoint commits")
-        lines.append(f"next   {status.next_action}")
+        for unit, title, step, elapsed in self._flights():
+            tail = f" · {step or 'started'} · {fmt_duration(elapsed)}"
+            room = max(12, width - len(unit) - len(tail) - 3)
+            lines.append(f"● {unit} {_short(title, room)}{tail}")
+        if self.running and self.tracker is not None:
+            snap = self.tracker.snapshot(read=False)
+            eta = f" · ETA ~{fmt_duration(snap.eta_s)}" if snap.eta_s else ""
+            lines.append(f"{snap.done}/{snap.total} done · {snap.calls:g} calls{eta}")
+        elif self.progress:
+            lines.append(f"last   {self.progress}")
+        for alert in [a for a in status.alerts if a.get("kind") not in ALERTS_NOT_SHOWN][:2]:
+            lines.append(f"! {alert.get('kind', 'alert').replace('_', ' ')}: "
+                         f"{alert.get('message', '')}")
+        since = self._since(status.last_commit_at)
+        lines.append(f"last commit {since} · {status.checkpoint_commits} checkpoint commits")
+        lines.append(f"next   {self._next_line(status)}")
         self.query_one("#now", Static).update("\n".join(lines))
+
+    def _next_line(self, status: RunStatus) -> str:
+        """The next step in this TUI's keys (the CLI command is under Needs you and `?`)."""
+        if self.running:
+            return "running here: c cancels at the next safe point"
+        if status.decision == "done":
+            return "done: f shows and exports the deliverables · h the handover"
+        if status.needs:
+            need = status.needs[0]
+            how = "a answers it" if need.kind == "approval" else "enter on it under Needs you"
+            return f"{need.action} — {how}"
+        if status.decision == "claim":
+            return status.next_action.split(" (`")[0] + " — r resumes"
+        return status.next_action
+
+    def _since(self, iso: str | None) -> str:
+        from keepstep.app.tui.format import ago
+
+        return ago(iso, self.app.project.clock())
+
+    def _show_events(self) -> None:
+        run = self.app.active_run
+        if run is None:
+            return
+        found = self.app.guarded("Could not read the events", run.events,
+                                 branch_id=run.branch_id, newest_first=True,
+                                 limit=EVENTS_SHOWN * 3) or []
+        shown = [event_line(e) for e in found if e.kind not in QUIET_EVENTS][:EVENTS_SHOWN]
+        self.query_one("#recent", Static).update("\n".join(shown) or "no events yet")
+
+    def _tick(self) -> None:
+        """Once a second: the elapsed times tick; without a run here, watch the status."""
+        if self.running:
+            run = self.app.active_run
+            if run is not None and time.monotonic() - self._watched >= WATCH_EVERY_S:
+                self._watched = time.monotonic()
+                status = self.app.guarded("Could not read the run's status", run.status)
+                if status is not None:
+                    self.show_status(status)
+                    return
+            self._show_counts()
+            self._show_now()
+        elif self.app.screen is self and time.monotonic() - self._watched >= WATCH_EVERY_S:
+            self._watched = time.monotonic()
+            if self.app.active_run is None:  # started by another executor meanwhile?
+                if self.app.run_id not in self.app.project.runs():
+                    return
+                self.app.active_run = self.app.project.get_run(self.app.run_id,
+                                                               self.app.branch_id)
+            self.refresh_status()
+        elif self.status is not None and self.status.in_flight:
+            self._show_now()
 
     # -- the engine worker ---------------------------------------------------------------------
     def start_engine(self, action: EngineAction, label: str = "run") -> bool:
@@ -211,32 +334,37 @@ class DashboardScreen(Screen[None]):
         if run is None:
             return False
         self.cancel_event = threading.Event()
+        self.tracker = run.progress(clock=self.app.project.clock)
         self.running = True
         self.engine_idle.clear()
         self.refresh_bindings()
         self.progress = f"{label}: starting (recovery first)"
         self.refresh_status()
-        self._engine(run, action, label, self.cancel_event)
+        self._engine(run, action, label, self.cancel_event, self.tracker)
         return True
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="engine")
     def _engine(self, run: Run, action: EngineAction, label: str,
-                cancel: threading.Event) -> None:
+                cancel: threading.Event, tracker: ProgressTracker) -> None:
         """Thread: run the engine; post messages only (never touch a widget here)."""
         last_status = [0.0]
 
+        def fresh_status() -> RunStatus | None:
+            if time.monotonic() - last_status[0] < STATUS_EVERY_S:
+                return None
+            last_status[0] = time.monotonic()
+            return run.status()
+
         def on_event(event: dict[str, Any]) -> None:
+            tracker.on_event(event)
             kind = event.get("kind", "")
             if kind == "claimed":
-                self.post_message(UnitClaimed(event.get("unit", ""), event.get("attempt", "")))
+                self.post_message(UnitClaimed(event.get("unit", ""), event.get("attempt", ""),
+                                              fresh_status()))
             elif kind == "attempt":
-                status = None
-                if time.monotonic() - last_status[0] >= STATUS_EVERY_S:
-                    status = run.status()
-                    last_status[0] = time.monotonic()
                 self.post_message(UnitCommitted(event.get("unit", ""), event.get("attempt", ""),
                                                 event.get("outcome", ""),
-                                                event.get("detail", "") or "", status))
+                                                event.get("detail", "") or "", fresh_status()))
             else:
                 self.post_message(RunProgressed(progress_text(event), kind))
 
@@ -264,8 +392,11 @@ class DashboardScreen(Screen[None]):
             self.post_message(RunFailed(message, str(getattr(error, "hint", "") or "")))
 
     def on_unit_claimed(self, message: UnitClaimed) -> None:
-        self.query_one(UnitGrid).set_state(message.unit, "running")
-        self.progress = f"{message.attempt} claimed"
+        if message.status is not None:
+            self.show_status(message.status)
+        self.query_one(UnitTable).set_state(message.unit, "running")
+        self.progress = f"{message.attempt} started"
+        self._show_counts()
         self._show_now()
 
     def on_unit_committed(self, message: UnitCommitted) -> None:
@@ -276,13 +407,12 @@ class DashboardScreen(Screen[None]):
         else:
             state = "succeeded" if message.outcome == "committed" else "blocked" \
                 if message.outcome == "blocked" else "pending"
-            self.query_one(UnitGrid).set_state(message.unit, state)
+            self.query_one(UnitTable).set_state(message.unit, state)
             self._show_now()
 
     def on_run_progressed(self, message: RunProgressed) -> None:
         if message.text:
             self.progress = message.text
-            self._show_now()
 
     def on_run_finished(self, message: RunFinished) -> None:
         self.running = False
@@ -303,25 +433,14 @@ class DashboardScreen(Screen[None]):
     def on_approval_requested(self, message: ApprovalRequested) -> None:
         self.open_approval(message.request)
 
-    # -- approvals ---------------------------------------------------------------------------
-    def open_approval(self, request: PendingApproval) -> None:
-        run = self.app.active_run
-        if run is None or isinstance(self.app.screen, ApprovalModal):
+    # -- needs you (the actions are NeedsYouActions') ------------------------------------
+    # Textual collects @on handlers from the screen class itself, not from a mixin.
+    @on(OptionList.OptionSelected, "#needs")
+    def _need_chosen(self, event: OptionList.OptionSelected) -> None:
+        option_id = event.option.id or ""
+        if not option_id.startswith("need-"):
             return
-        gate = next((g for g in run.plan.gates if g.id == request.gate), None)
-        audience = self.app.project.files.contract.audience
-
-        def answered(choice: str | None) -> None:
-            if choice is None or gate is None:
-                self.notify(f"not now: the run waits at gate {request.gate} (a to answer)")
-                return
-            recorded = self.app.guarded("The approval was not recorded", run.approve, gate.id,
-                                        choice, who=self.app.who)
-            if recorded is not None:
-                self.notify(f"recorded: gate {gate.id} = {choice!r}; resuming")
-                self.action_run()
-
-        self.app.push_screen(ApprovalModal(request, gate=gate, preferred=audience), answered)
+        self.act_on(self.needs[int(option_id.removeprefix("need-"))])
 
     # -- actions -----------------------------------------------------------------------------
     def action_run(self) -> None:
@@ -370,6 +489,17 @@ class DashboardScreen(Screen[None]):
     def action_handover(self) -> None:
         if self._need_run() is not None:
             self.app.push_screen(NarrativeScreen())
+
+    def action_deliverables(self) -> None:
+        if self._need_run() is not None:
+            self.app.push_screen(DeliverablesScreen())
+
+    def action_dag(self) -> None:
+        self.app.push_screen(DagScreen(self.selected_unit))
+
+    def action_effects(self) -> None:
+        if self._need_run() is not None:
+            self.app.push_screen(EffectsScreen())
 
     def action_sources(self) -> None:
         self.app.push_screen(SourcesScreen())

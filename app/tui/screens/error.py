@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Static
+from textual.widgets import Button, Footer, Static
 
 
 class ErrorModal(ModalScreen[None]):
@@ -28,6 +28,7 @@ class ErrorModal(ModalScreen[None]):
                     yield Static(f"→ {self.hint}", id="error-hint", markup=False)
             with Horizontal(classes="buttons"):
                 yield Button("Close", id="close", variant="primary")
+        yield Footer(compact=True)
 
     @on(Button.Pressed, "#close")
     def action_close(self) -> None:

@@ -32,7 +32,7 @@ class EventsScreen(Screen[None]):
         yield Input(placeholder="/ filter by kind prefix, e.g. decision. or recovery",
                     id="events-filter", compact=True)
         yield DataTable(id="events-table", cursor_type="row", zebra_stripes=True)
-        yield Footer(compact=True, show_command_palette=False)
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)

@@ -35,7 +35,7 @@ def export_bundle(app: KeepstepApp) -> Path | None:
 
 class NarrativeScreen(Screen[None]):
     BINDINGS = [
-        Binding("escape,q", "app.pop_screen", "back"),
+        Binding("escape", "app.pop_screen", "back"),
         Binding("x", "export", "export bundle"),
     ]
 
@@ -47,7 +47,7 @@ class NarrativeScreen(Screen[None]):
         with VerticalScroll(id="narrative-body", classes="panel"):
             yield Markdown(id="narrative")
         yield Static(id="export-path", markup=False)
-        yield Footer(compact=True, show_command_palette=False)
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         run = self.app.active_run

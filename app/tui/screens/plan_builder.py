@@ -2,7 +2,8 @@
 validation messages under the form as you edit, and saving with an invalidation preview.
 
 Edits change an in-memory copy of plan.toml's Plan; validate_plan runs on every change.
-Keys work while typing in the form (ctrl+n/r/o/s: Input claims ctrl+d and ctrl+e).
+Keys work while typing in the form (ctrl+n/r/o/s: Input claims ctrl+d and ctrl+e). Removing
+a unit and leaving with unsaved edits ask first (ConfirmModal).
 ctrl+s writes plan.toml (Plan.save) only when the plan validates, then shows what the
 change would invalidate (Run.preview()) with the choice to keep it or undo the save.
 """
@@ -18,10 +19,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static, Tree
+from textual.widgets import Button, Footer, Input, Label, Select, Static, Tree
 
 from keepstep.app.tui.format import preview_lines
+from keepstep.app.tui.screens.confirm import ConfirmModal
 from keepstep.app.tui.screens.preview import PreviewModal
+from keepstep.app.tui.widgets.tick import Tick
 from keepstep.engine import PLAN_FILE, EdgeType, Gate, Plan, Unit, UnitKind, validate_plan
 
 if TYPE_CHECKING:
@@ -62,7 +65,7 @@ class PlanBuilderScreen(Screen[None]):
     BINDINGS = [
         Binding("escape", "back", "back"),
         Binding("ctrl+n", "add_unit", "add unit"),
-        Binding("ctrl+r", "remove_unit", "remove unit"),
+        Binding("ctrl+r", "remove_unit", "remove unit (asks)"),
         Binding("ctrl+o", "add_dependency", "add dependency"),
         Binding("ctrl+s", "save", "save"),
     ]
@@ -97,7 +100,7 @@ class PlanBuilderScreen(Screen[None]):
                         yield from _field(field_id, label)
                     with Horizontal(classes="field"):
                         yield Label("final", classes="field-label")
-                        yield Checkbox("required final", compact=True, id="f-required")
+                        yield Tick("required final", compact=True, id="f-required")
                     with Horizontal(classes="field"):
                         yield Label("depends on", classes="field-label")
                         yield Button("+ dependency", compact=True, id="add-dep")
@@ -105,7 +108,7 @@ class PlanBuilderScreen(Screen[None]):
                 with VerticalScroll(id="problems-box", classes="panel") as box:
                     box.border_title = "Validation"
                     yield Static(id="problems", markup=False)
-        yield Footer(compact=True, show_command_palette=False)
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.plan = self.app.project.files.plan.model_copy(deep=True)
@@ -161,11 +164,11 @@ class PlanBuilderScreen(Screen[None]):
                   "f-gate": gate.question if gate else "",
                   "f-gate-options": ", ".join(gate.options) if gate else "",
                   "f-max-rounds": "" if unit.max_rounds is None else str(unit.max_rounds)}
-        with self.prevent(Input.Changed, Select.Changed, Checkbox.Changed):
+        with self.prevent(Input.Changed, Select.Changed, Tick.Changed):
             for field_id, value in values.items():
                 self.query_one(f"#{field_id}", Input).value = value
             self.query_one("#f-kind", Select).value = unit.kind.value
-            self.query_one("#f-required", Checkbox).value = unit.required_final
+            self.query_one("#f-required", Tick).value = unit.required_final
             deps = self.query_one("#f-deps", Vertical)
             await deps.remove_children()
             await deps.mount_all([DependencyRow(d.unit, d.edge.value) for d in unit.depends_on])
@@ -189,7 +192,7 @@ class PlanBuilderScreen(Screen[None]):
                     inputs=self._list("f-inputs"), outputs=self._list("f-outputs"),
                     depends_on=[v for row in self.query(DependencyRow) if (v := row.value())],
                     max_rounds=rounds or None,
-                    required_final=self.query_one("#f-required", Checkbox).value)
+                    required_final=self.query_one("#f-required", Tick).value)
         field_problems = []
         try:
             unit = Unit.model_validate(data)
@@ -241,7 +244,7 @@ class PlanBuilderScreen(Screen[None]):
 
     @on(Input.Changed, "#unit-form Input")
     @on(Select.Changed, "#unit-form Select")
-    @on(Checkbox.Changed, "#f-required")
+    @on(Tick.Changed, "#f-required")
     def _form_changed(self) -> None:
         self.apply_form()
 
@@ -263,9 +266,32 @@ class PlanBuilderScreen(Screen[None]):
         self.notify(f"added {new_id}: edit its fields, then ctrl+s to save")
 
     def action_remove_unit(self) -> None:
+        """Ask first, naming what depends on the unit; only then remove it (in memory)."""
         if self.index is None or not self.plan.units:
             return
-        unit = self.plan.units.pop(self.index)
+        unit = self.plan.units[self.index]
+        users = [u.id for u in self.plan.units if any(d.unit == unit.id for d in u.depends_on)]
+        gate = self.plan.gate_for(unit.id)
+        lines = [f"{unit.id} {unit.title} ({unit.kind.value}, phase {unit.phase})", "",
+                 f"Depends on it: {', '.join(users) or 'nothing'}"
+                 + (" — they will not validate until you edit them" if users else ""),
+                 f"Its gate {gate.id!r} goes too" if gate else "It has no gate",
+                 "", "The edit stays in memory until ctrl+s saves plan.toml."]
+
+        def decided(yes: bool | None) -> None:
+            if yes:
+                self._remove(unit.id)
+            else:
+                self.notify(f"{unit.id} kept")
+
+        self.app.push_screen(ConfirmModal(f"Remove unit {unit.id}?", lines, yes="Remove it"),
+                             decided)
+
+    def _remove(self, unit_id: str) -> None:
+        index = next((i for i, u in enumerate(self.plan.units) if u.id == unit_id), None)
+        if index is None:
+            return
+        unit = self.plan.units.pop(index)
         gate = self.plan.gate_for(unit.id)
         if gate is not None:
             self.plan.gates.remove(gate)
@@ -333,9 +359,21 @@ class PlanBuilderScreen(Screen[None]):
                                           undo="Undo the save"), decided)
 
     def action_back(self) -> None:
-        if self.dirty:
-            self.notify("unsaved edits were discarded (ctrl+s saves)", severity="warning")
-        self.app.pop_screen()
+        """Leave; with unsaved edits, ask first (plan.toml is untouched either way)."""
+        if not self.dirty:
+            self.app.pop_screen()
+            return
+
+        def decided(yes: bool | None) -> None:
+            if yes:
+                self.app.pop_screen()
+                self.app.notify("unsaved plan edits discarded; plan.toml is unchanged")
+
+        self.app.push_screen(ConfirmModal(
+            "Discard your plan edits?",
+            ["The edits on this page are not saved: plan.toml is unchanged.",
+             "Yes discards them; No goes back to the form (ctrl+s saves)."],
+            yes="Discard them", no="Keep editing"), decided)
 
 
 def _field(field_id: str, label: str) -> ComposeResult:

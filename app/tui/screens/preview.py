@@ -8,13 +8,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Static
+from textual.widgets import Button, Footer, Static
 
 
 class PreviewModal(ModalScreen[bool]):
     BINDINGS = [
-        Binding("y,enter", "keep", "keep"),
-        Binding("u,escape", "undo", "undo"),
+        # Escape leaves without doing anything more: the saved file stays as it is.
+        Binding("y,enter,escape", "keep", "keep"),
+        Binding("u", "undo", "undo"),
     ]
 
     def __init__(self, title: str, lines: list[str], *, keep: str = "Keep",
@@ -31,6 +32,7 @@ class PreviewModal(ModalScreen[bool]):
             with Horizontal(classes="buttons"):
                 yield Button(self.keep_label, id="keep", variant="primary")
                 yield Button(self.undo_label, id="undo")
+        yield Footer(compact=True)
 
     @on(Button.Pressed, "#keep")
     def action_keep(self) -> None:

@@ -17,8 +17,9 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from keepstep.app.tui.format import ids
+from keepstep.app.tui.format import ids, preview_lines
 from keepstep.app.tui.screens.add_source import AddSourceModal
+from keepstep.app.tui.screens.confirm import ConfirmModal
 from keepstep.engine import KeepstepError, file_sha256, load_sources, save_sources
 
 if TYPE_CHECKING:
@@ -33,8 +34,8 @@ class SourcesScreen(Screen[None]):
         Binding("escape", "app.pop_screen", "back"),
         Binding("space", "toggle", "approve/revoke"),
         Binding("a", "approve", "approve"),
-        Binding("d", "revoke", "revoke"),
-        Binding("n", "add", "add"),
+        Binding("d", "revoke", "revoke (asks)"),
+        Binding("ctrl+n", "add", "new source"),
     ]
 
     app: KeepstepApp
@@ -53,7 +54,7 @@ class SourcesScreen(Screen[None]):
         with VerticalScroll(id="source-detail-box", classes="panel") as box:
             box.border_title = "Selected source · what a change would invalidate"
             yield Static(id="source-detail", markup=False)
-        yield Footer(compact=True, show_command_palette=False)
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.query_one(DataTable).add_columns(*COLUMNS)
@@ -164,9 +165,40 @@ class SourcesScreen(Screen[None]):
                                 title="Not approved",
                                 hint="restore the file (or fix its path in sources.toml)")
             return
-        entry.approved = wanted
+        if wanted:
+            self._write(entry.id, True)
+            return
+        # Revoking is destructive: show what the next resume would invalidate, then ask.
+        lines = [f"{entry.id} · {entry.title or entry.path} · group {entry.group or '-'}", ""]
+        run = self.app.active_run
+        if run is None:
+            lines.append(f"run {self.app.run_id} has not started: nothing to invalidate yet")
+        elif self.app.dashboard.running:
+            lines.append("a run is in progress: its impact is computed when it stops")
+        else:
+            impact = self.app.guarded("Could not preview the revocation", run.preview_sources,
+                                      {entry.id: False})
+            if impact is None:
+                return
+            lines += preview_lines(impact, limit=12)
+        lines += ["", "sources.toml is written only if you say yes."]
+
+        def decided(yes: bool | None) -> None:
+            if yes:
+                self._write(entry.id, False)
+            else:
+                self.notify(f"{entry.id} stays approved: nothing was written")
+
+        self.app.push_screen(ConfirmModal(f"Revoke source {entry.id}?", lines,
+                                          yes="Revoke it"), decided)
+
+    def _write(self, source_id: str, approved: bool) -> None:
+        root = self.app.project.root
+        sources = load_sources(root)
+        entry = next(s for s in sources.sources if s.id == source_id)
+        entry.approved = approved
         self.app.guarded("sources.toml was not saved", save_sources, root, sources)
-        self.notify(f"source {entry.id} {'approved' if wanted else 'revoked'} "
+        self.notify(f"source {entry.id} {'approved' if approved else 'revoked'} "
                     "(sources.toml updated; a run takes it in on its next resume)")
         self.reload()
 

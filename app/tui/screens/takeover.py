@@ -20,6 +20,7 @@ from textual.widgets import Button, Footer, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from keepstep.app.tui.format import ids, preview_lines, takeover_lines, tokens
+from keepstep.app.tui.screens.confirm import ConfirmModal
 from keepstep.app.tui.screens.narrative import export_bundle
 from keepstep.engine import (
     KeepstepError,
@@ -54,7 +55,7 @@ CHOICES = (
 class TakeoverScreen(Screen[tuple[str, str] | None]):
     BINDINGS = [
         Binding("escape", "back", "back"),
-        Binding("ctrl+r", "confirm", "confirm"),
+        Binding("ctrl+s", "confirm", "record (asks)"),
         Binding("x", "export", "export handover"),
     ]
 
@@ -81,7 +82,7 @@ class TakeoverScreen(Screen[tuple[str, str] | None]):
                 with Horizontal(classes="buttons"):
                     yield Button("Confirm", id="confirm", variant="warning", compact=True)
         yield Static(id="takeover-export", markup=False)
-        yield Footer(compact=True, show_command_palette=False)
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         run = self.app.active_run
@@ -89,7 +90,7 @@ class TakeoverScreen(Screen[tuple[str, str] | None]):
         branch = run.branch_id if run is not None else "main"
         self.query_one("#takeover-title", Static).update(
             f"Takeover · run {self.app.run_id} ({branch}) at checkpoint {head} · enter on a "
-            "choice or ctrl+r confirms · x exports the handover first")
+            "choice or ctrl+s records (after a yes) · x exports the handover first")
         self.default_branch = f"{branch}-cp{head}"
         choices = self.query_one(OptionList)
         choices.highlighted = 0
@@ -186,16 +187,31 @@ class TakeoverScreen(Screen[tuple[str, str] | None]):
     @on(Input.Submitted)
     @on(Button.Pressed, "#confirm")
     def action_confirm(self) -> None:
+        """Ask first — the preview on the right is the impact — then record the choice."""
         run = self.app.active_run
         if run is None:
             return
-        try:
-            outcome = self._confirm(run)
-        except Exception as exc:  # engine or storage: say so and stay on the page
-            self.app.show_error(exc, title="The takeover was not recorded")
+        self.update_preview()
+        lines = str(self.query_one("#takeover-preview", Static).render()).splitlines()
+        if lines and lines[0].startswith("cannot preview"):
+            self.app.show_error(lines[0], title="Nothing to record")
             return
-        if outcome is not False:
-            self.dismiss(outcome)
+        label = next(lbl for a, lbl, _ in CHOICES if a == self.action)
+
+        def decided(yes: bool | None) -> None:
+            if not yes:
+                self.notify("nothing recorded")
+                return
+            try:
+                outcome = self._confirm(run)
+            except Exception as exc:  # engine or storage: say so and stay on the page
+                self.app.show_error(exc, title="The takeover was not recorded")
+                return
+            if outcome is not False:
+                self.dismiss(outcome)
+
+        self.app.push_screen(ConfirmModal(f"{label}: record this decision?", lines,
+                                          yes="Record it"), decided)
 
     def _confirm(self, run: Run) -> tuple[str, str] | None | bool:
         """Record the highlighted choice through the engine; False keeps the page open."""

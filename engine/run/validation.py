@@ -1,11 +1,12 @@
 """Whether a project can run: every problem of its plan against its files, at once.
 
-``core.plan.find_problems`` checks the plan on its own (ids, edges, kinds' params, gate
-bindings, documents named by audits and deliveries). ``file_problems`` checks it against the
-project folder: template files that exist, template placeholders something fills, pack data
-files that parse, extract units whose inputs select an approved source, deliver units whose
-adapter is configured, ``[providers.X]`` and ``unit_models`` names that match. Each problem
-names the unit (or gate, or file), the field and what to do.
+``files.project.plan_problems`` (``core.plan.find_problems``) checks the plan on its own
+(ids, edges, kinds' params, gate bindings, documents named by audits and deliveries).
+``file_problems`` checks it against the project folder: template files that exist, template
+placeholders something fills, pack data files that parse, extract units whose inputs select
+an approved source, deliver units whose adapter is configured, ``[providers.X]`` and
+``unit_models`` names that match. Each problem names the unit (or gate, or file), the field
+and what to do.
 
 ``validate_project`` is what ``keepstep validate`` shows (``--json`` prints the report): it
 never raises for a plan problem — the report lists them — only for files it cannot read at
@@ -25,7 +26,6 @@ from keepstep.engine.core.plan import (
     Plan,
     PlanProblem,
     UnitKind,
-    find_problems,
     outputs_of,
     plan_problem,
     unit_problem,
@@ -236,7 +236,11 @@ def validate_project(root: Path, *, models: bool = True) -> ValidationReport:
 
     Raises (with its own message) only when keepstep.toml, contract.md or sources.toml cannot
     be read at all; plan problems are in the report."""
-    from keepstep.engine.files.project import load_project_files, snapshot_sources
+    from keepstep.engine.files.project import (
+        load_project_files,
+        plan_problems,
+        snapshot_sources,
+    )
 
     root = Path(root)
     try:
@@ -244,11 +248,7 @@ def validate_project(root: Path, *, models: bool = True) -> ValidationReport:
     except PlanValidationError as exc:  # plan.toml is not TOML, or has shape errors
         problems = exc.problems or [plan_problem(e) for e in exc.errors]
         return ValidationReport(ok=False, problems=problems)
-    approved = {s.id: s.approved for s in files.sources.sources}
-    groups = {s.group for s in files.sources.sources if s.approved and s.group}
-    problems = find_problems(files.plan, sources=approved, groups=groups,
-                             contract_fields=set(files.contract.fields) | {"body"})
-    problems += file_problems(files)
+    problems = plan_problems(files) + file_problems(files)
     report = ValidationReport(ok=not problems, problems=problems, units=len(files.plan.units),
                               gates=len(files.plan.gates))
     if not problems:
