@@ -257,7 +257,7 @@ PARTS: dict[str, str] = {
     "risks": "the ranking as a table (rank, risk, score, evidence) with how it was settled",
     "top_risks": "the n highest-scoring risks (n = 3 unless given)",
     "recommendation": "a recommendation chosen by the pack's rule on the top risk's score "
-                      "(data file, see Recommendation rules)",
+                      "(data file, see Pack data files)",
     "questions": "the research questions framed by a questions intake dependency",
     "inventory": "the source inventory as a table (header lines for a header-only inventory)",
     "verification": "per verification unit: statements checked, supported and rejected",
