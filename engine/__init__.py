@@ -44,9 +44,11 @@ if TYPE_CHECKING:
         EdgeType,
         Gate,
         Plan,
+        PlanProblem,
         Unit,
         UnitKind,
         load_plan,
+        parse_plan,
         validate_plan,
     )
     from keepstep.engine.core.state import (
@@ -173,6 +175,7 @@ if TYPE_CHECKING:
         SettleResult,
     )
     from keepstep.engine.run.gates import (
+        Binding,
         PendingApproval,
     )
     from keepstep.engine.run.maintenance import (
@@ -198,6 +201,10 @@ if TYPE_CHECKING:
         preview_expert,
         preview_narrow,
         preview_rerun,
+    )
+    from keepstep.engine.run.validation import (
+        ValidationReport,
+        validate_project,
     )
     from keepstep.storage import (
         ApprovalRecord,
@@ -226,6 +233,10 @@ _EXPORTS: dict[str, str] = {
     "UnitKind": "keepstep.engine.core.plan",
     "load_plan": "keepstep.engine.core.plan",
     "validate_plan": "keepstep.engine.core.plan",
+    "parse_plan": "keepstep.engine.core.plan",
+    "PlanProblem": "keepstep.engine.core.plan",
+    "ValidationReport": "keepstep.engine.run.validation",
+    "validate_project": "keepstep.engine.run.validation",
     "Decision": "keepstep.engine.core.decide",
     "DecisionKind": "keepstep.engine.core.decide",
     "decide": "keepstep.engine.core.decide",
@@ -319,6 +330,7 @@ _EXPORTS: dict[str, str] = {
     "Mismatch": "keepstep.engine.report.narrative_claims",
     "ApprovalOption": "keepstep.engine.run.approvals",
     "PendingApproval": "keepstep.engine.run.gates",
+    "Binding": "keepstep.engine.run.gates",
     "RecoveryReport": "keepstep.engine.run.recovery",
     "TAKEOVER_ACTIONS": "keepstep.engine.run.takeover",
     "mark_for_expert": "keepstep.engine.run.takeover",

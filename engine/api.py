@@ -146,7 +146,7 @@ class Run(RunHandle):
     ) -> RunStatus:
         """Recover (audit, reconcile, apply detected changes), then run units until done,
         blocked or cancelled (``RunCancelled`` is raised after the units in flight stopped at
-        their next safe point). ``approve`` answers gates (``{"audience": "product team"}``).
+        their next safe point). ``approve`` answers gates (``{"<gate id>": "<option>"}``).
         ``jobs``: units in flight at once (default keepstep.toml's ``max_parallel``; 1 runs
         one unit at a time, in plan order). An approved source that cannot be read (no text,
         over ``max_source_mb``, unsupported or undecodable) raises SourceError before
@@ -405,13 +405,8 @@ class Run(RunHandle):
 
     def _preview_candidate(self, *, approved: dict[str, bool] | None = None,
                            plan: Plan | None = None) -> Preview:
-        from keepstep.engine.core.changes import detect_changes
-        from keepstep.engine.files.project import snapshot_sources
-        from keepstep.engine.run.baseline import template_hashes
-
         files = self.project.reload()
         approved = approved or {}
-        new_plan = plan if plan is not None else files.plan
         sources = files.sources.model_copy(deep=True)
         for entry in sources.sources:
             if entry.id in approved:
@@ -419,18 +414,11 @@ class Run(RunHandle):
         unknown = sorted(set(approved) - {e.id for e in sources.sources})
         if unknown:
             raise KeepstepError(f"no source {', '.join(unknown)} in sources.toml")
-        snapshot = snapshot_sources(files.root, sources)
-        old_inputs = self.store.read_key(self.run_id, "inputs", self.branch_id) or {}
-        info = self.plan_info
-        changes = detect_changes(
-            old_inputs=old_inputs, new_snapshot=snapshot,
-            old_contract_fields=info.get("contract_fields", {}), new_contract=files.contract,
-            old_plan=self.recorded_plan, new_plan=new_plan,
-            old_templates=info.get("templates", {}), new_templates=template_hashes(files.root),
-            old_versions=self.versions, new_versions=self.project.versions())
-        return preview(new_plan, changes, self.facts_records(), self.calls(),
+        found = detect(self, sources=sources, plan=plan)
+        return preview(found.files.plan if plan is None else plan, found.changes,
+                       self.facts_records(), self.calls(),
                        high_risk_rules=files.config.high_risk_rules,
-                       source_groups={**old_inputs.get("groups", {}), **snapshot.groups})
+                       source_groups=found.source_groups)
 
     def progress(self, **kwargs: Any) -> ProgressTracker:
         """A live-progress tracker to pass as ``on_event`` (see ``report.progress``)."""

@@ -16,10 +16,13 @@ class ProjectError(KeepstepError):
 
 
 class PlanValidationError(KeepstepError):
-    """A plan failed validation; ``errors`` lists every problem found."""
+    """A plan failed validation; ``errors`` lists every problem found (as lines);
+    ``problems`` the same as typed ``core.plan.PlanProblem`` values when the validator gave
+    them (unit, field, message, hint)."""
 
-    def __init__(self, errors: list[Any]) -> None:
+    def __init__(self, errors: list[Any], *, problems: list[Any] | None = None) -> None:
         self.errors = list(errors)
+        self.problems = list(problems or [])
         lines = "\n".join(f"  - {e}" for e in self.errors)
         super().__init__(f"plan.toml has {len(self.errors)} problem(s):\n{lines}")
 

@@ -56,31 +56,34 @@ def test_audience_edit_is_an_audience_labelled_plan_change() -> None:
     assert change.old == contract().field_hashes()["audience"]
 
 
-def test_other_contract_fields_are_content_changes() -> None:
-    """A goal edit, a new field and a body edit are contract_field changes labelled content."""
+def test_other_contract_fields_are_policy_changes() -> None:
+    """A goal edit, a new field and a body edit are contract_field changes labelled policy."""
     new = Contract(fields={"audience": "product team", "goal": "exit?", "scope": "2026"},
                    body="Other body.\n")
     changes = detect(new_contract=new)
     assert [c.origin for c in changes] == ["contract:body", "contract:goal", "contract:scope"]
     assert {c.kind for c in changes} == {ChangeKind.contract_field}
-    assert {c.edge for c in changes} == {EdgeType.content}
+    assert {c.edge for c in changes} == {EdgeType.policy}
     assert changes[2].old is None and "added" in changes[2].detail
 
 
 def test_source_changes_carry_their_groups_and_need_an_input_snapshot() -> None:
     """Changed, added, removed and moved sources name their groups; none is plan-level."""
-    snap = InputSnapshot(sources={"A3": H2, "C1": H1, "D9": H1},
+    snap = InputSnapshot(sources={"A3": H2, "C1": H1, "D9": "3" * 64},
                          groups={"A3": "A", "C1": "B", "D9": "D"})
     old = {"sources": {**SNAP.sources, "Z1": H1}, "groups": {**SNAP.groups, "Z1": "Z"}}
     changes = detect(old_inputs=old, new_snapshot=snap)
     got = [(c.kind.value, c.origin, c.groups) for c in changes]
     assert got == [("source_content", "source:A3", ["A"]),
-                   ("source_content", "source:C1", ["B", "C"]),
                    ("source_removed", "source:Z1", ["Z"]),
-                   ("source_added", "source:D9", ["D"])]
-    assert all(c.edge == EdgeType.content and not c.plan_level and c.needs == "inputs"
-               for c in changes)
-    assert "moved from group C to B" in changes[1].detail
+                   ("source_added", "source:D9", ["D"]),
+                   ("source_moved", "source:C1", ["B", "C"])]
+    assert all(not c.plan_level and c.needs == "inputs" for c in changes)
+    assert changes[0].emits() == {"content"}
+    # A change of the set of files is structure (what header-only readers see) and content.
+    assert all(c.edge == EdgeType.structure and c.emits() == {"structure", "content"}
+               for c in changes[1:])
+    assert "moved from group C to B" in changes[3].detail
 
 
 def test_template_changes_are_template_labelled_plan_changes() -> None:

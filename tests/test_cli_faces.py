@@ -220,7 +220,7 @@ def test_validate_json_lists_every_problem(project: Path) -> None:
     bad = invoke("validate", project, "--json")
     assert bad.exit_code == 2
     data = json.loads(bad.stdout)
-    assert not data["ok"] and any("U99" in p for p in data["problems"])
+    assert not data["ok"] and any("U99" in p["line"] for p in data["problems"])
 
 
 def test_verify_and_narrative_json(done_project: Path, tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import tomli_w
 
 from keepstep.engine.api import open_project
 from keepstep.engine.core.plan import Plan, check_plan, load_plan
-from keepstep.engine.errors import ConfigError
+from keepstep.engine.errors import ConfigError, PlanValidationError
 from keepstep.engine.files.project import load_config
 from keepstep.engine.kinds import expected_outputs, get_kind
 from keepstep.engine.run.adapters import FileDropAdapter, WebhookAdapter
@@ -246,18 +246,17 @@ def test_a_sigkill_mid_effect_is_reconciled_on_resume(project: Path, share: Path
         assert p.store.unit_statuses(RUN, "main").get("U09") is None
 
 
-def test_an_unknown_adapter_name_fails_the_unit_naming_the_configured_ones(
+def test_an_unknown_adapter_name_is_refused_before_the_run_naming_the_configured_ones(
         tmp_path: Path, share: Path) -> None:
-    """params.adapter naming no [adapters] table: a clear failure, nothing sent or recorded."""
+    """params.adapter naming no [adapters] table: the plan is refused before any unit runs,
+    naming the configured adapters; nothing sent or recorded."""
     root = make_small_project(tmp_path / "small", units=deliver_units(adapter="dropbox"),
                               adapters=FILE_DROP)
-    status = run_project(root)
-    assert status.decision != "done"
-    with open_project(root) as p:
-        st = p.store.unit_statuses(RUN, "main")["U09"]
-        assert st.status == "failed"
-        assert "no effect adapter named 'dropbox'" in st.reason
-        assert "client_share" in st.reason
+    with pytest.raises(PlanValidationError) as err:
+        run_project(root)
+    assert "adapter 'dropbox'" in str(err.value) and "client_share" in str(err.value)
+    assert [p.unit for p in err.value.problems] == ["U09"]
+    with open_project(root, validate=False) as p:
         assert p.store.effects(RUN) == []
     assert dropped(share) == []
 

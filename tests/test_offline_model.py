@@ -37,12 +37,33 @@ def _sources() -> list[dict]:
 def _text(source: dict) -> str:
     """A source as units read it: its converted text (the file itself for Markdown)."""
     return convert(PACK / source["path"]).text
+def _data(name: str) -> dict:
+    return tomllib.loads((PACK / "data" / f"{name}.toml").read_text(encoding="utf-8"))
+
+
+def _topics() -> list[dict]:
+    """The pack's topics as the extract and synthesize prompts carry them."""
+    return [{"name": t["name"], "keywords": t["keywords"]} for t in _data("topics")["topic"]]
+
+
+def _reading(audience: str) -> dict:
+    """What a synthesize INPUT carries for ``audience`` (kinds.common.reading_hints)."""
+    view = _data("audiences")["audience"].get(audience) or _data("audiences")["default"]
+    return {"topics": _topics(), "reading_order": view["order"], "labels": view["labels"]}
+
+
+def _checklist(audience: str) -> list[dict]:
+    """The pack's risk checklist weighed for ``audience`` (kinds.common.risk_checklist)."""
+    focus = set(_data("audiences")["audience"][audience]["risk_focus"])
+    return [{**r, "impact": min(5, r["impact"] + (r["key"] in focus))}
+            for r in _data("risks")["risk"]]
 
 
 def _pack_evidence() -> list[dict]:
     evidence: list[dict] = []
     for source in _sources():
-        evidence += extract_evidence(source["id"], _text(source))
+        evidence += extract_evidence(source["id"], _text(source), topics=[
+            (t["name"], tuple(t["keywords"])) for t in _topics()])
     return evidence
 
 
@@ -122,10 +143,14 @@ def test_pack_decimal_statement_is_one_sentence() -> None:
             "customs value.") in quotes
 
 
-def test_topics_come_from_the_fixed_set() -> None:
-    """Every statement is tagged with one of the six topics."""
+def test_topics_come_from_the_packs_topics() -> None:
+    """Every statement is tagged with one of the pack's six topics (data/topics.toml); without
+    topics in the prompt, every statement is filed under 'general'."""
     topics = {"market", "regulation", "competition", "pricing", "customer", "operations"}
+    assert {t["name"] for t in _topics()} == topics
     assert {e["topic"] for e in _pack_evidence()} <= topics
+    text = (PACK / "sources" / "A1-market-overview.md").read_text(encoding="utf-8")
+    assert {e["topic"] for e in extract_evidence("A1", text)} == {"general"}
 
 
 def test_verify_supports_quote_present_and_rejects_altered_figure() -> None:
@@ -149,7 +174,7 @@ def test_synthesize_cites_only_given_ids_and_differs_by_audience() -> None:
     outputs = {}
     for audience in ("product team", "investment committee"):
         out = respond({"task": "synthesize", "question": "Enter Norvania?",
-                       "audience": audience, "evidence": evidence})
+                       "audience": audience, "evidence": evidence, **_reading(audience)})
         assert 3 <= len(out["claims"]) <= 6
         for claim in out["claims"]:
             assert claim["evidence_ids"] and set(claim["evidence_ids"]) <= known
@@ -166,7 +191,7 @@ def test_synthesize_tops_up_to_three_findings_from_few_topics() -> None:
     evidence = [{"id": f"P-e{n}", "quote": f"Price is NVK {n} per unit.", "source_id": "P",
                  "topic": "pricing", "figures": [str(n)]} for n in range(1, 8)]
     out = respond({"task": "synthesize", "question": "q", "audience": "product team",
-                   "evidence": evidence})
+                   "evidence": evidence, **_reading("product team")})
     cited = [i for c in out["claims"] for i in c["evidence_ids"]]
     assert len(out["claims"]) == 3 and len(cited) == len(set(cited))
 
@@ -174,14 +199,15 @@ def test_synthesize_tops_up_to_three_findings_from_few_topics() -> None:
 def test_rank_loop_converges_by_round_two() -> None:
     """Round 1 has one unsupported risk that check_ranking flags; round 2 drops it, clean."""
     evidence = _pack_evidence()
+    checklist = _checklist("product team")
     first = respond({"task": "rank", "audience": "product team", "evidence": evidence,
-                     "round": 1, "feedback": None})
+                     "round": 1, "feedback": None, "checklist": checklist})
     problems = check_ranking(first["risks"])
     unsupported = [r["id"] for r in first["risks"] if not r["evidence_ids"]]
     assert len(first["risks"]) > 5 and len(unsupported) == 1
     assert problems == [f"{unsupported[0]} cites no evidence"]
     second = respond({"task": "rank", "audience": "product team", "evidence": evidence,
-                      "round": 2, "feedback": problems})
+                      "round": 2, "feedback": problems, "checklist": checklist})
     assert check_ranking(second["risks"], {e["id"] for e in evidence}) == []
     assert len(second["risks"]) == len(first["risks"]) - 1
     assert [r["id"] for r in second["risks"]] == [f"R{n}" for n in
@@ -193,8 +219,24 @@ def test_rank_small_evidence_has_no_unsupported_risk() -> None:
     """With 5 or fewer candidate risks, round 1 is already clean."""
     evidence = [{"id": "J2-e1", "quote": "Battery life was 13.2 years.", "figures": ["13.2"]}]
     out = respond({"task": "rank", "audience": "product team", "evidence": evidence,
-                   "round": 1})
+                   "round": 1, "checklist": _checklist("product team")})
     assert out["risks"] and check_ranking(out["risks"]) == []
+    assert out["risks"][0]["title"] == "Battery life below tender requirement"
+
+
+def test_rank_without_a_checklist_reads_generic_risk_words() -> None:
+    """A pack with no risk checklist still gets risks, from generic risk words in the
+    statements, titled by the statement that shows each; none from a pack's own rules."""
+    evidence = [{"id": "X1-e1", "quote": "Go-live slipped after a 6 week delay at two sites.",
+                 "figures": ["6"]},
+                {"id": "X2-e1", "quote": "The vendor had a backlog of 40 tickets.",
+                 "figures": ["40"]},
+                {"id": "X3-e1", "quote": "Battery life was 13.2 years.", "figures": ["13.2"]}]
+    out = respond({"task": "rank", "audience": "operations director", "evidence": evidence,
+                   "round": 1})
+    titles = [r["title"] for r in out["risks"]]
+    assert titles and all(t.startswith(("Go-live slipped", "The vendor had")) for t in titles)
+    assert check_ranking(out["risks"], {"X1-e1", "X2-e1", "X3-e1"}) == []
 
 
 def test_check_reports_claims_with_no_or_unknown_evidence() -> None:
@@ -222,8 +264,9 @@ def test_same_input_gives_identical_output() -> None:
         {"task": "extract", "source_id": "A1",
          "text": _text(_sources()[0])},
         {"task": "synthesize", "question": "q", "audience": "investment committee",
-         "evidence": evidence},
-        {"task": "rank", "audience": "investment committee", "evidence": evidence, "round": 1},
+         "evidence": evidence, **_reading("investment committee")},
+        {"task": "rank", "audience": "investment committee", "evidence": evidence, "round": 1,
+         "checklist": _checklist("investment committee")},
         {"task": "summarise", "text": "A 1. B 2. C 3.", "max_sentences": 2},
     ]
     for payload in payloads:

@@ -127,7 +127,7 @@ async def test_run_stops_at_the_gate_then_the_approval_resumes_it_to_done(tmp_pa
                        what="the approval modal")
         modal = app.screen
         assert "Confirm the audience for the synthesis" in screen_text(app)
-        assert "Binds: plan-v1 · contract sha256:" in screen_text(app)
+        assert "Binds: audience = 'product team'" in screen_text(app)
         assert modal.options[modal.chosen()]["label"] == "product team"
         assert dashboard.status.counts["current"] == 28
         await pilot.press("y")

@@ -107,7 +107,7 @@ def test_keepstep_tui_runs_in_a_real_terminal(tmux: Tmux, at_gate: Path) -> None
     tmux.keys("a")
     tmux.wait_for("Gate: audience")
     shown = tmux.wait_for("y approve highlighted")  # the modal's footer, drawn last
-    assert "product team" in shown and "Binds: plan-v1" in shown
+    assert "product team" in shown and "Binds: audience = " in shown
     assert "y approve highlighted" in shown and "q quit" not in shown  # the modal's own keys
     tmux.keys("n")
     tmux.wait_for("Needs you")

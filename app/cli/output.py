@@ -353,8 +353,12 @@ def approvals_text(requests: Sequence[Mapping[str, Any]], run_id: str, root: str
                 out.append(line)
             else:
                 out.append(f"  - {opt}")
+        bindings = [b for b in req.get("bindings") or [] if isinstance(b, Mapping)]
+        for b in bindings:
+            line = f"  binds {b.get('ref')}: {b.get('shown')}"
+            out.append(line + (" (changed since the last decision)" if b.get("changed") else ""))
         binds = req.get("bound_object")
-        if binds:
+        if binds and not bindings:
             out.append(f"  binds: {_short(binds, 80)}")
         first = next((o.get("label") for o in req.get("options") or []
                       if isinstance(o, Mapping) and o.get("available", True)), None)

@@ -80,103 +80,64 @@ def init(root: NewDirArg, force: Annotated[bool, typer.Option(
 
 
 def validate(root: DirArg = None, as_json: JsonOpt = False) -> None:
-    """Check the project files: plan (units, dependencies, gates), contract, sources (each
-    approved one converts to text within max_source_mb), and the models (known to litellm, a
-    key available for each provider) — without calling any.
+    """Check the project files: plan (units, dependencies, typed inputs, params, gates and
+    their bindings, templates and their placeholders, data files, adapters), contract,
+    sources (each approved one converts to text within max_source_mb), and the models
+    (known to litellm, a key available for each provider) — without calling any.
 
-    Every problem is named with its unit and field; exit 2 when there is one. With --json:
-    {"ok", "units", "gates", "approved_sources", "formats", "warnings", "models", "problems"}.
+    Every problem is named with its unit and field and what to do; exit 2 when there is one.
+    With --json: {"ok", "units", "gates", "approved_sources", "formats", "warnings",
+    "models", "problems"}; each problem has where, unit, gate, field, message, hint, code
+    and line.
 
     \b
     Example:
       keepstep validate
       keepstep validate my-pack --json
     """
-    from keepstep.engine import KeepstepError, load_project_files, model_findings, snapshot_sources
+    from keepstep.engine import KeepstepError, PlanValidationError, validate_project
 
     root = check_dir(root)
     if as_json:
         try:
-            files = load_project_files(root)
-            snapshot = snapshot_sources(root, files.sources)
-        except KeepstepError as exc:
-            typer.echo(out.to_json({"ok": False, "problems": _problems(exc), "warnings": []}))
+            report = validate_project(root)
+        except KeepstepError as exc:  # keepstep.toml, contract.md or sources.toml unreadable
+            problems = [{"where": "project", "message": line, "line": line}
+                        for line in _problems(exc)]
+            typer.echo(out.to_json({"ok": False, "problems": problems, "warnings": []}))
             raise typer.Exit(EXIT_USAGE) from None
-        checks = _source_checks(files)
-        findings = model_findings(files)
-        errors = [_source_line(c) for c in checks if not c.ok and c.approved]
-        errors += [f"model {f.model}: {f.message}" for f in findings if f.level == "error"]
-        typer.echo(out.to_json({
-            "ok": not errors, "units": len(files.plan.units), "gates": len(files.plan.gates),
-            "approved_sources": len(snapshot.sources), "formats": _format_counts(checks),
-            "warnings": _output_warnings(files.plan)
-            + [f"(not approved) {_source_line(c)}" for c in checks if not c.ok and not c.approved]
-            + [f"model {f.model}: {f.message}" for f in findings if f.level == "warning"],
-            "models": [f.model_dump(mode="json") for f in findings], "problems": errors}))
-        if errors:
+        data = report.model_dump(mode="json")
+        data["approved_sources"] = data.pop("sources")
+        for shown, problem in zip(data["problems"], report.problems, strict=True):
+            shown["line"] = problem.line()
+        typer.echo(out.to_json(data))
+        if not report.ok:
             raise typer.Exit(EXIT_USAGE)
         return
-    files = load_project_files(root)
-    snapshot = snapshot_sources(root, files.sources)
-    for warning in _output_warnings(files.plan):
+    report = validate_project(root)
+    if report.problems:
+        lines = [p.line() for p in report.problems]
+        _print_models(report.models)
+        raise PlanValidationError(lines, problems=report.problems)
+    for warning in report.warnings:
         typer.echo(f"warning: {warning}")
-    source_errors, formats = _source_findings(files)
-    errors = _model_findings(files)
-    plan = files.plan
-    if source_errors or errors:
-        what = " and ".join(p for p in (
-            f"{source_errors} source problem(s)" if source_errors else "",
-            f"{errors} model problem(s)" if errors else "") if p)
-        raise UsageProblem(f"{what} above",
-                           "fix each source as its line says (or revoke it), and the model "
-                           "names or keys (docs/config.md), then validate again")
-    typer.echo(f"plan OK: {len(plan.units)} units, {len(plan.gates)} gates "
-               f"({len(snapshot.sources)} approved sources{formats})")
+    errors = _print_models(report.models)
+    if errors:
+        raise UsageProblem(f"{errors} model problem(s) above",
+                           "fix the model names or keys, then validate again (docs/config.md)")
+    shown = ", ".join(f"{n} {fmt.upper()}" for fmt, n in report.formats.items())
+    typer.echo(f"plan OK: {report.units} units, {report.gates} gates "
+               f"({report.sources} approved sources{': ' + shown if shown else ''})")
 
 
-def _source_checks(files: Any) -> list[Any]:
-    from keepstep.engine import check_sources
-
-    return check_sources(files, approved_only=False)
-
-
-def _source_line(check: Any) -> str:
-    return f"{check.problem}" + (f"\n  → {check.hint}" if check.hint else "")
-
-
-def _format_counts(checks: list[Any]) -> dict[str, int]:
-    """How many approved, readable sources each format has, most first."""
-    from collections import Counter
-
-    counts = Counter(c.format for c in checks if c.ok and c.approved)
-    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-
-
-def _source_findings(files: Any) -> tuple[int, str]:
-    """Print a line per source that cannot be read (an error when it is approved); return
-    how many are errors and the approved formats as ``: 43 MD, 1 PDF…``."""
-    checks = _source_checks(files)
-    errors = 0
-    for c in checks:
-        if c.ok:
-            continue
-        errors += c.approved
-        prefix = "error: " if c.approved else "warning: (not approved) "
-        typer.echo(f"{prefix}{_source_line(c)}")
-    shown = ", ".join(f"{n} {fmt.upper()}" for fmt, n in _format_counts(checks).items())
-    return errors, (f": {shown}" if shown else "")
-
-
-def _model_findings(files: Any) -> int:
+def _print_models(findings: list[dict[str, Any]]) -> int:
     """Print a line per model the plan calls; return how many are errors."""
-    from keepstep.engine import model_findings
-
-    findings = model_findings(files)
     for f in findings:
-        shown = ", ".join(f.units[:6]) + (f" (+{len(f.units) - 6})" if len(f.units) > 6 else "")
-        prefix = {"error": "error: ", "warning": "warning: ", "ok": "model "}[f.level]
-        typer.echo(f"{prefix}{f.message} — used by {shown}")
-    return sum(1 for f in findings if f.level == "error")
+        units = f["units"]
+        shown = ", ".join(units[:6]) + (f" (+{len(units) - 6})" if len(units) > 6 else "")
+        prefix = {"error": "error: ", "warning": "warning: ", "ok": "model "}[f["level"]]
+        typer.echo(f"{prefix}{f['message']} — used by {shown}")
+    return sum(1 for f in findings if f["level"] == "error")
 
 
 def _problems(exc: BaseException) -> list[str]:
@@ -184,22 +145,6 @@ def _problems(exc: BaseException) -> list[str]:
     text = str(exc).split("\n  → ")[0]
     lines = [line.strip().lstrip("-•").strip() for line in text.splitlines()]
     return [line for line in lines if line] or [str(exc)]
-
-
-def _output_warnings(plan: Any) -> list[str]:
-    """Declared outputs a unit's kind will not write (a likely typo, not an error)."""
-    try:
-        from keepstep.engine import expected_outputs
-    except ImportError:  # kinds not installed: nothing to compare against
-        return []
-    warnings = []
-    for unit in plan.units:
-        expected = set(expected_outputs(unit))
-        extra = sorted(set(unit.outputs) - expected)
-        if expected and extra:
-            warnings.append(f"unit {unit.id}: declares output(s) {', '.join(extra)} but a "
-                            f"{unit.kind.value} unit writes {', '.join(sorted(expected))}")
-    return warnings
 
 
 # --- sources -------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ screens stay small and the wording is the same on every screen.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from keepstep.engine import compact_ids
@@ -114,8 +114,21 @@ def option_line(option: Mapping[str, Any]) -> str:
     return text
 
 
-def bound_text(bound: Mapping[str, Any], expires_days: float | None) -> str:
-    parts = []
+def binding_text(b: Any) -> str:
+    """One bound value as a person reads it (a verdict names its failing checks)."""
+    b = b if isinstance(b, Mapping) else b.model_dump()
+    text = f"{b.get('ref')} {b.get('shown')}" if b.get("kind") == "artifact" \
+        else str(b.get("shown"))
+    return text + (" [changed since the last decision]" if b.get("changed") else "")
+
+
+def bound_text(bound: Mapping[str, Any], expires_days: float | None,
+               bindings: Sequence[Any] = ()) -> str:
+    """What a decision binds: the request's typed ``bindings`` (each value and verdict now)
+    when given, else the older bound object's plan version, contract and artifact hashes."""
+    parts = [binding_text(b) for b in bindings]
+    if parts:
+        bound = {}
     if "plan_n" in bound:
         parts.append(f"plan-v{bound['plan_n']}")
     if bound.get("contract_hash"):

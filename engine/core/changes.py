@@ -5,46 +5,60 @@ and ``versions`` state values, the plan the run last committed) with what the pr
 holds now, and returns typed ``Change`` events in a deterministic order. What a change reaches
 is decided by ``engine.invalidation``.
 
-Every change carries the same kind of label as a dependency edge (DESIGN §7):
+Every change carries the same kind of label as a dependency edge (DESIGN §7); ``labels`` is
+every edge type a root change emits (a unit reads a root input through the edge types it
+declares, ``Unit.edges_of``):
 
-============================  ==============  ==========  ====================================
-kind                          edge            plan_level  origin
-============================  ==============  ==========  ====================================
-source_content/added/removed  content         False       ``source:A3``
-contract_audience             audience        True        ``contract:audience``
-contract_field                content         True        ``contract:goal``, ``contract:body``
-template                      template        True        ``template:report``
-prompt                        content         True        ``prompt:extract``
-unit_definition               structure       True        ``unit:U07``
-dependency_added/removed      structure       True        ``unit:<the dependent>``
-version                       policy|content  True        ``version:policy``, ``version:model``
-tool                          content         True        ``converter:pdf``
-artifact_lost                 content         False       ``unit:U07``
-unit_output                   content|given   False       ``unit:U28``
-============================  ==============  ==========  ====================================
+=================================  ====================  ==========  ===========================
+kind                               labels                plan_level  origin
+=================================  ====================  ==========  ===========================
+source_content                     content               False       ``source:A3``
+source_header                      structure             False       ``source:A3``
+source_added/removed/renamed/moved structure, content    False       ``source:A3``
+contract_audience                  audience              True        ``contract:audience``
+contract_field                     policy                True        ``contract:goal``, ``…:body``
+template                           template|presentation True        ``template:report``
+data                               content               True        ``data:topics``
+prompt                             content               True        ``prompt:extract``
+unit_definition                    structure             True        ``unit:U07``
+dependency_added/removed           structure             True        ``unit:<the dependent>``
+version                            policy|content        True        ``version:policy``
+tool                               content               True        ``converter:pdf``
+artifact_lost                      content               False       ``unit:U07``
+unit_output                        content|given         False       ``unit:U28``
+=================================  ====================  ==========  ===========================
 
 Decisions worth knowing:
 
-- A contract field other than the audience is labelled ``content``: goal, scope and body say
-  *what* the pack must find and argue, so a unit that reads one must redo its substance. The
-  audience has its own edge type because it changes framing and ranking, not the evidence.
+- A source's *header lines* are its front matter plus its sources.toml title, kind and path
+  (``core.inputs.split_header``): an edit there is ``structure`` (what a header-only inventory
+  reads); an edit of the body is ``content``. A source added, removed, renamed (same bytes
+  under a new id) or moved to another group changes the set of files: ``structure`` and
+  ``content`` (a new file has a body to read). A baseline without header hashes (recorded
+  before they were) makes any byte change ``content``.
+- A template edit is ``template`` when its layout changed (sections or placeholders added,
+  removed or reordered, ``core.templates.layout``), else ``presentation`` (only wording or
+  formatting). Added or removed templates, and a baseline without layouts, are ``template``.
+- A contract field other than the audience (goal, scope, deliverables, the body …) is labelled
+  ``policy``: it says *what* the pack must find and argue. The audience has its own edge type
+  because it changes framing and ranking, not the evidence.
 - ``plan_level`` is True for everything stored in the ``plan`` state value (contract, units,
-  dependencies, gates, template hashes) and for versions, because recovery commits the
-  ``plan`` and ``versions`` values together in one plan-change commit; a version change left at
-  plan_level=False would never be recorded and would be detected again on every resume. It is
-  False for sources (a new input snapshot) and for lost artifacts and unit outputs (a repair:
-  neither plan nor inputs change).
+  dependencies, gates, template and data hashes) and for versions, because recovery commits
+  the ``plan`` and ``versions`` values together in one plan-change commit; a version change
+  left at plan_level=False would never be recorded and would be detected again on every
+  resume. It is False for sources (a new input snapshot) and for lost artifacts and unit
+  outputs (a repair: neither plan nor inputs change).
 - A unit whose only differences are in fields that never change what it produces (title, phase,
   timeout_minutes, required_final) yields a ``unit_definition`` change with ``cosmetic=True``: it
   is recorded with the plan change but invalidates nothing. A gate added, changed or removed is
   recorded the same way on its unit: a gate decides whether a unit may run, not what it produces
   (the approvals flow asks again when a decision no longer applies).
 - A prompt template's hash is recorded in the ``versions`` state value as ``prompt:<name>``
-  (``gateway.prompts.prompt_hashes``); an edited prompt (a project's ``prompts/<name>.md``, or
-  a packaged one after an upgrade) is a ``prompt`` change labelled ``content``: it reaches
-  exactly the units that use that prompt (``prompt_refs``: by kind; ``revise`` is used by
-  every model step) and what depends on their substance. A baseline that recorded no prompt
-  hashes yet means "not recorded", not "every prompt changed".
+  (``gateway.prompts.prompt_hashes``); an edited prompt is a ``prompt`` change labelled
+  ``content``: it reaches exactly the units that use that prompt (``prompt_refs``, from the
+  kind presets; ``revise`` is used by every model step) and what depends on their substance.
+  A baseline that recorded no prompt hashes yet means "not recorded", not "every prompt
+  changed". Pack data files (``data/<name>.toml``) work the same way through ``data:<name>``.
 - A source converter's version is recorded in ``versions`` as ``converter:<format>``
   (``engine.files.convert.converter_versions``). An upgrade is a ``tool`` change labelled
   ``content``: it reaches exactly the units whose kind reads sources as converted text
@@ -69,16 +83,21 @@ from pydantic import BaseModel, Field, model_validator
 from keepstep.engine.core.hashing import canonical_json, sha256_hex
 from keepstep.engine.core.inputs import Contract, InputSnapshot
 from keepstep.engine.core.plan import EdgeType, Plan, Unit
+from keepstep.engine.core.presets import implicit_refs
 
 
 class ChangeKind(StrEnum):
     contract_audience = "contract_audience"
     contract_field = "contract_field"
     template = "template"
+    data = "data"
     prompt = "prompt"
     source_content = "source_content"
+    source_header = "source_header"
     source_removed = "source_removed"
     source_added = "source_added"
+    source_renamed = "source_renamed"
+    source_moved = "source_moved"
     unit_definition = "unit_definition"
     dependency_added = "dependency_added"
     dependency_removed = "dependency_removed"
@@ -90,12 +109,16 @@ class ChangeKind(StrEnum):
 
 _EDGE: dict[ChangeKind, EdgeType] = {
     ChangeKind.contract_audience: EdgeType.audience,
-    ChangeKind.contract_field: EdgeType.content,
+    ChangeKind.contract_field: EdgeType.policy,
     ChangeKind.template: EdgeType.template,
+    ChangeKind.data: EdgeType.content,
     ChangeKind.prompt: EdgeType.content,
     ChangeKind.source_content: EdgeType.content,
-    ChangeKind.source_removed: EdgeType.content,
-    ChangeKind.source_added: EdgeType.content,
+    ChangeKind.source_header: EdgeType.structure,
+    ChangeKind.source_removed: EdgeType.structure,
+    ChangeKind.source_added: EdgeType.structure,
+    ChangeKind.source_renamed: EdgeType.structure,
+    ChangeKind.source_moved: EdgeType.structure,
     ChangeKind.unit_definition: EdgeType.structure,
     ChangeKind.dependency_added: EdgeType.structure,
     ChangeKind.dependency_removed: EdgeType.structure,
@@ -104,7 +127,11 @@ _EDGE: dict[ChangeKind, EdgeType] = {
     ChangeKind.unit_output: EdgeType.content,
     ChangeKind.tool: EdgeType.content,
 }
-_INPUT_LEVEL = {ChangeKind.source_content, ChangeKind.source_removed, ChangeKind.source_added}
+_INPUT_LEVEL = {ChangeKind.source_content, ChangeKind.source_header, ChangeKind.source_removed,
+                ChangeKind.source_added, ChangeKind.source_renamed, ChangeKind.source_moved}
+# The set of files changed: both what reads the set (structure) and what reads bodies (content).
+_SET_CHANGES = {ChangeKind.source_removed, ChangeKind.source_added, ChangeKind.source_renamed,
+                ChangeKind.source_moved}
 _REPAIR = {ChangeKind.artifact_lost, ChangeKind.unit_output}
 _ORDER = {k: i for i, k in enumerate(ChangeKind)}
 
@@ -115,14 +142,17 @@ COSMETIC_FIELDS = frozenset({"title", "phase", "timeout_minutes", "required_fina
 class Change(BaseModel):
     """One detected change, labelled like a dependency edge.
 
-    ``edge`` and ``plan_level`` default from ``kind`` when not given. ``groups`` names the source
-    groups whose content a source change alters, so that units reading ``group:<G>`` are reached.
+    ``edge`` and ``plan_level`` default from ``kind`` when not given; ``labels`` (every edge
+    type the change emits at a root input) defaults to ``[edge]``, plus ``content`` for a
+    change of the set of source files. ``groups`` names the source groups whose content a
+    source change alters, so that units reading ``group:<G>`` are reached.
     """
 
     kind: ChangeKind
     origin: str
     # Filled from ``kind`` by the validator below when not given (so optional to callers).
     edge: EdgeType = None  # type: ignore[assignment]
+    labels: list[EdgeType] = Field(default_factory=list)
     detail: str
     old: str | None = None
     new: str | None = None
@@ -143,7 +173,14 @@ class Change(BaseModel):
                                 else _EDGE[kind])
             if data.get("plan_level") is None:
                 data["plan_level"] = kind not in _INPUT_LEVEL | _REPAIR
+            if not data.get("labels"):
+                edge = EdgeType(data["edge"])
+                data["labels"] = [edge, EdgeType.content] if kind in _SET_CHANGES else [edge]
         return data
+
+    def emits(self) -> set[str]:
+        """The edge types this change fires at a root input."""
+        return {e.value for e in self.labels} or {self.edge.value}
 
     @property
     def is_unit_origin(self) -> bool:
@@ -207,15 +244,40 @@ def _contract_changes(old_fields: dict[str, str], contract: Contract) -> list[Ch
     return out
 
 
-def _template_changes(old: dict[str, str], new: dict[str, str]) -> list[Change]:
+def _template_changes(old: dict[str, str], new: dict[str, str],
+                      old_layouts: dict[str, str] | None,
+                      new_layouts: dict[str, str] | None) -> list[Change]:
     out = []
     for name in sorted(set(old) | set(new)):
         if old.get(name) == new.get(name):
             continue
         what = ("added" if name not in old else "removed" if name not in new else
                 f"changed (sha256 {_short(old[name])} → {_short(new[name])})")
-        out.append(Change(kind=ChangeKind.template, origin=f"template:{name}",
+        edge = EdgeType.template
+        if (name in old and name in new and old_layouts and new_layouts
+                and name in old_layouts and old_layouts.get(name) == new_layouts.get(name)):
+            # Same sections, same placeholders: only wording or formatting changed.
+            edge = EdgeType.presentation
+            what += ": wording or formatting only (same sections and placeholders)"
+        elif name in old and name in new and old_layouts and name in old_layouts:
+            what += ": its sections or placeholders changed"
+        out.append(Change(kind=ChangeKind.template, origin=f"template:{name}", edge=edge,
                           detail=f"template {name!r} {what}", old=old.get(name),
+                          new=new.get(name)))
+    return out
+
+
+def _data_changes(old: dict[str, str] | None, new: dict[str, str] | None) -> list[Change]:
+    if old is None or new is None:
+        return []  # not recorded yet
+    out = []
+    for name in sorted(set(old) | set(new)):
+        if old.get(name) == new.get(name):
+            continue
+        what = ("added" if name not in old else "removed" if name not in new else
+                f"changed (sha256 {_short(old[name])} → {_short(new[name])})")
+        out.append(Change(kind=ChangeKind.data, origin=f"data:{name}",
+                          detail=f"pack data file data/{name}.toml {what}", old=old.get(name),
                           new=new.get(name)))
     return out
 
@@ -225,28 +287,68 @@ def _source_changes(old_inputs: dict[str, Any], snap: InputSnapshot) -> list[Cha
         return []
     old_src: dict[str, str] = old_inputs.get("sources") or {}
     old_grp: dict[str, str] = old_inputs.get("groups") or {}
+    # Header and body hashes (None: recorded before they were).
+    old_hdr: dict[str, str] | None = old_inputs.get("headers")
+    old_body: dict[str, str] | None = old_inputs.get("bodies")
+    new_hdr, new_body = snap.headers or None, snap.bodies or None
+    removed = [s for s in old_src if s not in snap.sources]
+    added = [s for s in snap.sources if s not in old_src]
+    # The same bytes under a new id: a rename, one change instead of a removal and an add.
+    renamed: dict[str, str] = {}
+    for new_id in sorted(added, key=natural_key):
+        match = next((o for o in sorted(removed, key=natural_key)
+                      if old_src[o] == snap.sources[new_id] and o not in renamed.values()), None)
+        if match is not None:
+            renamed[new_id] = match
     out = []
     for sid in sorted(set(old_src) | set(snap.sources), key=natural_key):
         old, new = old_src.get(sid), snap.sources.get(sid)
         og, ng = old_grp.get(sid, ""), snap.groups.get(sid, "")
         groups = sorted({g for g in (og, ng) if g})
         origin = f"source:{sid}"
+        if sid in renamed.values():
+            continue  # reported as the rename
         if new is None:
             out.append(Change(kind=ChangeKind.source_removed, origin=origin, groups=groups,
                               detail=f"source {sid} was removed or revoked", old=old))
+        elif sid in renamed:
+            was = renamed[sid]
+            groups = sorted({g for g in (old_grp.get(was, ""), ng) if g})
+            out.append(Change(kind=ChangeKind.source_renamed, origin=origin, groups=groups,
+                              detail=f"source {was} was renamed {sid} (same bytes)", old=was,
+                              new=new))
         elif old is None:
             out.append(Change(kind=ChangeKind.source_added, origin=origin, groups=groups,
                               detail=f"source {sid} was added" + (f" to group {ng}" if ng else ""),
                               new=new))
-        elif old != new:
-            out.append(Change(kind=ChangeKind.source_content, origin=origin, groups=groups,
-                              detail=f"source {sid} content changed (sha256 {_short(old)} → "
-                              f"{_short(new)})", old=old, new=new))
         elif og != ng:
-            # Same bytes, other group: both groups' member sets changed.
-            out.append(Change(kind=ChangeKind.source_content, origin=origin, groups=groups,
+            # Other group: both groups' sets of files changed.
+            out.append(Change(kind=ChangeKind.source_moved, origin=origin, groups=groups,
                               detail=f"source {sid} moved from group {og or '(none)'} to "
                               f"{ng or '(none)'}", old=old, new=new))
+        else:
+            known = (old_hdr is not None and old_body is not None and new_hdr is not None
+                     and new_body is not None and sid in old_hdr and sid in old_body
+                     and sid in new_hdr and sid in new_body)
+            if not known:
+                if old != new:
+                    out.append(Change(kind=ChangeKind.source_content, origin=origin,
+                                      groups=groups, detail=f"source {sid} content changed "
+                                      f"(sha256 {_short(old)} → {_short(new)})", old=old,
+                                      new=new))
+                continue
+            assert old_hdr is not None and old_body is not None
+            assert new_hdr is not None and new_body is not None
+            if old_body[sid] != new_body[sid]:
+                out.append(Change(kind=ChangeKind.source_content, origin=origin, groups=groups,
+                                  detail=f"source {sid}: its body changed (sha256 "
+                                  f"{_short(old)} → {_short(new)})", old=old_body[sid],
+                                  new=new_body[sid]))
+            if old_hdr[sid] != new_hdr[sid]:
+                out.append(Change(kind=ChangeKind.source_header, origin=origin, groups=groups,
+                                  detail=f"source {sid}: its header lines changed (title, type, "
+                                  "date, or its sources.toml entry)", old=old_hdr[sid],
+                                  new=new_hdr[sid]))
     return out
 
 
@@ -314,23 +416,20 @@ def _plan_changes(old_plan: Plan | None, new_plan: Plan) -> list[Change]:
     return out
 
 
-# The prompts each kind's model steps use (``revise`` is every model step's feedback round).
-KIND_PROMPTS: dict[str, tuple[str, ...]] = {
-    "extract": ("extract",), "verify": ("verify",), "synthesize": ("synthesize",),
-    "rank": ("rank", "check"),
-}
-# Render documents whose prose a language model writes (engine.kinds.render).
-PROSE_DOCUMENTS = ("report", "decision-brief")
 PROMPT_PREFIX = "prompt:"
-REVISE_PROMPT = "revise"
 
 
 def prompt_refs(unit: Unit) -> list[str]:
-    """The ``prompt:<name>`` inputs a unit reads implicitly through its kind."""
-    names = KIND_PROMPTS.get(unit.kind.value, ())
-    if unit.kind.value == "render" and unit.params.get("document") in PROSE_DOCUMENTS:
-        names = ("render",)
-    return [f"{PROMPT_PREFIX}{n}" for n in (*names, REVISE_PROMPT)] if names else []
+    """The ``prompt:<name>`` inputs a unit reads implicitly through its kind (its preset:
+    ``core.presets.prompt_names``)."""
+    return [r for r in implicit_refs(unit) if r.startswith(PROMPT_PREFIX)]
+
+
+def data_refs(unit: Unit) -> list[str]:
+    """The ``data:<name>`` inputs a unit reads implicitly through its kind, plus the ones it
+    declares."""
+    implicit = [r for r in implicit_refs(unit) if r.startswith("data:")]
+    return list(dict.fromkeys([*implicit, *(i for i in unit.inputs if i.startswith("data:"))]))
 
 
 def _prompt_changes(old: dict[str, str], new: dict[str, str]) -> list[Change]:
@@ -426,17 +525,24 @@ def detect_changes(
     old_versions: dict[str, str],
     new_versions: dict[str, str],
     source_formats: dict[str, str] | None = None,
+    old_layouts: dict[str, str] | None = None,
+    new_layouts: dict[str, str] | None = None,
+    old_data: dict[str, str] | None = None,
+    new_data: dict[str, str] | None = None,
 ) -> list[Change]:
     """Every change between the recorded baseline and the project now.
 
-    Ordered by kind (the ``ChangeKind`` declaration order), then origin in natural order
-    (U7 before U10), then detail — the same inputs always give the same list.
     ``source_formats`` (approved source id -> format) is what converter changes need to know
-    which sources they reach; without it converter versions are not compared.
+    which sources they reach; without it converter versions are not compared. ``*_layouts``
+    are template name -> ``core.templates.layout_hash`` (None: not recorded, every template
+    edit is a ``template`` change); ``*_data`` pack data file name -> sha256 (None: not
+    recorded). Ordered by kind (the ``ChangeKind`` declaration order), then origin in natural
+    order (U7 before U10), then detail — the same inputs always give the same list.
     """
     changes = (
         _contract_changes(old_contract_fields, new_contract)
-        + _template_changes(old_templates, new_templates)
+        + _template_changes(old_templates, new_templates, old_layouts, new_layouts)
+        + _data_changes(old_data, new_data)
         + _source_changes(old_inputs, new_snapshot)
         + _plan_changes(old_plan, new_plan)
         + _version_changes(old_versions, new_versions)
@@ -447,6 +553,7 @@ def detect_changes(
     return sorted(changes, key=_order_key)
 
 
-__all__ = ["CONVERTED_TEXT_KINDS", "CONVERTER_PREFIX", "COSMETIC_FIELDS", "KIND_PROMPTS",
+__all__ = ["CONVERTED_TEXT_KINDS", "CONVERTER_PREFIX", "COSMETIC_FIELDS",
            "Change", "ChangeKind", "artifact_lost", "converted_refs", "converter_changes",
-           "detect_changes", "natural_key", "prompt_refs", "tool_refs", "unit_output_changed"]
+           "data_refs", "detect_changes", "natural_key", "prompt_refs", "tool_refs",
+           "unit_output_changed"]

@@ -63,6 +63,51 @@ def topo_order(plan: Plan) -> list[str]:
     return list(order)
 
 
+# Safe release (DESIGN §8): a deliver unit never runs while a unit it depends on, however
+# far up, has failed validators (an audit commits its verdict even when it fails). Ancestor
+# sets per deliver unit are cached by the plan's order key, like topo_order.
+_ANCESTORS: dict[tuple[str | None, ...], dict[str, frozenset[str]]] = {}
+
+
+def _deliver_ancestors(plan: Plan) -> dict[str, frozenset[str]]:
+    key = _order_key(plan)
+    found = _ANCESTORS.get(key)
+    if found is None:
+        g = plan.graph()
+        found = {u.id: frozenset(nx.ancestors(g, u.id)) for u in plan.units
+                 if u.kind == UnitKind.deliver and u.id in g}
+        if len(_ANCESTORS) > 32:
+            _ANCESTORS.clear()
+        _ANCESTORS[key] = found
+    return found
+
+
+def failed_upstream(plan: Plan, facts: RunFacts, unit_id: str) -> list[tuple[str, str]]:
+    """(unit, what failed) for every unit upstream of deliver unit ``unit_id`` that is
+    current with failed validators, in plan order; empty for any other unit."""
+    ancestors = _deliver_ancestors(plan).get(unit_id)
+    if not ancestors:
+        return []
+    out = []
+    for u in plan.units:
+        rec = facts.records.get(u.id)
+        if u.id in ancestors and rec is not None and rec.state == UnitState.succeeded \
+                and not rec.validators_passed:
+            failing = rec.facts.get("failing") or rec.facts.get("failed") or ["its validators"]
+            out.append((u.id, "; ".join(str(f) for f in failing)))
+    return out
+
+
+def held_for_release(plan: Plan, facts: RunFacts) -> dict[str, str]:
+    """Deliver units held by a failed upstream verdict -> why (for decide's reasons)."""
+    out = {}
+    for uid in _deliver_ancestors(plan):
+        found = failed_upstream(plan, facts, uid)
+        if found:
+            out[uid] = "; ".join(f"{u} failed its checks ({d})" for u, d in found)
+    return out
+
+
 def waiting_on_gate(plan: Plan, facts: RunFacts) -> list[str]:
     """Units whose dependencies are current but whose gate has no applying approval."""
     out = []
@@ -119,6 +164,8 @@ def ready_units(plan: Plan, facts: RunFacts) -> list[str]:
             continue
         if no_budget and units[uid].kind in MODEL_KINDS:
             continue
+        if units[uid].kind == UnitKind.deliver and failed_upstream(plan, facts, uid):
+            continue
         out.append(uid)
     return out
 
@@ -143,6 +190,12 @@ def decide(plan: Plan, facts: RunFacts) -> Decision:
         st = facts.statuses[uid]
         if uid in plan.unit_map() and st.status in ("blocked", "failed", "cancelled"):
             reasons.append(f"{uid} {st.status}: {st.reason}")
+    held = held_for_release(plan, facts)
+    for uid, why in held.items():
+        if facts.effective_state(uid) in (UnitState.pending, UnitState.invalidated) and all(
+                facts.is_current(d.unit) for d in plan.unit_map()[uid].depends_on):
+            reasons.append(f"{uid} (deliver) is held: {why} — nothing is delivered until it "
+                           "passes")
     for uid in waiting_on_gate(plan, facts):
         gate = plan.gate_for(uid)
         reasons.append(f"{uid} waits for approval of gate {gate.id!r}" if gate else uid)
@@ -221,6 +274,8 @@ class ReadySet:
         self.dependents: dict[str, list[str]] = {uid: [] for uid in topo}
         self.model_units: set[str] = set()
         self.gated: set[str] = set()
+        self.plan = plan
+        self.deliver_units = {u.id for u in plan.units if u.kind == UnitKind.deliver}
         for u in plan.units:
             self.deps[u.id] = [d.unit for d in u.depends_on]
             for d in u.depends_on:
@@ -292,5 +347,7 @@ class ReadySet:
                 continue
             if no_model and uid in self.model_units:
                 continue
+            if uid in self.deliver_units and failed_upstream(self.plan, facts, uid):
+                continue  # safe release: an upstream verdict failed
             out.append(uid)
         return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from keepstep.engine.core.hashing import canonical_json, sha256_hex
 
@@ -46,13 +46,59 @@ class SourceEntry(BaseModel):
 
 
 class InputSnapshot(BaseModel):
-    """The approved source set: ids and sha256 — never the text."""
+    """The approved source set: ids and sha256 — never the text. ``headers`` and ``bodies``
+    hash each source's header lines and body apart (``split_header``), so a change can be
+    typed ``structure`` or ``content``; empty when not known."""
 
     sources: dict[str, str]  # id -> sha256
     groups: dict[str, str]  # id -> group
+    headers: dict[str, str] = Field(default_factory=dict)  # id -> sha256 of its header lines
+    bodies: dict[str, str] = Field(default_factory=dict)  # id -> sha256 of its body
 
     def hash(self) -> str:
-        return sha256_hex(canonical_json({"sources": self.sources, "groups": self.groups}))
+        value: dict[str, Any] = {"sources": self.sources, "groups": self.groups}
+        if self.headers:  # a header-only edit (a title in sources.toml) is a new snapshot
+            value["headers"] = self.headers
+        return sha256_hex(canonical_json(value))
 
 
-__all__ = ["Contract", "InputSnapshot", "SourceEntry"]
+_FENCES = ("---", "+++")
+
+
+def split_header(text: str) -> tuple[str, str]:
+    """(header lines, body) of a source's text: the header is a leading front-matter block
+    between ``---`` (or ``+++``) lines — title, type, date and the like; no block, no header."""
+    lines = text.splitlines(keepends=True)
+    if lines and lines[0].strip() in _FENCES:
+        fence = lines[0].strip()
+        for i in range(1, len(lines)):
+            if lines[i].strip() == fence or (fence == "---" and lines[i].strip() == "..."):
+                return "".join(lines[:i + 1]), "".join(lines[i + 1:])
+    return "", text
+
+
+def header_fields(header: str) -> dict[str, str]:
+    """``key: value`` (or ``key = "value"``) lines of a header block, in order."""
+    out: dict[str, str] = {}
+    for line in header.splitlines()[1:-1]:
+        key, sep, value = line.partition(":") if ":" in line else line.partition("=")
+        if sep and key.strip() and not key.startswith((" ", "\t", "#")):
+            out[key.strip()] = value.strip().strip('"').strip("'")
+    return out
+
+
+def source_hashes(entry: SourceEntry, data: bytes) -> tuple[str, str]:
+    """(header hash, body hash) of a source file: the header covers its front matter and its
+    sources.toml title, kind and path (what a header-only reader sees); a file that is not
+    UTF-8 text is all body."""
+    try:
+        header, body = split_header(data.decode("utf-8"))
+        body_hash = sha256_hex(body)
+    except UnicodeDecodeError:
+        header, body_hash = "", sha256_hex(data)
+    meta = {"header": header, "title": entry.title, "kind": entry.kind, "path": entry.path}
+    return sha256_hex(canonical_json(meta)), body_hash
+
+
+__all__ = ["Contract", "InputSnapshot", "SourceEntry", "header_fields", "source_hashes",
+           "split_header"]

@@ -17,14 +17,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer
 
-from keepstep.engine.core.changes import (
-    Change,
-    ChangeKind,
-    converted_refs,
-    prompt_refs,
-    tool_refs,
-)
+from keepstep.engine.core.changes import Change, ChangeKind, converted_refs, tool_refs
 from keepstep.engine.core.plan import EdgeType, Plan
+from keepstep.engine.core.presets import implicit_refs
 from keepstep.engine.core.state import Explanation, ExplanationStep, UnitRecord, UnitState
 from keepstep.engine.errors import ConfigError
 
@@ -44,13 +39,16 @@ class PlanIndex:
         self.kinds: dict[str, str] = {u.id: u.kind.value for u in plan.units}
         self.dependents: dict[str, list[tuple[str, str]]] = {}
         self.readers: dict[str, list[str]] = {}
+        # ref -> unit -> the edge types it reads the ref through (typed root edges)
+        self.read_edges: dict[str, dict[str, tuple[str, ...]]] = {}
         self.dependencies: dict[str, list[str]] = {}
         for u in plan.units:  # plan order, so every list below is in plan order
             self.dependencies[u.id] = [d.unit for d in u.depends_on]
             for d in u.depends_on:
                 self.dependents.setdefault(d.unit, []).append((u.id, d.edge.value))
-            for ref in dict.fromkeys([*u.inputs, *prompt_refs(u), *converted_refs(u)]):
+            for ref in dict.fromkeys([*u.inputs, *implicit_refs(u), *converted_refs(u)]):
                 self.readers.setdefault(ref, []).append(u.id)
+                self.read_edges.setdefault(ref, {})[u.id] = u.edges_of(ref)
 
     @cached_property
     def in_edges(self) -> dict[str, list[tuple[str, str]]]:
@@ -124,7 +122,9 @@ def parse_rules(rules: Iterable[Mapping[str, Any] | HighRiskRule],
 
 # -- the walk -------------------------------------------------------------------------------
 
-Start = tuple[str, str | None, str]  # (unit, edge of the first hop or None for the origin, via)
+# (unit, edge of the first hop or None for the origin, via, whether only presentation fired)
+Start = tuple[str, str | None, str, bool]
+_PRESENTATION = EdgeType.presentation.value
 
 
 class _Walk:
@@ -139,7 +139,7 @@ class _Walk:
     """
 
     __slots__ = ("kind", "origin", "note", "follow", "_ix", "parent", "edge", "via", "_rank",
-                 "_steps")
+                 "_steps", "presentation")
 
     def __init__(self, ix: PlanIndex, change: Change, follow: frozenset[str], note: str) -> None:
         self.kind, self.origin, self.note = change.kind.value, change.origin, note
@@ -147,6 +147,9 @@ class _Walk:
         self.parent: dict[str, str | None] = {}
         self.edge: dict[str, str | None] = {}
         self.via: dict[str, tuple[str, ...]] = {}  # a start -> "origin [edge]" for each entry
+        # The units that emit only a presentation change (only presentation edges fired into
+        # them): what they emit fires presentation edges only.
+        self.presentation: set[str] = set()
         self._rank: dict[str, int] | None = None
         self._steps: dict[str, ExplanationStep | None] = {}  # the last step of a unit's path
 
@@ -186,31 +189,49 @@ class _Walk:
 
 
 def _walk(ix: PlanIndex, change: Change, starts: list[Start], follow: frozenset[str],
-          note: str) -> _Walk:
+          note: str, *, typed: bool = True) -> _Walk:
     """Breadth-first from ``starts`` over edges whose type is in ``follow``.
 
-    The first route into a unit is its path (fewest hops, ties by plan order); every other
-    edge the change came in by is named in the note ("also via U33 [content]") when the
-    explanation is built. A start with no edge is the origin unit itself (empty path).
+    A unit into which only presentation edges fired (a start with only presentation fired,
+    or reached over presentation edges only) emits a presentation change: from it only
+    presentation edges are followed. When a later route fires another edge into it, it emits
+    content after all and the walk goes on from it (``typed=False``: every reached unit
+    emits content, for a rule that widens to every edge). The first route into a unit is its
+    path (fewest hops, ties by plan order); every other edge the change came in by is named
+    in the note ("also via U33 [content]") when the explanation is built. A start with no
+    edge is the origin unit itself (empty path).
     """
     walk = _Walk(ix, change, follow, note)
-    parent, edge_in, vias = walk.parent, walk.edge, walk.via
+    parent, edge_in, vias, pres = walk.parent, walk.edge, walk.via, walk.presentation
     order = ix.order
-    for uid, edge, via in starts:
+    for uid, edge, via, only_presentation in starts:
         if uid in order:
             if uid not in parent:
                 parent[uid] = None
                 edge_in[uid] = edge
+                if typed and only_presentation:
+                    pres.add(uid)
+            elif not only_presentation:
+                pres.discard(uid)
             # Tuples of strings: the collector stops tracking them at its first look.
             vias[uid] = (*vias.get(uid, ()), f"{via} [{edge}]")
     queue = deque(parent)
     dependents = ix.dependents
     while queue:
         uid = queue.popleft()
+        narrow = uid in pres
         for dep, edge in dependents.get(uid, ()):
-            if edge in follow and dep not in parent:
+            if edge not in follow or (narrow and edge != _PRESENTATION):
+                continue
+            if dep not in parent:
                 parent[dep] = uid
                 edge_in[dep] = edge
+                if typed and edge == _PRESENTATION:
+                    pres.add(dep)
+                queue.append(dep)
+            elif edge != _PRESENTATION and dep in pres:
+                # Reached before over presentation edges only; now content fires into it too.
+                pres.discard(dep)
                 queue.append(dep)
     return walk
 
@@ -313,29 +334,50 @@ def _entry_refs(change: Change, source_groups: Mapping[str, str]) -> list[str]:
     if prefix == "source":
         groups = change.groups or ([source_groups[name]] if source_groups.get(name) else [])
         refs += [f"group:{g}" for g in groups]
+        if change.kind == ChangeKind.source_renamed and change.old:
+            refs.append(f"source:{change.old}")  # what read the old id reads the set too
     return refs
+
+
+def _root_starts(ix: PlanIndex, change: Change, source_groups: Mapping[str, str]) -> list[Start]:
+    """The readers of the change's root input that read it through an edge the change fires,
+    each with the edge of the first hop and whether only presentation fired."""
+    fired = change.emits()
+    primary = change.edge.value
+    starts: list[Start] = []
+    for ref in _entry_refs(change, source_groups):
+        edges_by_unit = ix.read_edges.get(ref, {})
+        for uid in ix.readers.get(ref, ()):
+            hit = fired & set(edges_by_unit.get(uid, (primary,)))
+            if not hit:
+                continue  # the unit reads another aspect of this input
+            edge = primary if primary in hit else sorted(hit)[0]
+            starts.append((uid, edge, ref if ref != change.origin else change.origin,
+                           hit == {_PRESENTATION}))
+    return starts
 
 
 def _default_reach(ix: PlanIndex, change: Change, source_groups: Mapping[str, str],
                    follow: frozenset[str] | None = None, note: str | None = None) -> _Walk:
     t = change.edge.value
-    redone = follow or frozenset({EdgeType.content.value, EdgeType.presentation.value, t})
+    carried = {EdgeType.content.value, EdgeType.presentation.value, t, *change.emits()}
+    redone = follow or frozenset(carried)
+    typed = follow is None or follow != _ALL_EDGES
     note = change.detail if note is None else note
     if change.is_unit_origin:
         uid = change.origin.split(":", 1)[1]
         if uid not in ix.order:
             # a removed unit: its dependents carry their own dependency changes
-            return _walk(ix, change, [], redone, note)
+            return _walk(ix, change, [], redone, note, typed=typed)
         if change.kind in _REDONE_ORIGIN:
-            return _walk(ix, change, [(uid, None, change.origin)], redone, note)
+            return _walk(ix, change, [(uid, None, change.origin, False)], redone, note,
+                         typed=typed)
         hop = follow or ({t, EdgeType.presentation.value} if t == EdgeType.content.value
                          else {t})
-        starts: list[Start] = [(dep, edge, change.origin)
+        starts: list[Start] = [(dep, edge, change.origin, edge == _PRESENTATION)
                                for dep, edge in ix.dependents.get(uid, ()) if edge in hop]
-        return _walk(ix, change, starts, redone, note)
-    starts = [(uid, t, ref) for ref in _entry_refs(change, source_groups)
-              for uid in ix.readers.get(ref, ())]
-    return _walk(ix, change, starts, redone, note)
+        return _walk(ix, change, starts, redone, note, typed=typed)
+    return _walk(ix, change, _root_starts(ix, change, source_groups), redone, note, typed=typed)
 
 
 def _widened(ix: PlanIndex, change: Change, rules: list[HighRiskRule],
@@ -350,12 +392,23 @@ def _widened(ix: PlanIndex, change: Change, rules: list[HighRiskRule],
         follow = _ALL_EDGES if rule.widen_to else frozenset(
             {EdgeType.content.value, EdgeType.presentation.value, t})
         if rule.widen_to:
-            out.append(_default_reach(ix, change, source_groups, follow=_ALL_EDGES, note=note))
+            out.append(_widen_all(ix, change, source_groups, note))
         if rule.also:
-            starts: list[tuple[str, str | None, str]] = [
-                (uid, RULE_EDGE, change.origin) for uid in rule.also]
+            starts: list[Start] = [(uid, RULE_EDGE, change.origin, False) for uid in rule.also]
             out.append(_walk(ix, change, starts, follow, note))
     return out
+
+
+def _widen_all(ix: PlanIndex, change: Change, source_groups: Mapping[str, str],
+               note: str) -> _Walk:
+    """Every reader of the change's input (whatever edges it reads through), then every
+    edge downstream."""
+    if change.is_unit_origin:
+        return _default_reach(ix, change, source_groups, follow=_ALL_EDGES, note=note)
+    starts: list[Start] = [(uid, change.edge.value, ref, False)
+                           for ref in _entry_refs(change, source_groups)
+                           for uid in ix.readers.get(ref, ())]
+    return _walk(ix, change, starts, _ALL_EDGES, note, typed=False)
 
 
 def invalidate(

@@ -1,2 +1,3 @@
-"""Drills and the ME-042 story: real processes killed at commit-protocol boundaries, and the
-bare worker process (``python -m keepstep.engine.drills.worker``) they start."""
+"""Drills and the reference story of the sample pack: real processes killed at
+commit-protocol boundaries, and the bare worker process
+(``python -m keepstep.engine.drills.worker``) they start."""

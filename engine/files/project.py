@@ -15,8 +15,8 @@ from typing import Annotated, Any, Literal
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
-from keepstep.engine.core.inputs import Contract, InputSnapshot, SourceEntry
-from keepstep.engine.core.plan import Plan, check_plan, load_plan
+from keepstep.engine.core.inputs import Contract, InputSnapshot, SourceEntry, source_hashes
+from keepstep.engine.core.plan import Plan, load_plan
 from keepstep.engine.errors import ConfigError, PlanValidationError, ProjectError, SourceError
 from keepstep.engine.files.convert import (
     DEFAULT_MAX_SOURCE_MB,
@@ -291,8 +291,9 @@ def save_sources(root: Path, sf: SourcesFile) -> None:
 
 
 def snapshot_sources(root: Path, sf: SourcesFile) -> InputSnapshot:
-    """Hash every approved source; a missing file is an error naming it."""
-    hashes, groups = {}, {}
+    """Hash every approved source (whole file, header lines, body); a missing file is an
+    error naming it."""
+    hashes, groups, headers, bodies = {}, {}, {}, {}
     for s in sf.sources:
         if not s.approved:
             continue
@@ -308,7 +309,8 @@ def snapshot_sources(root: Path, sf: SourcesFile) -> InputSnapshot:
             )
         hashes[s.id] = file_sha256(str(p))
         groups[s.id] = s.group
-    return InputSnapshot(sources=hashes, groups=groups)
+        headers[s.id], bodies[s.id] = source_hashes(s, p.read_bytes())
+    return InputSnapshot(sources=hashes, groups=groups, headers=headers, bodies=bodies)
 
 
 def conversion_cache(root: Path) -> ConversionCache:
@@ -386,12 +388,22 @@ def load_project_files(root: Path, *, validate: bool = True) -> ProjectFiles:
     contract = load_contract(root)
     sources = load_sources(root)
     plan = load_plan(root / PLAN_FILE)
+    files = ProjectFiles(root=root, config=config, contract=contract, sources=sources, plan=plan)
     if validate:
-        approved = {s.id: s.approved for s in sources.sources}
-        groups = {s.group for s in sources.sources if s.approved and s.group}
-        try:
-            check_plan(plan, sources=approved, groups=groups,
-                       contract_fields=set(contract.fields) | {"body"})
-        except PlanValidationError:
-            raise
-    return ProjectFiles(root=root, config=config, contract=contract, sources=sources, plan=plan)
+        problems = plan_problems(files)
+        if problems:
+            raise PlanValidationError([p.line() for p in problems], problems=problems)
+    return files
+
+
+def plan_problems(files: ProjectFiles) -> list[Any]:
+    """The plan's own problems (``core.plan.find_problems``) against the approved sources and
+    the contract's fields. The checks against the rest of the folder (templates, data files,
+    adapters, prompts, providers) are ``run.validation.file_problems``: they need the kinds
+    and the gateway, which sit above this package."""
+    from keepstep.engine.core.plan import find_problems
+
+    approved = {s.id: s.approved for s in files.sources.sources}
+    groups = {s.group for s in files.sources.sources if s.approved and s.group}
+    return find_problems(files.plan, sources=approved, groups=groups,
+                         contract_fields=set(files.contract.fields) | {"body"})

@@ -35,27 +35,8 @@ HEURISTIC_NOTICE = (
     "offline heuristic model (keepstep-offline): deterministic rules, no language model"
 )
 
-# Findings order per audience: what each reader needs first.
-_AUDIENCE_ORDER: dict[str, tuple[str, ...]] = {
-    "product team": ("pricing", "customer", "competition", "operations", "regulation", "market"),
-    "investment committee": (
-        "market", "regulation", "competition", "pricing", "customer", "operations",
-    ),
-}
-_DEFAULT_ORDER = ("market", "customer", "pricing", "competition", "regulation", "operations")
-_LABELS: dict[str, dict[str, str]] = {
-    "product team": {
-        "pricing": "Pricing and packaging", "customer": "What customers ask for",
-        "competition": "Competing products and features", "operations": "Delivery and support",
-        "regulation": "Requirements the product must meet", "market": "Demand context",
-    },
-    "investment committee": {
-        "market": "Market size and growth", "regulation": "Regulatory risk",
-        "competition": "Competitive risk", "pricing": "Pricing and returns",
-        "customer": "Customer demand", "operations": "Execution risk",
-    },
-}
 _MAX_FINDINGS, _MIN_FINDINGS, _IDS_PER_FINDING = 6, 3, 3
+_MAX_RISKS, _GENERIC_IMPACT = 6, 3
 
 
 def count_tokens(text: str) -> int:
@@ -68,7 +49,8 @@ def _audience_key(audience: object) -> str:
 
 
 # --- extract ---------------------------------------------------------------------------
-def extract_evidence(source_id: str, text: str, first_id: int = 1) -> list[dict]:
+def extract_evidence(source_id: str, text: str, first_id: int = 1,
+                     topics: rules.Topics | None = None) -> list[dict]:
     """Evidence statements of one source (or one chunk of it), in document order.
 
     A statement is a body sentence (not a heading, front matter, link-list entry or list
@@ -88,7 +70,8 @@ def extract_evidence(source_id: str, text: str, first_id: int = 1) -> list[dict]
             "source_id": source_id,
             "quote": quote,
             "figures": rules.figures(quote),
-            "topic": rules.classify_topic(f"{header} {quote}" if kind == "row" else quote),
+            "topic": rules.classify_topic(f"{header} {quote}" if kind == "row" else quote,
+                                          topics or []),
         })
     return evidence
 
@@ -99,7 +82,8 @@ def _task_extract(payload: dict) -> dict:
     first_id = payload.get("first_id", 1)
     if not isinstance(first_id, int) or first_id < 1:
         raise ValueError("extract: 'first_id' must be an int >= 1")
-    return {"evidence": extract_evidence(source_id, text, first_id)}
+    return {"evidence": extract_evidence(source_id, text, first_id,
+                                         rules.topic_list(payload.get("topics")))}
 
 
 # --- verify ----------------------------------------------------------------------------
@@ -133,30 +117,46 @@ def _task_verify(payload: dict) -> dict:
 
 
 # --- synthesize ------------------------------------------------------------------------
-def _strength(item: dict, topic: str) -> tuple[int, int, int, str]:
+def _strength(item: dict, keywords: tuple[str, ...]) -> tuple[int, int, int, str]:
     # Most on-topic first, then quotable on its own, then more concrete (more figures);
     # the id makes the order total and therefore stable.
     quote = str(item.get("quote", ""))
-    return (-rules.topic_hits(quote, topic), 0 if rules.reads_standalone(quote) else 1,
+    return (-rules.keyword_hits(quote, keywords), 0 if rules.reads_standalone(quote) else 1,
             -len(item.get("figures") or []), str(item["id"]))
+
+
+def _reading(payload: dict, topics: rules.Topics) -> tuple[list[str], dict[str, str]]:
+    """The topics in the order the audience reads them, and the heading of each (INPUT's
+    ``reading_order`` and ``labels``; by default the topics' own order and names)."""
+    names = [t for t, _ in topics] or [rules.GENERAL_TOPIC]
+    given = payload.get("reading_order")
+    order = [t for t in given if t in names] if isinstance(given, list) else []
+    order += [t for t in names if t not in order]
+    raw = payload.get("labels")
+    labels = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+    return order, {t: labels.get(t) or t.replace("_", " ").capitalize() for t in names}
 
 
 def _task_synthesize(payload: dict) -> dict:
     question = str(payload.get("question", "")).strip()
     audience = _audience_key(payload.get("audience"))
     evidence = _unique_evidence(_require(payload, "evidence", list))
-    order = _AUDIENCE_ORDER.get(audience, _DEFAULT_ORDER)
-    labels = _LABELS.get(audience, _LABELS["investment committee"])
-    by_topic: dict[str, list[dict]] = {t: [] for t in rules.TOPICS}
+    topics = rules.topic_list(payload.get("topics"))
+    order, labels = _reading(payload, topics)
+    keywords = dict(topics)
+    by_topic: dict[str, list[dict]] = {t: [] for t in order}
     for item in evidence:
         given = str(item.get("topic") or "")
-        topic = given if given in by_topic else rules.classify_topic(str(item.get("quote", "")))
-        by_topic[topic].append(item)
+        topic = given if given in by_topic else rules.classify_topic(
+            str(item.get("quote", "")), topics)
+        by_topic.setdefault(topic, []).append(item)
     for topic, items in by_topic.items():
-        items.sort(key=lambda item, t=topic: _strength(item, t))  # type: ignore[misc]
+        items.sort(key=lambda item, t=topic: _strength(  # type: ignore[misc]
+            item, keywords.get(t, ())))
 
-    # One finding per topic in audience order; with fewer than 3 topics, top up with further
+    # One finding per topic in reading order; with fewer than 3 topics, top up with further
     # slices of the topics that have the most evidence left, so no id is cited twice.
+    order = [t for t in order if t in by_topic] + [t for t in by_topic if t not in order]
     groups: list[tuple[str, list[dict]]] = [
         (t, by_topic[t][:_IDS_PER_FINDING]) for t in order if by_topic[t]]
     used = {t: min(len(by_topic[t]), _IDS_PER_FINDING) for t in order}
@@ -177,7 +177,7 @@ def _task_synthesize(payload: dict) -> dict:
     for n, (topic, items) in enumerate(groups, start=1):
         ids = [str(i["id"]) for i in items]
         lead = str(items[0].get("quote", "")).strip()
-        label = labels[topic]
+        label = labels.get(topic) or topic.capitalize()
         more = f" ({len(items) - 1} more supporting statement(s))" if len(items) > 1 else ""
         cites = "".join(f"[{i}]" for i in ids)
         lines.append(f"{n}. **{label}**: {lead}{more} {cites}")
@@ -189,19 +189,52 @@ def _task_synthesize(payload: dict) -> dict:
 
 
 # --- rank ------------------------------------------------------------------------------
-def _candidate_risks(audience: str, evidence: list[dict]) -> list[dict]:
-    weighted = rules.AUDIENCE_RISK_WEIGHT.get(audience, frozenset())
+def _checklist(raw: object) -> list[tuple[str, str, tuple[str, ...], int]]:
+    """INPUT's ``checklist`` as (key, title, keywords, impact) in the order given."""
+    out = []
+    for item in raw if isinstance(raw, list) else []:
+        if not isinstance(item, dict) or not item.get("key") or not item.get("title"):
+            continue
+        impact = item.get("impact", _GENERIC_IMPACT)
+        out.append((str(item["key"]), str(item["title"]),
+                    tuple(str(k).lower() for k in item.get("keywords") or []),
+                    int(impact) if isinstance(impact, int) else _GENERIC_IMPACT))
+    return out
+
+
+def _candidate_risks(checklist: list[tuple[str, str, tuple[str, ...], int]],
+                     evidence: list[dict]) -> list[dict]:
+    if not checklist:
+        return _generic_risks(evidence)
     candidates = []
-    for key, title, keywords, impact in rules.RISK_RULES:
+    for key, title, keywords, impact in checklist:
         ids = sorted(str(e["id"]) for e in evidence
                      if any(k in str(e.get("quote", "")).lower() for k in keywords))
         if not ids:
             continue
         likelihood = min(5, len(ids))
-        impact = min(5, impact + (1 if key in weighted else 0))
-        candidates.append({"key": key, "title": title, "score": likelihood * impact,
+        candidates.append({"key": key, "title": title, "score": likelihood * min(5, impact),
                            "evidence_ids": ids[:5]})
     return candidates
+
+
+def _generic_risks(evidence: list[dict]) -> list[dict]:
+    """Without a checklist: one risk per generic cue word the statements show (a risk,
+    a delay, a shortage …), titled by the first statement that shows it."""
+    candidates = []
+    for cue in rules.GENERIC_RISK_CUES:
+        hits = [e for e in evidence if cue in str(e.get("quote", "")).lower()]
+        if not hits:
+            continue
+        ids = sorted(str(e["id"]) for e in hits)
+        lead = str(min(hits, key=lambda e: str(e["id"])).get("quote", "")).strip()
+        words = lead.split()
+        title = " ".join(words[:10]).rstrip(".,;:") + ("…" if len(words) > 10 else "")
+        candidates.append({"key": f"cue-{cue}", "title": title,
+                           "score": min(5, len(ids)) * _GENERIC_IMPACT,
+                           "evidence_ids": ids[:5]})
+    candidates.sort(key=lambda r: (-r["score"], r["key"]))
+    return candidates[:_MAX_RISKS]
 
 
 def _number(risks: list[dict]) -> list[dict]:
@@ -241,17 +274,17 @@ def check_ranking(risks: list[dict], known_evidence_ids: Iterable[str] | None = 
 
 
 def _task_rank(payload: dict) -> dict:
-    """Rank risks by keyword rules (score = likelihood x impact, 1-25).
+    """Rank risks by INPUT's checklist (score = likelihood x impact, 1-25; without a
+    checklist, by generic risk words).
 
     Round 1 with more than 5 candidates adds one risk that cites no evidence, as an
     ungrounded generator would; round >= 2 with feedback drops the risks it names.
     """
-    audience = _audience_key(payload.get("audience"))
     evidence = _unique_evidence(_require(payload, "evidence", list))
     round_no = payload.get("round", 1)
     if not isinstance(round_no, int) or round_no < 1:
         raise ValueError("rank: 'round' must be an int >= 1")
-    candidates = _candidate_risks(audience, evidence)
+    candidates = _candidate_risks(_checklist(payload.get("checklist")), evidence)
     if len(candidates) > 5:
         key, title, likelihood, impact = rules.UNSUPPORTED_RISK
         candidates.append({"key": key, "title": title, "score": likelihood * impact,

@@ -9,50 +9,26 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
 
-TOPICS: tuple[str, ...] = (
-    "market",
-    "regulation",
-    "competition",
-    "pricing",
-    "customer",
-    "operations",
-)
+# Topics come with the prompt (the pack's data/topics.toml, as INPUT "topics": a list of
+# {"name", "keywords"}); without them every statement is filed under this one.
+GENERAL_TOPIC = "general"
+Topics = list[tuple[str, tuple[str, ...]]]
 
-# Keyword lists per topic. Order in TOPICS breaks ties, so classification is stable.
-TOPIC_KEYWORDS: dict[str, tuple[str, ...]] = {
-    "market": (
-        "market", "growth", "cagr", "demand", "penetration", "forecast", "scenario",
-        "addressable", "installed base", "population", "capital", "spending", "budget",
-        "billion", "per euro", "krona", "exchange rate", "policy rate", "inflation", "revenue",
-    ),
-    "regulation": (
-        "regulat", "authority", "nwsa", "mandate", "directive", "ministry", "law", "fine",
-        "type approval", "institute", "compliance", "licence", "notice", "consultation",
-        "data protection", "privacy", "personal data", "consent", "must", "grant", "customs",
-        "import duty", "value added tax", "ruling", "security", "deadline",
-    ),
-    "competition": (
-        "competitor", "rival", "aquilon", "hydrasense", "kestrel", "incumbent", "challenger",
-        "market share", "of installed smart", "of the installed smart", "awarded", "exhibitors",
-        "partnership", "prototype",
-    ),
-    "pricing": (
-        "price", "priced", "pricing", "cost", "discount", "margin", "nvk", "fee",
-        "subscription", "rebate", "charges", "paid", "pay", "bill",
-    ),
-    "customer": (
-        "customer", "respondents", "survey", "interview", "told us", "buyer", "procurement",
-        "complaint", "household", "participants", "residents", "serves", "connections",
-        "utility will tender", "tender could follow", "prefer", "asked",
-    ),
-    "operations": (
-        "distributor", "distribution", "logistics", "warehouse", "pallet", "installation",
-        "installer", "installed", "crew", "lead time", "transit", "freight", "delivery",
-        "support", "service", "stock", "depot", "port", "battery", "coverage", "signal",
-        "network", "reading", "reads", "pilot", "minimum order", "minimum annual",
-    ),
-}
+
+def topic_list(raw: object) -> Topics:
+    """INPUT's ``topics`` as (name, keywords) pairs, in the order given (ties go to the
+    earlier topic); malformed entries are skipped."""
+    out: Topics = []
+    if isinstance(raw, list):
+        for item in raw:
+            if isinstance(item, dict) and isinstance(item.get("name"), str):
+                words = item.get("keywords") or []
+                out.append((item["name"], tuple(str(w).lower() for w in words
+                                                if isinstance(w, str))))
+    return out
+
 
 # Abbreviations whose trailing period never ends a sentence in the sample sources.
 ABBREVIATIONS: frozenset[str] = frozenset(
@@ -220,25 +196,28 @@ def figures(sentence: str) -> list[str]:
 
 
 # Keywords match at a word start ("installer" also hits "installers", "fine" not "define").
-_KEYWORD_RES: dict[str, re.Pattern[str]] = {
-    kw: re.compile(r"\b" + re.escape(kw)) for kws in TOPIC_KEYWORDS.values() for kw in kws
-}
+@lru_cache(maxsize=4096)
+def _keyword_re(keyword: str) -> re.Pattern[str]:
+    return re.compile(r"\b" + re.escape(keyword))
 
 
-def classify_topic(sentence: str) -> str:
-    """Topic with the most keyword hits; ties go to the earlier topic in TOPICS."""
-    best, best_hits = TOPICS[0], 0
-    for topic in TOPICS:
-        hits = topic_hits(sentence, topic)
+def classify_topic(sentence: str, topics: Topics) -> str:
+    """Topic with the most keyword hits; ties go to the earlier topic; the first topic when
+    none hits; ``GENERAL_TOPIC`` when no topics are given."""
+    if not topics:
+        return GENERAL_TOPIC
+    best, best_hits = topics[0][0], 0
+    for name, keywords in topics:
+        hits = keyword_hits(sentence, keywords)
         if hits > best_hits:
-            best, best_hits = topic, hits
+            best, best_hits = name, hits
     return best
 
 
-def topic_hits(sentence: str, topic: str) -> int:
-    """How many of ``topic``'s keywords occur in ``sentence`` (0 for an unknown topic)."""
+def keyword_hits(sentence: str, keywords: tuple[str, ...]) -> int:
+    """How many of ``keywords`` occur in ``sentence`` (each at a word start)."""
     lowered = sentence.lower()
-    return sum(1 for kw in TOPIC_KEYWORDS.get(topic, ()) if _KEYWORD_RES[kw].search(lowered))
+    return sum(1 for kw in keywords if _keyword_re(kw).search(lowered))
 
 
 # Sentences opening with these lean on the previous sentence, so they read badly when quoted
@@ -263,35 +242,13 @@ def normalise(text: str) -> str:
 
 
 # --- risk rules -----------------------------------------------------------------
-# (key, title, keywords, impact 1-5). Likelihood comes from how many statements match.
-RISK_RULES: tuple[tuple[str, str, tuple[str, ...], int], ...] = (
-    ("certification", "Type approval delays market entry",
-     ("type approval", "metrology", "institute", "expedited"), 5),
-    ("price_war", "Incumbent price cuts squeeze margins",
-     ("price cut", "undercut", "cut the price", "cut list prices", "cheaper", "lower-priced"),
-     4),
-    ("procurement", "Utility budgets and tenders slip",
-     ("budget", "postpone", "delayed", "freeze", "deferred"), 4),
-    ("distribution", "Distributor terms limit reach and margin",
-     ("exclusive", "exclusivity", "minimum order", "minimum annual"), 3),
-    ("landed_cost", "Import duty and freight raise landed cost",
-     ("import duty", "freight", "landed cost"), 3),
-    ("installers", "Installer shortage slows roll-out",
-     ("shortage", "backlog", "vacanc", "waiting list"), 3),
-    ("data", "Meter-data privacy rules add cost",
-     ("privacy", "data protection", "personal data", "consent"), 3),
-    ("battery", "Battery life below tender requirement",
-     ("battery",), 3),
-    ("coverage", "Network coverage gaps in rural areas",
-     ("coverage", "signal"), 2),
-    ("currency", "Currency swings erode margin",
-     ("exchange rate", "currency", "krona", "per euro", "hedg"), 2),
+# The checklist comes with the prompt (the pack's data/risks.toml, as INPUT "checklist": a
+# list of {"key", "title", "keywords", "impact"}, the impact already weighed for the
+# audience). Without one, risks are read from generic cue words (below).
+GENERIC_RISK_CUES: tuple[str, ...] = (
+    "delay", "shortage", "risk", "penalt", "fail", "exclusiv", "overrun", "breach", "expire",
+    "uncertain", "claim", "dispute", "slip", "postpone", "backlog", "outage", "downtime",
 )
-# Audiences weigh impact differently; +1 impact (capped at 5) for the risks they care about.
-AUDIENCE_RISK_WEIGHT: dict[str, frozenset[str]] = {
-    "product team": frozenset({"battery", "coverage", "data", "installers"}),
-    "investment committee": frozenset({"price_war", "landed_cost", "currency", "procurement"}),
-}
 # A plausible-sounding risk with no support in the sources: what an ungrounded generator
 # tends to add. The first ranking round includes it so the claim check has something real
 # to catch; it is always flagged and dropped on revision.
@@ -318,8 +275,8 @@ _FOOTNOTE = ("footnote", "note:", "outdated", "earlier estimate")
 def quantities(sentence: str) -> list[tuple[str, str, str]]:
     """(metric, value, period) for each counted quantity in a sentence.
 
-    The metric is the first two content words after the figure ("1.9 million metered water
-    connections" -> "metered water"), the value the figure with its scale word, the period
+    The metric is the first two content words after the figure ("2.3 million registered
+    users" -> "registered users"), the value the figure with its scale word, the period
     the sentence's other four-digit years. Bare years are not quantities.
     """
     text = normalise(sentence)

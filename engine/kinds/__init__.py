@@ -1,18 +1,19 @@
 """The unit kinds. Importing this package fills ``REGISTRY`` with every kind.
 
 A kind is ``run(ctx: UnitContext) -> KindOutcome`` (see ``engine.context``): a pure,
-deterministic function of what the context gives it. ``get_kind`` looks one up;
-``expected_outputs`` says which artifact names a unit of that kind will write, so a
-plan's declared ``outputs`` can be checked before anything runs.
+deterministic function of what the context gives it. Each is a preset over one of a few
+general mechanisms — a model step (``kinds.model_step``), a document render, an audit, a
+deliver step, bookkeeping — described in ``core.presets`` (params, outputs, implicit
+inputs). ``get_kind`` looks one up; ``expected_outputs`` says which artifact names a unit of
+that kind will write, so a plan's declared ``outputs`` can be checked before anything runs.
 """
 
 from __future__ import annotations
 
 from keepstep.engine.core.plan import Unit
+from keepstep.engine.core.presets import default_outputs
 from keepstep.engine.errors import PlanValidationError
 from keepstep.engine.kinds.context import REGISTRY, KindFn, KindSpec
-from keepstep.engine.kinds.intake import STEP_OUTPUTS
-from keepstep.engine.kinds.render import DOCUMENT_OUTPUTS
 
 from . import (  # noqa: F401  (registers)
     audit,
@@ -39,11 +40,5 @@ def get_kind(name: str) -> tuple[KindSpec, KindFn]:
 
 def expected_outputs(unit: Unit) -> list[str]:
     """The artifact names a unit writes, given its kind and params (sorted)."""
-    kind = unit.kind.value
-    if kind == "intake":
-        step = STEP_OUTPUTS.get(str(unit.params.get("step", "")))
-        return [step] if step else []
-    if kind == "render":
-        doc = DOCUMENT_OUTPUTS.get(str(unit.params.get("document", "")))
-        return [doc] if doc else []
-    return sorted(get_kind(kind)[0].default_outputs)
+    get_kind(unit.kind.value)  # an unregistered kind is a plan error
+    return default_outputs(unit)

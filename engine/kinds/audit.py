@@ -1,9 +1,14 @@
-"""audit (F01) and notes (U36): cross-file checks and change notes, no model.
+"""audit and notes: declarative checks over named documents, and change notes (no model).
 
-The audit reads the four deliverables its dependencies rendered and checks that they
-agree with each other: every evidence id cited in the report and the brief is in the
-evidence table, every cited source is in the inventory, the appendix lists every tabled
-source. The change notes are written from the run's decision events, oldest first.
+The audit reads the documents its render dependencies produced (by ``params.document``)
+and runs the checks ``params.checks`` lists (``core.presets.AuditCheck``): documents
+present, a document's sections against its template, cited evidence ids that exist, cited
+sources in the inventory, a document listing a table's sources, figures that match another
+document or the evidence, a section citing enough sources from enough groups. It writes its
+verdict (audit.json: passed, each check with its detail, the hashes of the documents it
+checked) and commits it even when a check fails: the verdict is what a release gate binds
+and what holds every deliver unit downstream. The change notes are written from the run's
+decision events, oldest first.
 """
 
 from __future__ import annotations
@@ -13,19 +18,36 @@ import io
 import re
 from typing import Any
 
+from pydantic import ValidationError
+
 from keepstep.engine.core.explain import compact_ids
 from keepstep.engine.core.plan import UnitKind
+from keepstep.engine.core.presets import (
+    AuditParams,
+    CitedIdsCheck,
+    CitedSourcesCheck,
+    CitesGroupsCheck,
+    FiguresCheck,
+    ListsSourcesCheck,
+    PresentCheck,
+    SectionsCheck,
+    document_format,
+    document_output,
+)
+from keepstep.engine.core.templates import section_ids, section_text
 from keepstep.engine.core.timefmt import parse_iso, readable_utc
+from keepstep.engine.gateway.offline_rules import normalise
 from keepstep.engine.kinds.common import (
     JSON,
     MARKDOWN,
     cited_evidence_ids,
     cited_source_ids,
     dep_units,
-    dep_with_param,
+    deps_writing,
     dump_json,
     natural_key,
     result,
+    verified_deps,
 )
 from keepstep.engine.kinds.context import (
     KindOutcome,
@@ -34,7 +56,7 @@ from keepstep.engine.kinds.context import (
     ValidatorResult,
     register,
 )
-from keepstep.engine.kinds.render import DOCUMENT_OUTPUTS
+from keepstep.engine.kinds.synthesize import figures_of
 from keepstep.storage.hashing import sha256_hex
 
 AUDIT = KindSpec(
@@ -42,7 +64,8 @@ AUDIT = KindSpec(
     uses_model=False,
     validators=["final"],
     default_outputs=["audit.json"],
-    description="Cross-file audit of the four deliverables: citations, sources, completeness.",
+    description="Declarative checks over the documents the dependencies rendered; commits its "
+    "verdict even when a check fails (a failed verdict holds deliveries downstream).",
 )
 NOTES = KindSpec(
     name="notes",
@@ -53,70 +76,234 @@ NOTES = KindSpec(
 )
 _SHOWN = 8
 _SUMMARY_CHARS = 200
+_FAILING_CHARS = 240
+# What is not a stated figure in a document line: list numbering, citations, scores.
+_NOT_FIGURES = (re.compile(r"^\s*(?:\d+[.)]|[-*+])\s+", re.MULTILINE),
+                re.compile(r"\[[^\]]*\]"), re.compile(r"\(sources?: [^)]*\)"),
+                re.compile(r"\(score \d+\)"), re.compile(r"<!--.*?-->"),
+                re.compile(r"^#+ .*$", re.MULTILINE))
 
 
-def _check(name: str, problems: list[str], ok: str) -> dict[str, Any]:
+def _check(name: str, kind: str, problems: list[str], ok: str) -> dict[str, Any]:
     shown = "; ".join(problems[:_SHOWN]) + (f" (+{len(problems) - _SHOWN} more)"
                                            if len(problems) > _SHOWN else "")
-    return {"name": name, "passed": not problems, "detail": shown if problems else ok}
+    return {"name": name, "check": kind, "passed": not problems,
+            "detail": shown if problems else ok}
 
 
 def _ids(ids: set[str]) -> list[str]:
     return sorted(ids, key=natural_key)
 
 
+class _Documents:
+    """The documents of the audit's render dependencies, and what the checks compare them
+    with (verified evidence, the inventory)."""
+
+    def __init__(self, ctx: UnitContext) -> None:
+        self.units = {str(u.params.get("document")): u for u in dep_units(ctx, UnitKind.render)
+                      if u.params.get("document")}
+        self.raw = {d: ctx.dep_bytes(u.id, document_output(u)) for d, u in self.units.items()}
+        self.text = {d: b.decode("utf-8") for d, b in self.raw.items()}
+        self.evidence = {str(e["id"]): e for u, name in verified_deps(ctx)
+                         for e in ctx.dep_json(u.id, name).get("evidence", [])
+                         if isinstance(e, dict) and e.get("id")}
+        inv = deps_writing(ctx, "inventory.json")
+        self.inventory = ({s["id"]: s for s in ctx.dep_json(inv[0].id, "inventory.json")
+                           .get("sources", [])} if inv else None)
+
+    def is_table(self, doc: str) -> bool:
+        return doc in self.units and document_format(self.units[doc]) == "csv"
+
+    def rows(self, doc: str) -> list[dict[str, str]]:
+        return list(csv.DictReader(io.StringIO(self.text.get(doc, ""))))
+
+    def missing(self, docs: list[str]) -> list[str]:
+        return [f"{d} was not rendered by a dependency" for d in docs if d not in self.text]
+
+    def cited_sources(self, doc: str) -> set[str]:
+        if self.is_table(doc):
+            return {r["source_id"] for r in self.rows(doc) if r.get("source_id")}
+        return cited_source_ids(self.text.get(doc, ""))
+
+    def group_of(self, source_id: str) -> str:
+        if self.inventory and source_id in self.inventory:
+            return str(self.inventory[source_id].get("group", ""))
+        found = next((e for e in self.evidence.values() if e.get("source_id") == source_id), None)
+        return str(found.get("group", "")) if found else ""
+
+
+def _present(docs: _Documents, check: PresentCheck) -> tuple[list[str], str]:
+    problems = [f"{d} ({document_output(docs.units[d])}) is missing" if d in docs.units else
+                f"{d} is missing (no render dependency produces it)" for d in check.documents
+                if d not in docs.text]
+    problems += [f"{d} is empty" for d in check.documents
+                 if d in docs.text and not docs.text[d].strip()]
+    return problems, f"{', '.join(check.documents)} present"
+
+
+def _sections(ctx: UnitContext, docs: _Documents, check: SectionsCheck) -> tuple[list[str], str]:
+    if check.document not in docs.text:
+        return docs.missing([check.document]), ""
+    have = section_ids(docs.text[check.document])
+    want = section_ids(ctx.template_text(check.template)) if check.template else []
+    problems = [f"{check.document} lacks section {s!r} of template {check.template}"
+                for s in want if s not in have]
+    present = [s for s in have if s in want]
+    if not problems and present != [s for s in want if s in present]:
+        problems.append(f"{check.document}'s sections are out of order: {', '.join(present)}")
+    problems += [f"{check.document} lacks required section {s!r}" for s in check.required
+                 if s not in have]
+    return problems, f"{check.document}: {len(set(want) | set(check.required))} section(s) there"
+
+
+def _cited_ids(docs: _Documents, check: CitedIdsCheck) -> tuple[list[str], str]:
+    problems = docs.missing([d for d in check.documents])
+    if check.against == "evidence":
+        known = set(docs.evidence)
+        where = "the verified evidence"
+        if not docs.evidence:
+            problems.append("no verified evidence among the audit's dependencies to check "
+                            "against")
+    else:
+        problems += docs.missing([check.against])
+        known = {r.get("id", "") for r in docs.rows(check.against)}
+        where = "the evidence table" if docs.is_table(check.against) else check.against
+    texts = {d: docs.text[d] for d in check.documents if d in docs.text}
+    problems += [f"{d} cites {i}, not in {where}"
+                 for d, t in texts.items() for i in _ids(cited_evidence_ids(t) - known)]
+    if check.require:
+        problems += [f"{d} cites no evidence" for d, t in texts.items()
+                     if not cited_evidence_ids(t)]
+    cited: set[str] = set().union(*(cited_evidence_ids(t) for t in texts.values()))
+    unit = "table row(s)" if check.against != "evidence" else "verified statement(s)"
+    return problems, f"{len(cited)} cited id(s), all among {len(known)} {unit}"
+
+
+def _cited_sources(docs: _Documents, check: CitedSourcesCheck) -> tuple[list[str], str]:
+    problems = docs.missing(check.documents)
+    if docs.inventory is None:
+        return problems + ["no source inventory among the audit's dependencies"], ""
+    cited: set[str] = set()
+    for d in check.documents:
+        cited |= docs.cited_sources(d)
+    problems += [f"source {s} is cited but not in the inventory"
+                 for s in _ids(cited - set(docs.inventory))]
+    return problems, f"{len(cited)} cited source(s), all in the inventory"
+
+
+def _lists_sources(docs: _Documents, check: ListsSourcesCheck) -> tuple[list[str], str]:
+    problems = docs.missing([check.document, check.of])
+    tabled = {r.get("source_id", "") for r in docs.rows(check.of) if r.get("source_id")}
+    text = docs.text.get(check.document, "")
+    problems += [f"{check.document} does not list tabled source {s}" for s in _ids(tabled)
+                 if f"| {s} |" not in text]
+    return problems, f"all {len(tabled)} tabled source(s) listed"
+
+
+def _stated_figures(text: str) -> list[str]:
+    for pattern in _NOT_FIGURES:
+        text = pattern.sub(" ", text)
+    return figures_of(normalise(text))
+
+
+def _part(docs: _Documents, doc: str, section: str | None) -> tuple[str | None, list[str]]:
+    if doc not in docs.text:
+        return None, docs.missing([doc])
+    if section is None:
+        return docs.text[doc], []
+    part = section_text(docs.text[doc], section)
+    return part, [] if part is not None else [f"{doc} has no section {section!r}"]
+
+
+def _figures(docs: _Documents, check: FiguresCheck) -> tuple[list[str], str]:
+    text, problems = _part(docs, check.document, check.section)
+    if text is None:
+        return problems, ""
+    where = f"{check.document}" + (f" ({check.section})" if check.section else "")
+    checked = 0
+    if check.against == "evidence":
+        for line in text.splitlines():
+            ids = cited_evidence_ids(line)
+            if not ids:
+                continue
+            quoted = {f for i in ids for f in figures_of(normalise(
+                str(docs.evidence.get(i, {}).get("quote", ""))))}
+            for f in _stated_figures(line):
+                checked += 1
+                if f not in quoted:
+                    problems.append(f"{where} states {f}, in none of the quotes it cites "
+                                    f"({', '.join(_ids(ids))})")
+        return problems, f"{checked} figure(s) in {where}, each in a quote it cites"
+    problems += docs.missing([check.against])
+    other = set(figures_of(normalise(docs.text.get(check.against, ""))))
+    for f in dict.fromkeys(_stated_figures(text)):
+        checked += 1
+        if f not in other:
+            problems.append(f"{where} states {f}, which {check.against} does not")
+    return problems, f"{checked} figure(s) in {where}, each in {check.against}"
+
+
+def _cites_groups(docs: _Documents, check: CitesGroupsCheck) -> tuple[list[str], str]:
+    text, problems = _part(docs, check.document, check.section)
+    if text is None:
+        return problems, ""
+    sources = cited_source_ids(text) | {i.rsplit("-e", 1)[0] for i in cited_evidence_ids(text)}
+    groups = {g for g in (docs.group_of(s) for s in sources) if g}
+    where = f"{check.document}" + (f" ({check.section})" if check.section else "")
+    if len(sources) < check.min_sources:
+        problems.append(f"{where} cites {len(sources)} source(s), fewer than {check.min_sources}")
+    if len(groups) < check.min_groups:
+        problems.append(f"{where} cites sources from {len(groups)} group(s) "
+                        f"({', '.join(sorted(groups)) or 'none'}), fewer than {check.min_groups}")
+    return problems, (f"{where} cites {len(sources)} source(s) from {len(groups)} group(s): "
+                      f"{', '.join(sorted(groups))}")
+
+
+def _default_checks(docs: _Documents) -> list[Any]:
+    checks: list[Any] = [PresentCheck(check="present", documents=sorted(docs.units))]
+    markdown = [d for d in sorted(docs.units) if not docs.is_table(d)]
+    if docs.evidence and markdown:
+        checks.append(CitedIdsCheck(check="cited_ids", documents=markdown, require=False))
+    return checks
+
+
+def _run_check(ctx: UnitContext, docs: _Documents, check: Any) -> dict[str, Any]:
+    runners = {"present": _present, "cited_ids": _cited_ids, "cited_sources": _cited_sources,
+               "lists_sources": _lists_sources, "figures": _figures,
+               "cites_groups": _cites_groups}
+    if isinstance(check, SectionsCheck):
+        problems, ok = _sections(ctx, docs, check)
+    else:
+        problems, ok = runners[check.check](docs, check)
+    about = getattr(check, "document", None) or ",".join(getattr(check, "documents", []))
+    name = check.name or f"{check.check}:{about}"
+    return _check(name, check.check, problems, ok)
+
+
 @register(AUDIT)
 def run_audit(ctx: UnitContext) -> KindOutcome:
-    docs: dict[str, bytes] = {}
-    for unit in dep_units(ctx, UnitKind.render):
-        document = str(unit.params.get("document", ""))
-        if document in DOCUMENT_OUTPUTS:
-            docs[document] = ctx.dep_bytes(unit.id, DOCUMENT_OUTPUTS[document])
-    text = {k: v.decode("utf-8") for k, v in docs.items()}
-    inv_unit = dep_with_param(ctx, UnitKind.intake, "step", "inventory")
-    inventory = ({s["id"] for s in ctx.dep_json(inv_unit.id, "inventory.json").get("sources", [])}
-                 if inv_unit else None)
-
-    missing = [f"{d} ({DOCUMENT_OUTPUTS[d]}) is missing" for d in DOCUMENT_OUTPUTS if d not in docs]
-    missing += [f"{d} is empty" for d, t in text.items() if not t.strip()]
-    rows = list(csv.DictReader(io.StringIO(text.get("evidence-table", ""))))
-    tabled = {r.get("id", "") for r in rows}
-    tabled_sources = {r.get("source_id", "") for r in rows if r.get("source_id")}
-
-    prose = {d: text[d] for d in ("report", "decision-brief") if d in text}
-    unknown_ids = [f"{d} cites {i}, not in the evidence table"
-                   for d, t in prose.items() for i in _ids(cited_evidence_ids(t) - tabled)]
-    uncited = [f"{d} cites no evidence" for d, t in prose.items() if not cited_evidence_ids(t)]
-    all_cited: set[str] = set().union(*(cited_evidence_ids(t) for t in prose.values()))
-    cited_sources = set(tabled_sources)
-    for t in prose.values():
-        cited_sources |= cited_source_ids(t)
-    checks = [
-        _check("all_deliverables_present", missing, "report, evidence table, decision brief "
-               "and appendix present"),
-        _check("cited_evidence_in_table", unknown_ids + uncited,
-               f"{len(all_cited)} cited id(s), all among {len(tabled)} table row(s)"),
-    ]
-    if inventory is not None:
-        unknown_sources = [f"source {s} is cited but not in the inventory"
-                           for s in _ids(cited_sources - inventory)]
-        checks.append(_check("cited_sources_in_inventory", unknown_sources,
-                             f"{len(cited_sources)} cited source(s), all in the inventory"))
-    if "appendix" in text:
-        unlisted = [f"appendix does not list tabled source {s}" for s in _ids(tabled_sources)
-                    if f"| {s} |" not in text["appendix"]]
-        checks.append(_check("appendix_lists_tabled_sources", unlisted,
-                             f"all {len(tabled_sources)} tabled source(s) listed"))
+    try:
+        params = AuditParams.model_validate(ctx.unit.params)
+    except ValidationError as exc:
+        detail = "; ".join(f"params.{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                           for e in exc.errors())
+        return KindOutcome(validators=[ValidatorResult(name="final", passed=False,
+                                                       detail=f"failed: {detail}")])
+    docs = _Documents(ctx)
+    checks = [_run_check(ctx, docs, c) for c in params.checks or _default_checks(docs)]
     passed = all(c["passed"] for c in checks)
     doc = {"passed": passed, "checks": checks,
-           "documents": {DOCUMENT_OUTPUTS[d]: sha256_hex(b) for d, b in sorted(docs.items())}}
+           "documents": {document_output(docs.units[d]): sha256_hex(b)
+                         for d, b in sorted(docs.raw.items())}}
     ctx.write("audit.json", dump_json(doc), media_type=JSON)
     failed = [c["name"] for c in checks if not c["passed"]]
+    failing = [f"{c['name']}: {c['detail']}"[:_FAILING_CHARS] for c in checks if not c["passed"]]
     return KindOutcome(
         validators=[ValidatorResult(
             name="final", passed=passed,
             detail=f"{len(checks)} check(s) passed" if passed else "failed: " + ", ".join(failed))],
-        facts={"passed": passed, "checks": len(checks), "failed": failed},
+        facts={"passed": passed, "checks": len(checks), "failed": failed,
+               **({"failing": failing} if failing else {})},
     )
 
 
@@ -219,7 +406,7 @@ def _note(kind: str, unit: str | None, p: dict[str, Any]) -> tuple[str, list[str
 @register(NOTES)
 def run_notes(ctx: UnitContext) -> KindOutcome:
     events = sorted(ctx.decision_events(), key=lambda e: e.seq)
-    audit_units = dep_units(ctx, UnitKind.audit)
+    audit_units = deps_writing(ctx, "audit.json")
     lines = [f"# Change notes — run {ctx.run_id}", ""]
     for unit in audit_units:
         audit = ctx.dep_json(unit.id, "audit.json")

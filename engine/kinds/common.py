@@ -11,7 +11,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from keepstep.engine.core.plan import Unit, UnitKind
+from keepstep.engine.core.plan import Unit, UnitKind, outputs_of
+from keepstep.engine.core.presets import AUDIENCES, RISKS, TOPICS, evidence_output, verified_output
 from keepstep.engine.files.convert import ConvertedSource, find_occurrence, locate_quote
 from keepstep.engine.kinds.context import UnitContext, ValidatorResult
 
@@ -161,6 +162,96 @@ def dep_units(ctx: UnitContext, *kinds: UnitKind) -> list[Unit]:
 def dep_with_param(ctx: UnitContext, kind: UnitKind, key: str, value: str) -> Unit | None:
     """The first dependency of ``kind`` whose ``params[key] == value`` (e.g. intake step)."""
     return next((u for u in dep_units(ctx, kind) if u.params.get(key) == value), None)
+
+
+def deps_writing(ctx: UnitContext, name: str, units: list[str] | None = None) -> list[Unit]:
+    """The unit's dependencies (only ``units`` when given) that write an output ``name``, by
+    id — what a general mechanism reads instead of asking for a kind."""
+    return [u for u in dep_units(ctx) if name in outputs_of(u)
+            and (not units or u.id in units)]
+
+
+def evidence_deps(ctx: UnitContext) -> list[tuple[Unit, str]]:
+    """(dependency, its evidence output) for every evidence-producing dependency."""
+    out = []
+    for u in dep_units(ctx):
+        name = evidence_output(u)
+        if name:
+            out.append((u, name))
+    return out
+
+
+def verified_deps(ctx: UnitContext) -> list[tuple[Unit, str]]:
+    """(dependency, its verified-evidence output) for every verification dependency."""
+    out = []
+    for u in dep_units(ctx):
+        name = verified_output(u)
+        if name:
+            out.append((u, name))
+    return out
+
+
+# --- the pack's vocabulary (data/<name>.toml), as the prompts carry it ----------------------
+def topic_hints(ctx: UnitContext) -> list[dict[str, Any]] | None:
+    """data:topics as INPUT's ``topics``: [{name, keywords}] in the pack's order; None when
+    the pack has none."""
+    topics = ctx.data(TOPICS).get("topic")
+    if not isinstance(topics, list):
+        return None
+    return [{"name": str(t["name"]), "keywords": [str(k) for k in t.get("keywords", [])]}
+            for t in topics if isinstance(t, dict) and t.get("name")]
+
+
+def topic_inputs(ctx: UnitContext) -> dict[str, Any]:
+    """What an extraction prompt's INPUT carries of the pack's vocabulary: ``topics`` when
+    the pack has data/topics.toml, else nothing."""
+    topics = topic_hints(ctx)
+    return {"topics": topics} if topics else {}
+
+
+def audience_view(ctx: UnitContext, audience: str) -> dict[str, Any]:
+    """How ``audience`` reads (data:audiences): order, labels, risk_focus; the ``[default]``
+    table for an audience the pack does not describe; {} without the file."""
+    doc = ctx.data(AUDIENCES)
+    key = collapse_ws(audience).lower()
+    for name, view in (doc.get("audience") or {}).items():
+        if collapse_ws(str(name)).lower() == key and isinstance(view, dict):
+            return view
+    default = doc.get("default")
+    return default if isinstance(default, dict) else {}
+
+
+def reading_hints(ctx: UnitContext, audience: str) -> dict[str, Any]:
+    """The vocabulary a synthesis prompt carries: topics, and the audience's reading order
+    and headings (keys left out when the pack has none)."""
+    out: dict[str, Any] = {}
+    topics = topic_hints(ctx)
+    if topics:
+        out["topics"] = topics
+    view = audience_view(ctx, audience)
+    if isinstance(view.get("order"), list):
+        out["reading_order"] = [str(t) for t in view["order"]]
+    if isinstance(view.get("labels"), dict):
+        out["labels"] = {str(k): str(v) for k, v in view["labels"].items()}
+    return out
+
+
+def risk_checklist(ctx: UnitContext, audience: str) -> list[dict[str, Any]] | None:
+    """data:risks as INPUT's ``checklist``, each impact weighed for the audience (+1, at most
+    5, for the risks in its risk_focus); None when the pack has no checklist."""
+    risks = ctx.data(RISKS).get("risk")
+    if not isinstance(risks, list):
+        return None
+    focus = {str(k) for k in audience_view(ctx, audience).get("risk_focus") or []}
+    out = []
+    for r in risks:
+        if not isinstance(r, dict) or not r.get("key") or not r.get("title"):
+            continue
+        impact = int(r.get("impact", 3))
+        out.append({"key": str(r["key"]), "title": str(r["title"]),
+                    "keywords": [str(k) for k in r.get("keywords", [])],
+                    "impact": min(5, impact + (1 if str(r["key"]) in focus else 0))})
+    return out
 
 
 def unit_source_ids(unit: Unit, groups: dict[str, str]) -> set[str]:

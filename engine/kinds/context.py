@@ -77,7 +77,8 @@ class UnitContext(Protocol):
     def source_text(self, source_id: str) -> str:
         """Text of an approved source (read from the project folder, never copied to the DB):
         its converted text — Markdown for PDF, DOCX, XLSX, CSV, PPTX and HTML; the text itself
-        for Markdown and plain text."""
+        for Markdown and plain text. Refused for a source the unit reads only through
+        ``structure`` edges (its header lines): use ``source_header``."""
         ...
 
     def converted_source(self, source_id: str) -> ConvertedSource:
@@ -85,6 +86,17 @@ class UnitContext(Protocol):
         heading path, table row), cached per (sha256, converter version). Raises a
         SourceError naming the file for one that cannot be read, RunCancelled soon after a
         cancel."""
+        ...
+
+    def source_header(self, source_id: str) -> dict[str, str]:
+        """The header lines of an approved source (its front matter: title, type, date…) as
+        key -> value; {} when it has none."""
+        ...
+
+    def data(self, name: str) -> dict[str, Any]:
+        """The pack data file ``data/<name>.toml`` parsed ({} when the pack has none): the
+        vocabulary a kind reads through a ``data:<name>`` input (declared, or implicit by its
+        kind)."""
         ...
 
     def dep_bytes(self, unit_id: str, name: str) -> bytes:
@@ -136,9 +148,13 @@ class UnitContext(Protocol):
         """Check for cancellation, a lost lease and the unit's time limit (raises)."""
         ...
 
-    def effect(self, adapter: str, action: str, request: dict[str, Any]) -> EffectResult:
+    def effect(self, adapter: str, action: str, request: dict[str, Any], *,
+               content: str | None = None) -> EffectResult:
         """One external action through the side-effect ledger (DESIGN §8), at most once per
         (run, unit, action, plan version): a retry or a resume gets the recorded receipt back.
+        With ``content`` (the sha256 of the bytes delivered) it is a delivery: at most once
+        per destination (the adapter's address and ``request["name"]``) and content hash,
+        whatever the run, plan version or attempt.
 
         ``adapter`` names an ``[adapters.NAME]`` table of keepstep.toml (an unknown name
         raises KeepstepError listing the configured ones). The request is stored in the

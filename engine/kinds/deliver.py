@@ -69,19 +69,19 @@ def run(ctx: UnitContext) -> KindOutcome:
                          "sha256": sha256_hex(data), "path": ctx.dep_path(unit, name)})
     rows: list[dict[str, Any]] = []
     for req in requests:
-        # The content hash is part of the action, so the idempotency key (run, unit, action,
-        # plan version) changes when an upstream redo changes the file: the new version is
-        # delivered, an unchanged one is never sent twice.
+        # Keyed by destination + content hash (ctx.effect's content): an unchanged file is
+        # never sent twice to one destination, a changed one goes under a new key.
         action = f"deliver:{req['name']}@{req['sha256'][:12]}"
-        outcome = ctx.effect(adapter, action, req)
+        outcome = ctx.effect(adapter, action, req, content=req["sha256"])
         rows.append({"file": f"{req['unit']}:{req['name']}", "unit": req["unit"],
                      "name": req["name"], "sha256": req["sha256"], "size": req["size"],
                      "action": action, "key": outcome.key, "remote_id": outcome.remote_id,
-                     "status": outcome.status})
+                     "status": outcome.status, "sent": bool(outcome.performed)})
     ctx.write("delivery.json", dump_json({"adapter": adapter, "files": rows}), media_type=JSON)
     problems = [f"{r['file']} is {r['status']}" for r in rows if r["status"] != "committed"]
+    sent = sum(r["sent"] for r in rows)
     return KindOutcome(
         validators=[result("delivered", problems, ok=f"{len(rows)} file(s) delivered via "
-                           f"{adapter}")],
-        facts={"delivered": sum(r["status"] == "committed" for r in rows)},
+                           f"{adapter} ({sent} sent now, {len(rows) - sent} already there)")],
+        facts={"delivered": sum(r["status"] == "committed" for r in rows), "sent": sent},
     )

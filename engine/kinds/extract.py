@@ -42,6 +42,7 @@ from keepstep.engine.kinds.common import (
     quote_cited,
     result,
     structure_problems,
+    topic_inputs,
 )
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, run_model_step, step_tokens
@@ -136,7 +137,8 @@ def _chunks(ctx: UnitContext, source_id: str, text: str,
             schema: dict[str, Any] | None) -> list[Chunk]:
     """The text in one piece when its request fits, else chunks that each fit."""
     profile = ctx.model_profile()
-    empty = {"task": "extract", "source_id": source_id, "text": "", "first_id": 1}
+    empty = {"task": "extract", "source_id": source_id, "text": "", "first_id": 1,
+             **topic_inputs(ctx)}
     overhead = step_tokens(ctx, prompt=PROMPT, inputs=empty, schema=ExtractAnswer,
                            json_schema=schema)
     # An answer quotes the text, so a chunk is also kept within what an answer may hold —
@@ -144,7 +146,7 @@ def _chunks(ctx: UnitContext, source_id: str, text: str,
     # long possible.
     room = int(min(profile.input_tokens - overhead, profile.output_tokens) * _MARGIN)
     if len(text) <= _CHARS_PER_TOKEN_BOUND * room:
-        whole = {"task": "extract", "source_id": source_id, "text": text}
+        whole = {"task": "extract", "source_id": source_id, "text": text, **topic_inputs(ctx)}
         if step_tokens(ctx, prompt=PROMPT, inputs=whole, schema=ExtractAnswer,
                        json_schema=schema) <= profile.input_tokens \
                 and profile.count_text(text) <= room:
@@ -265,7 +267,8 @@ def run(ctx: UnitContext) -> KindOutcome:
             part = f" part {c}/{len(chunks)}" if len(chunks) > 1 else ""
             ctx.safe_point(f"extract {source.id}{part} ({n}/{len(sources)})")
             text = chunk.text(conv.text) if len(chunks) > 1 else conv.text
-            inputs: dict[str, Any] = {"task": "extract", "source_id": source.id, "text": text}
+            inputs: dict[str, Any] = {"task": "extract", "source_id": source.id, "text": text,
+                                      **topic_inputs(ctx)}
             if len(chunks) > 1:
                 inputs["first_id"] = next_id
             step = run_model_step(ctx, prompt=PROMPT, inputs=inputs, schema=ExtractAnswer,

@@ -3,6 +3,11 @@
 ``params.step`` picks one: inventory (approved ids, groups, sha256 — never text),
 contract (the declared contract fields, audience excepted), questions (framed by rule
 from the contract and the source groups) and schema (the evidence item schema).
+
+An inventory unit that reads its sources only through ``structure`` edges (``{ ref =
+"group:V", edges = ["structure"] }``) is a header-only inventory: it lists each source's
+header lines (title, type, date …) and no hash of its bytes — a body edit never reaches it,
+so nothing it writes may depend on a body.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from collections import defaultdict
 from typing import Any
 
 from keepstep.engine.core.plan import UnitKind
+from keepstep.engine.core.presets import INTAKE_OUTPUTS
 from keepstep.engine.kinds.common import (
     EVIDENCE_REQUIRED,
     JSON,
@@ -28,12 +34,7 @@ from keepstep.engine.kinds.context import (
 )
 from keepstep.storage.hashing import canonical_json, sha256_hex
 
-STEP_OUTPUTS = {
-    "inventory": "inventory.json",
-    "contract": "contract.json",
-    "questions": "questions.json",
-    "schema": "evidence-schema.json",
-}
+STEP_OUTPUTS = INTAKE_OUTPUTS
 
 SPEC = KindSpec(
     name="intake",
@@ -45,17 +46,27 @@ SPEC = KindSpec(
 )
 
 
+def _reads_bodies(ctx: UnitContext, source_id: str, group: str) -> bool:
+    refs = [r for r in (f"source:{source_id}", f"group:{group}") if r in ctx.unit.inputs]
+    return any(ctx.unit.reads_content(r) for r in refs) if refs else True
+
+
 def _inventory(ctx: UnitContext) -> tuple[dict[str, Any], list[str]]:
     entries = sorted(ctx.sources_for_unit(), key=lambda s: natural_key(s.id))
     problems = [f"source {s.id} is not in the input snapshot" for s in entries
                 if s.id not in ctx.snapshot.sources]
     if not entries:
         problems.append("the unit names no sources: add group:<G> or source:<id> inputs")
-    sources = [
-        {"id": s.id, "group": s.group, "title": s.title, "kind": s.kind,
-         "sha256": ctx.snapshot.sources.get(s.id, "")}
-        for s in entries
-    ]
+    sources = []
+    for s in entries:
+        row: dict[str, Any] = {"id": s.id, "group": s.group, "title": s.title, "kind": s.kind}
+        if _reads_bodies(ctx, s.id, s.group):
+            row["sha256"] = ctx.snapshot.sources.get(s.id, "")
+        else:
+            # Header lines only: what a structure edge carries (a body edit never reaches it).
+            row["header"] = ctx.source_header(s.id)
+            row["path"] = s.path
+        sources.append(row)
     groups: dict[str, list[str]] = defaultdict(list)
     for s in sources:
         groups[s["group"]].append(s["id"])

@@ -1,10 +1,22 @@
-"""synthesize and rank: findings over the verified evidence of the unit's dependencies.
+"""synthesize, rank and model: model steps over the verified evidence of the dependencies.
+
+``synthesize`` is the model step with answer ``claims`` (prompt ``synthesize``), ``rank`` the
+bounded loop with answer ``risks`` (prompts ``rank`` and ``check``), and ``model`` the general
+step: any prompt template (``params.prompt``, e.g. the pack's ``prompts/<name>.md``) with one
+of those two answer schemas and its rules. Verified evidence comes from every dependency
+that writes verified evidence (``verified.json``), whatever its kind.
 
 The audience reaches a unit only through a ``contract:audience`` input (an audience
 edge); without one the unit writes for a general reader, so an audience edit cannot
-change its output. ``rank`` is the bounded loop: generate -> check claims -> revise,
-at most ``max_rounds`` rounds, each round's calls tagged with its round number; the check
-sees each risk with the quotes it cites, so a model can judge more than the rules can.
+change its output. The pack's vocabulary goes into the INPUT block: the topics and the
+audience's reading order and headings (``data/topics.toml``, ``data/audiences.toml``) for
+claims, the risk checklist (``data/risks.toml``, each impact weighed for the audience) for
+risks. The loop is generate -> check claims -> revise, at most ``max_rounds`` rounds, each
+round's calls tagged with its round number; the check sees each risk with the quotes it
+cites, so a model can judge more than the rules can. A loop still failing at its last
+round fails the unit, unless ``on_last_round = "unconverged"``: then its last answer goes
+forward flagged (``converged: false`` and the open problems in ranking.json), so a later
+unit can record the risk.
 
 Every claim must cite evidence ids of the given evidence, and every figure a claim states
 must appear in the evidence it cites (``figure_problems``): what a model writes stays
@@ -19,19 +31,20 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from keepstep.engine.core.plan import UnitKind
 from keepstep.engine.gateway.answers import Problem, problem
 from keepstep.engine.gateway.offline_rules import normalise
 from keepstep.engine.kinds.common import (
     JSON,
     MARKDOWN,
     cite,
-    dep_units,
     dump_json,
     evidence_index,
     natural_key,
     notices,
+    reading_hints,
     result,
+    risk_checklist,
+    verified_deps,
 )
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_step
@@ -137,19 +150,27 @@ RANK = KindSpec(
     description="Bounded loop: rank risks, check their claims, revise with the problems as "
     "feedback; stops when the check is clean or at max_rounds.",
 )
+MODEL = KindSpec(
+    name="model",
+    uses_model=True,
+    validators=["structure", "citations"],
+    default_outputs=["synthesis.json", "synthesis.md"],
+    description="A general model step: any prompt template (params.prompt) answering claims "
+    "(synthesis.json/.md) or risks (ranking.json/.md, a bounded loop with max_rounds).",
+)
 
 
 def verified_evidence(ctx: UnitContext) -> tuple[list[dict[str, Any]], list[str]]:
-    """Union of the verified evidence of the unit's verify dependencies, by id."""
+    """Union of the verified evidence of the unit's verification dependencies, by id."""
     by_id: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
-    deps = dep_units(ctx, UnitKind.verify)
+    deps = verified_deps(ctx)
     if not deps:
         problems.append("no verification unit among the dependencies")
-    for dep in deps:
-        items = ctx.dep_json(dep.id, "verified.json").get("evidence")
+    for dep, name in deps:
+        items = ctx.dep_json(dep.id, name).get("evidence")
         if not isinstance(items, list):
-            problems.append(f"{dep.id}/verified.json has no evidence list")
+            problems.append(f"{dep.id}/{name} has no evidence list")
             continue
         for item in items:
             if isinstance(item, dict) and item.get("id") is not None:
@@ -174,6 +195,10 @@ def _source_ids(ids: list[str], index: dict[str, dict[str, str]]) -> list[str]:
     return sorted({index[i]["source_id"] for i in ids if i in index}, key=natural_key)
 
 
+def _prompt(ctx: UnitContext, default: str, key: str = "prompt") -> str:
+    return str(ctx.unit.params.get(key) or default)
+
+
 # --- synthesize ------------------------------------------------------------------------
 @register(SYNTHESIZE)
 def run_synthesize(ctx: UnitContext) -> KindOutcome:
@@ -185,9 +210,10 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
     if evidence:
         ctx.safe_point(f"synthesize over {len(evidence)} statement(s)")
         quotes = {str(e["id"]): str(e.get("quote", "")) for e in evidence}
-        step = run_model_step(ctx, prompt="synthesize", inputs={
+        step = run_model_step(ctx, prompt=_prompt(ctx, "synthesize"), inputs={
             "task": "synthesize", "question": question, "audience": audience,
-            "evidence": evidence}, schema=SynthesisAnswer, rules=claim_rules("claims", quotes))
+            "evidence": evidence, **reading_hints(ctx, audience)}, schema=SynthesisAnswer,
+            rules=claim_rules("claims", quotes))
         response = step.parsed
         shape += [p.line() for p in step.problems if p.rule != "known_id"]
     raw = response.get("claims") if isinstance(response, dict) else None
@@ -281,6 +307,9 @@ def _ranking_md(ctx: UnitContext, doc: dict[str, Any], index: dict[str, dict[str
     lines += [f"| {r['id']} | {r['title']} | {r['score']} | {cite(r['evidence_ids'], index)} |"
               for r in doc["risks"]]
     lines += ["", f"Settled after {len(doc['rounds'])} round(s): {doc['stop']}.", ""]
+    if doc.get("converged") is False:
+        lines += ["**Not converged**: the check still found problems at the last round; this "
+                  "ranking goes forward flagged.", ""]
     for rnd in doc["rounds"]:
         found = "; ".join(rnd["problems"]) or "no problems"
         lines.append(f"- Round {rnd['round']}: {len(rnd['risk_ids'])} risk(s); check: {found}"
@@ -304,16 +333,18 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
     stop = "no verified evidence"
     quotes = {str(e["id"]): str(e.get("quote", "")) for e in evidence}
     steps: list[StepResult] = []
+    checklist = risk_checklist(ctx, audience)
+    vocabulary = {"checklist": checklist} if checklist is not None else {}
     for rnd in range(1, max_rounds + 1) if evidence else ():
         ctx.safe_point(f"rank round {rnd}/{max_rounds}")
-        rank_step = run_model_step(ctx, prompt="rank", inputs={
+        rank_step = run_model_step(ctx, prompt=_prompt(ctx, "rank"), inputs={
             "task": "rank", "question": question, "audience": audience, "evidence": evidence,
-            "round": rnd, "feedback": problems}, schema=RankAnswer,
+            "round": rnd, "feedback": problems, **vocabulary}, schema=RankAnswer,
             rules=_rank_rules(set(known), quotes), round=rnd, label=f"round {rnd}")
         ranked = rank_step.parsed
         risks = _risks_of(ranked, index)
         ctx.safe_point(f"check round {rnd}/{max_rounds}")
-        check_step = run_model_step(ctx, prompt="check", inputs={
+        check_step = run_model_step(ctx, prompt=_prompt(ctx, "check", "check_prompt"), inputs={
             "task": "check", "evidence_ids_known": known, "claims": [
                 {"id": r["id"], "title": r["title"], "score": r["score"],
                  "evidence_ids": r["evidence_ids"],
@@ -342,23 +373,45 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
             shape.append(f"a risk lacks an id or title: {r}")
     citations = [f"{r['id']} cites unknown evidence {i}" for r in risks
                  for i in r["evidence_ids"] if i not in index]
+    unconverged = stop == "max_rounds reached" and ctx.unit.on_last_round == "unconverged"
     doc = {"unit": ctx.unit.id, "title": ctx.unit.title, "question": question,
            "audience": audience, "risks": risks, "rounds": rounds, "stop": stop,
            "evidence": index, "notice": "; ".join(notices(*responses))}
+    if unconverged:
+        # Goes forward flagged: a later unit (a document, an audit) can record the risk.
+        doc.update({"converged": False, "open_problems": problems,
+                    "stop": f"not converged after max_rounds = {max_rounds}; the last "
+                            "answer goes forward flagged"})
     sources = sorted({s for r in risks for s in r["source_ids"]}, key=natural_key)
     ctx.write("ranking.json", dump_json(doc), media_type=JSON, source_ids=sources)
     ctx.write("ranking.md", _ranking_md(ctx, doc, index), media_type=MARKDOWN, source_ids=sources)
     claim_problems = problems if evidence else ["nothing was ranked"]
-    if stop == "max_rounds reached":
+    claim_ok = f"checks passed in round {len(rounds)}"
+    if unconverged:
+        claim_problems = []
+        claim_ok = (f"unconverged after {max_rounds} round(s), gone forward flagged: "
+                    + ("; ".join(problems[:3]) or "no problems listed"))
+    elif stop == "max_rounds reached":
         claim_problems = [f"still failing after max_rounds = {max_rounds}"] + problems
     return KindOutcome(
         validators=[
             result("structure", shape, f"{len(risks)} risk(s)"),
             result("citations", citations, "every cited id is in the given evidence"),
-            result("claim_check", claim_problems, f"checks passed in round {len(rounds)}"),
+            result("claim_check", claim_problems, claim_ok),
         ],
-        facts={"rounds": len(rounds), "stop": stop, "risks": len(risks)},
+        facts={"rounds": len(rounds), "stop": stop, "risks": len(risks),
+               **({"unconverged": True} if unconverged else {})},
         rounds=max(1, len(rounds)),
         problems=[p.model_dump() for s in steps[-2:] for p in s.problems],
         answers=[a for s in steps for a in s.answers],
     )
+
+
+# --- the general model step -------------------------------------------------------------
+@register(MODEL)
+def run_model(ctx: UnitContext) -> KindOutcome:
+    """``params.prompt`` with ``params.answer``: claims like synthesize, risks like rank (one
+    round unless ``max_rounds``)."""
+    if ctx.unit.params.get("answer", "claims") == "risks":
+        return run_rank(ctx)
+    return run_synthesize(ctx)

@@ -1,4 +1,5 @@
-"""verify: rule checks, then one model claim check over the extraction units it depends on.
+"""verify: rule checks, then one model claim check over the evidence-producing units it
+depends on (extract units, or any unit whose outputs hold an evidence list: evidence.json).
 
 Rules first (cheap, certain): the evidence must cite a source its extraction unit was
 given, and the quote must occur in that source. Only the survivors go to the model, in
@@ -17,14 +18,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from keepstep.engine.core.plan import UnitKind
 from keepstep.engine.gateway.answers import Problem, problem
 from keepstep.engine.kinds.common import (
     EVIDENCE_REQUIRED,
     JSON,
     collapse_ws,
-    dep_units,
     dump_json,
+    evidence_deps,
     natural_key,
     notices,
     quote_in_text,
@@ -145,27 +145,28 @@ SPEC = KindSpec(
     validators=["structure", "citations", "claim_check"],
     default_outputs=[OUTPUT],
     description="Rule checks (approved source, verbatim quote) then one model claim check "
-    "over the evidence of the extraction units it depends on.",
+    "over the evidence of the evidence-producing units it depends on.",
 )
 
 
 def _gather(ctx: UnitContext) -> tuple[list[tuple[dict[str, Any], set[str]]], list[str]]:
-    """(evidence item, sources it may cite) from every extraction dependency, first id wins."""
+    """(evidence item, sources it may cite) from every evidence-producing dependency, first
+    id wins."""
     own = {s.id for s in ctx.sources_for_unit()}
     gathered: list[tuple[dict[str, Any], set[str]]] = []
     seen: set[str] = set()
     problems: list[str] = []
-    deps = dep_units(ctx, UnitKind.extract)
+    deps = evidence_deps(ctx)
     if not deps:
-        problems.append("no extraction unit among the dependencies")
-    for dep in deps:
+        problems.append("no evidence-producing unit among the dependencies")
+    for dep, name in deps:
         allowed = unit_source_ids(dep, ctx.snapshot.groups)
         # A verify unit that declares its sources may only check those; one that declares
         # none trusts its dependencies' approved inputs.
         allowed = allowed & own if own else allowed
-        items = ctx.dep_json(dep.id, "evidence.json").get("evidence")
+        items = ctx.dep_json(dep.id, name).get("evidence")
         if not isinstance(items, list):
-            problems.append(f"{dep.id}/evidence.json has no evidence list")
+            problems.append(f"{dep.id}/{name} has no evidence list")
             continue
         for item in items:
             key = str(item.get("id")) if isinstance(item, dict) else ""
@@ -256,7 +257,7 @@ def run(ctx: UnitContext) -> KindOutcome:
 
     source_ids = sorted({e["source_id"] for e in supported}, key=natural_key)
     doc = {
-        "from_units": [d.id for d in dep_units(ctx, UnitKind.extract)],
+        "from_units": [d.id for d, _ in evidence_deps(ctx)],
         "checked": checked,
         "evidence": supported,
         "rejected": rejected,

@@ -1,10 +1,12 @@
 """Approval gates: requests, version-bound decisions, revocation and resume tokens.
 
-A decision binds an object — ``{"plan_n": n, "contract_hash": h}`` for a
-contract gate, the artifact hash(es) for an artifact gate — plus a scope and an
-expiry. It applies only while that object is unchanged, it has not expired and
-it has not been revoked; otherwise the gate asks again (a new request; the old
-one is marked superseded or expired).
+A decision binds an object — ``{"binds": {"contract:audience": <hash>, "artifact:D01":
+[...], "verdict:A01": {"passed": …}}}`` for the bindings a gate declares (``run.gates``),
+``{"plan_n": n, "contract_hash": h}`` for a legacy contract gate, the artifact hash(es) for
+a legacy artifact gate — plus a scope and an expiry. It applies only while that object is
+unchanged, it has not expired and it has not been revoked; otherwise the gate asks again
+(a new request; the old one is marked superseded or expired). A decision whose choice is
+not among the gate's ``proceed`` options (``hold``) applies but keeps the units waiting.
 
 Resume tokens: every request issues one — random (``secrets.token_urlsafe``),
 single use, expiring (24 h by default), bound to the run and the gate, stored
@@ -77,6 +79,8 @@ def _when(ts: float) -> str:
 
 
 def _describe(obj: dict[str, Any]) -> str:
+    if "binds" in obj and isinstance(obj["binds"], dict):
+        return ", ".join(_describe_ref(k, v) for k, v in obj["binds"].items()) or "nothing"
     if "plan_n" in obj:
         h = str(obj.get("contract_hash") or "")
         return f"plan-v{obj['plan_n']}" + (f", contract {h[:12]}" if h else "")
@@ -88,7 +92,33 @@ def _describe(obj: dict[str, Any]) -> str:
     return canonical_json(obj)
 
 
+def _describe_ref(ref: str, value: Any) -> str:
+    if isinstance(value, dict) and "passed" in value:
+        return f"{ref} " + ("passed" if value["passed"] else "failed")
+    if isinstance(value, list):
+        return f"{ref} {', '.join(str(v)[:12] for v in value) or '(none)'}"
+    if isinstance(value, dict):
+        return f"{ref} ({len(value)} file(s))"
+    if isinstance(value, str):
+        return f"{ref} {value[:12]}"
+    return f"{ref} {value}"
+
+
 def _what_changed(old: dict[str, Any], new: dict[str, Any]) -> str:
+    if "binds" in old or "binds" in new:
+        a, b = old.get("binds") or {}, new.get("binds") or {}
+        moved = [ref for ref in dict.fromkeys([*a, *b])
+                 if canonical_json(a.get(ref)) != canonical_json(b.get(ref))]
+        parts_b = []
+        for ref in moved:
+            before, after = a.get(ref), b.get(ref)
+            if isinstance(after, dict) and "passed" in after and isinstance(before, dict):
+                was = "passed" if before.get("passed") else "failed"
+                now = "passed" if after["passed"] else "failed"
+                parts_b.append(f"{ref} changed from {was} to {now}")
+            else:
+                parts_b.append(f"{ref} changed")
+        return "; ".join(parts_b) or "what the decision binds changed"
     parts = []
     if old.get("plan_n") != new.get("plan_n") and ("plan_n" in old or "plan_n" in new):
         parts.append(f"plan version changed from plan-v{old.get('plan_n')} to "
@@ -291,6 +321,10 @@ def gate_status(
     for row in reversed(rows):
         if row.status in ("decided", "revoked"):
             ok, why = approval_applies(row, current_bound_object=current_bound_object, now=now)
+            if ok and row.choice is not None and not gate.lets_run(row.choice):
+                return GateStatus(open=False, request=row, reason=(
+                    f"gate {gate.id!r} was answered {row.choice!r}: "
+                    f"{', '.join(gate.held_units())} wait (revoke it to be asked again)"))
             if ok:
                 return GateStatus(open=True, reason=why, request=row)
             reason = why

@@ -88,6 +88,8 @@ def input_fingerprints(unit: Unit, files: ProjectFiles, snapshot: InputSnapshot,
             out[ref] = templates.get(name, "")
         elif kind == "policy":
             out[ref] = versions.get(name, "")
+        elif kind == "data":
+            out[ref] = templates.get(ref, "")
     from keepstep.engine.core.changes import prompt_refs
 
     for ref in prompt_refs(unit):
@@ -174,7 +176,44 @@ class AttemptContext:
         # The file is hashed again (not the snapshot's sha256 taken on trust): a file edited
         # since the snapshot must never be cached under the old hash. The run's cancel event
         # reaches the converter, so Ctrl-C stops a long conversion within a fraction of a second.
+        self._check_reads_body(source_id)
         return self.files.converted_source(source_id, cancel=self.cancel)
+
+    def _check_reads_body(self, source_id: str) -> None:
+        entry = self.files.approved_sources().get(source_id)
+        refs = [f"source:{source_id}"] + ([f"group:{entry.group}"] if entry and entry.group
+                                          else [])
+        named = [r for r in refs if r in self.unit.inputs]
+        if named and not any(self.unit.reads_content(r) for r in named):
+            raise KeepstepError(
+                f"{self.unit.id}: reads source {source_id} only through structure edges (its "
+                "header lines), not its body",
+                hint=f"add \"content\" to the edges of {named[0]} in the unit's inputs")
+
+    def source_header(self, source_id: str) -> dict[str, str]:
+        from keepstep.engine.core.inputs import header_fields, split_header
+
+        entry = self.files.approved_sources().get(source_id)
+        if entry is None:
+            raise KeepstepError(f"{self.unit.id}: source {source_id} is not approved")
+        try:
+            text = (self.files.root / entry.path).read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            return {}
+        return header_fields(split_header(text)[0])
+
+    def data(self, name: str) -> dict[str, Any]:
+        import tomllib
+
+        path = self.files.root / "data" / f"{name}.toml"
+        if not path.is_file():
+            return {}
+        try:
+            return tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise KeepstepError(f"{self.unit.id}: data/{name}.toml is not valid TOML: {exc}",
+                                hint="fix the line it names (`keepstep validate` checks it)"
+                                ) from None
 
     def _dep_ref(self, unit_id: str, name: str) -> OutputRef:
         rec = self.records.get(unit_id)
@@ -223,8 +262,9 @@ class AttemptContext:
                                f"{self.unit.timeout_minutes:g} minutes")
 
     # -- external actions ----------------------------------------------------------
-    def effect(self, adapter: str, action: str, request: dict[str, Any]) -> EffectOutcome:
-        from keepstep.engine.run.effects import perform_effect
+    def effect(self, adapter: str, action: str, request: dict[str, Any], *,
+               content: str | None = None) -> EffectOutcome:
+        from keepstep.engine.run.effects import delivery_key, destination_of, perform_effect
 
         found = self.adapters.get(adapter)
         if found is None:
@@ -240,10 +280,17 @@ class AttemptContext:
                              f"({action!r} via {adapter!r})",
                              hint="the source run's effects are in its ledger (`keepstep effects`)")
         self.safe_point(f"effect {action}")
+        key = identity = None
+        if content is not None:
+            # A delivery: keyed by destination + content hash, never plan version or attempt.
+            destination = destination_of(found, str(request.get("name", "")))
+            key = delivery_key(destination, content)
+            identity = {"destination": destination, "sha256": content,
+                        "size": request.get("size")}
         return perform_effect(
             self.store, found, run_id=self.run_id, branch_id=self.branch_id, unit=self.unit.id,
             attempt_id=self.attempt_id, action=action, request=request, plan_n=self.plan_n,
-            fencing_token=self.claim.fencing_token)
+            fencing_token=self.claim.fencing_token, key=key, identity=identity)
 
     # -- model calls -------------------------------------------------------------
     def prompt(self, name: str) -> Any:

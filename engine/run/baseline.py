@@ -31,6 +31,26 @@ def template_hashes(root: Path) -> dict[str, str]:
     return {p.stem: file_sha256(str(p)) for p in sorted(tdir.glob("*.md"))}
 
 
+def template_layouts(root: Path) -> dict[str, str]:
+    """template name -> hash of its layout (sections and placeholders, ``core.templates``):
+    what tells a ``template`` edit from a ``presentation`` one."""
+    from keepstep.engine.core.templates import layout_hash
+
+    tdir = root / "templates"
+    if not tdir.is_dir():
+        return {}
+    return {p.stem: layout_hash(p.read_text(encoding="utf-8", errors="replace"))
+            for p in sorted(tdir.glob("*.md"))}
+
+
+def data_hashes(root: Path) -> dict[str, str]:
+    """pack data file name -> sha256 of ``data/<name>.toml``."""
+    ddir = root / "data"
+    if not ddir.is_dir():
+        return {}
+    return {p.stem: file_sha256(str(p)) for p in sorted(ddir.glob("*.toml"))}
+
+
 def plan_state(n: int, files: ProjectFiles, snapshot_path: str,
                templates: dict[str, str]) -> dict[str, Any]:
     """The ``plan`` state key for plan version ``n`` (its plan file kept at ``snapshot_path``)."""
@@ -38,14 +58,16 @@ def plan_state(n: int, files: ProjectFiles, snapshot_path: str,
         "n": n, "label": f"plan-v{n}", "fingerprint": files.plan.fingerprint(),
         "contract_hash": files.contract.hash(), "contract_fields": files.contract.field_hashes(),
         "audience": files.contract.audience, "snapshot_path": snapshot_path,
-        "templates": templates,
+        "templates": templates, "template_layouts": template_layouts(files.root),
+        "data": data_hashes(files.root),
     }
 
 
 def inputs_state(n: int, snapshot: InputSnapshot) -> dict[str, Any]:
-    """The ``inputs`` state key for input snapshot ``n``: source ids, sha256 and groups."""
+    """The ``inputs`` state key for input snapshot ``n``: source ids, sha256 and groups, and
+    the hashes of each source's header lines and body (so an edit is typed)."""
     return {"n": n, "label": f"in-v{n}", "hash": snapshot.hash(), "sources": snapshot.sources,
-            "groups": snapshot.groups}
+            "groups": snapshot.groups, "headers": snapshot.headers, "bodies": snapshot.bodies}
 
 
 def create_run(workspace: Workspace, run_id: str, *, branch_id: str = "main") -> None:
@@ -81,5 +103,5 @@ def create_run(workspace: Workspace, run_id: str, *, branch_id: str = "main") ->
     artifacts.prepare_units(run_id, [u.id for u in files.plan.units])
 
 
-__all__ = ["PRODUCER_VERSION", "PROMPT_VERSION", "create_run", "inputs_state", "plan_state",
-           "template_hashes"]
+__all__ = ["PRODUCER_VERSION", "PROMPT_VERSION", "create_run", "data_hashes", "inputs_state",
+           "plan_state", "template_hashes", "template_layouts"]

@@ -2,9 +2,13 @@
 
 Protocol (DESIGN §8): an *intent* row (idempotency key, request hash, fencing
 token) is committed before the external action; the *receipt* (remote id)
-after. The key is derived from (run, unit, action, plan version), so a retry or
-a replay of the same action sends the same key, and a new plan version sends a
-new one. An intent without a receipt is *unknown*: recovery asks the adapter
+after. The key of an action is derived from (run, unit, action, plan version), so
+a retry or a replay of the same action sends the same key, and a new plan version
+sends a new one. A *delivery* (the deliver kind) is keyed by what it is instead:
+its destination and the sha256 of the bytes (``delivery_key``) — never the plan
+version or the attempt — so the same bytes are never delivered twice to one
+destination, whatever changed around them, and changed bytes get a new key.
+An intent without a receipt is *unknown*: recovery asks the adapter
 (``reconcile``). Found → committed. Definitely not found and the adapter says a
 retry is safe → performed again with the SAME key. Cannot tell → the unit is
 blocked for a person, and nothing is retried until that person decides
@@ -71,6 +75,21 @@ def idempotency_key(run_id: str, unit: str, action: str, plan_n: int) -> str:
     return f"ks-{_slug(run_id)}-{_slug(unit)}-{_slug(action)}-p{int(plan_n)}-{digest}"
 
 
+def destination_of(adapter: Any, name: str) -> str:
+    """Where an adapter puts a delivered file called ``name``: its address (a webhook's URL,
+    a drop folder's path, else its configured name) and the name."""
+    address = getattr(adapter, "url", None) or getattr(adapter, "target_dir", None)
+    return f"{address or adapter.name}/{name}"
+
+
+def delivery_key(destination: str, sha256: str) -> str:
+    """``ks-dlv-<destination>-<sha256[:12]>-<hash[:16]>``: the same bytes to the same
+    destination always get this key (across plan versions, attempts and runs)."""
+    digest = sha256_hex(canonical_json(["deliver", destination, sha256]))[:16]
+    tail = destination.rstrip("/").rsplit("/", 1)[-1]
+    return f"ks-dlv-{_slug(tail)}-{sha256[:12]}-{digest}"
+
+
 def compensation_key(key: str) -> str:
     """The key of the entry that undoes ``key`` (derived, so a retried undo reuses it)."""
     return f"{key}-undo-{sha256_hex('undo:' + key)[:8]}"
@@ -78,6 +97,16 @@ def compensation_key(key: str) -> str:
 
 def request_hash(request: Mapping[str, Any]) -> str:
     return sha256_hex(canonical_json(dict(request)))
+
+
+def recorded_request_ok(row: EffectRecord) -> bool:
+    """Whether the row's recorded request (or, for a delivery, its identity) still matches
+    the request hash committed with the intent."""
+    request = row.detail.get("request")
+    identity = row.detail.get("identity")
+    hashed = identity if isinstance(identity, dict) else request
+    return isinstance(request, dict) and isinstance(hashed, dict) and \
+        request_hash(hashed) == row.request_hash
 
 
 def _safe(exc: BaseException) -> str:
@@ -129,8 +158,14 @@ def perform_effect(
     request: dict[str, Any],
     plan_n: int,
     fencing_token: int | None,
+    key: str | None = None,
+    identity: Mapping[str, Any] | None = None,
 ) -> EffectOutcome:
-    """Do an external action at most once per (run, unit, action, plan version).
+    """Do an external action at most once per (run, unit, action, plan version) — or, with
+    ``key`` (a ``delivery_key``), at most once per key whatever run, plan version or attempt
+    asks. ``identity`` is what the request hash covers (default: the whole request), so that
+    a redo whose request differs only in where the bytes lie (an artifact path) is the same
+    action.
 
     1. commit the intent (key, request hash, fencing token) — a fenced
        executor raises LeaseLost here, before anything is sent;
@@ -141,13 +176,15 @@ def perform_effect(
     no secrets and no source text. An earlier intent without a receipt is
     resolved like ``reconcile`` does (lookup first, never a blind resend).
     """
-    key = idempotency_key(run_id, unit, action, plan_n)
-    rhash = request_hash(request)
+    key = key or idempotency_key(run_id, unit, action, plan_n)
+    rhash = request_hash(identity if identity is not None else request)
     try:
         row, created = store.record_effect_intent(
             idem_key=key, run_id=run_id, branch_id=branch_id, unit=unit, attempt_id=attempt_id,
             action=action, adapter=adapter.name, request_hash=rhash,
-            fencing_token=fencing_token, plan_n=plan_n, detail={"request": request},
+            fencing_token=fencing_token, plan_n=plan_n,
+            detail={"request": request, **({"identity": dict(identity)} if identity is not None
+                                           else {})},
         )
     except StaleFencingToken as exc:
         raise LeaseLost(str(exc)) from None
@@ -255,7 +292,7 @@ def _resolve(store: Store, adapter: EffectAdapter | None, row: EffectRecord) -> 
         return _block(store, row, f"{adapter.name} has no record of key {row.idem_key} and a "
                       "retry is not known to be safe")
     request = row.detail.get("request")
-    if not isinstance(request, dict) or request_hash(request) != row.request_hash:
+    if not isinstance(request, dict) or not recorded_request_ok(row):
         return _block(store, row, "the recorded request is missing or does not match its hash")
     try:
         remote_id = adapter.perform(row.idem_key, request)
@@ -353,7 +390,7 @@ def decide_unknown(
             _commit(store, row, found.remote_id, f"found on recheck by {who}")
     else:
         request = row.detail.get("request")
-        if not isinstance(request, dict) or request_hash(request) != row.request_hash:
+        if not isinstance(request, dict) or not recorded_request_ok(row):
             raise SideEffectError(f"effect {key}: the recorded request is missing or altered")
         try:
             remote = adapter.perform(key, request)

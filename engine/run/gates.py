@@ -3,6 +3,14 @@ no longer applies, and answering from the command line (``--approve gate=choice`
 
 ``open_gates`` only reads; ``request_gates`` (called by the run loop, explicitly) writes
 the approval requests and records ``--approve`` answers.
+
+What a decision binds is declared per gate (``Gate.binds``): ``contract:<field>`` (that
+field's value as the run recorded it: an audience gate asks again only when the audience
+changes), ``artifact:<unit>`` (its output hashes), ``verdict:<unit>`` (its validators'
+verdict, with the failing checks), ``plan`` (the plan version) and the legacy ``contract``
+(plan version and the whole contract). A gate that holds a deliver unit also binds the
+hashes of the files it delivers (``deliver:<unit>``): changed bytes need the gate again.
+``bindings`` shows each with its current value, and whether it moved since the request.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from keepstep.engine.core.state import RunFacts, UnitState
 from keepstep.engine.errors import ApprovalError
 from keepstep.engine.run import approvals
 from keepstep.engine.run.approvals import ApprovalOption
+from keepstep.storage.hashing import canonical_json
 
 if TYPE_CHECKING:
     from keepstep.engine.core.plan import Gate
@@ -23,10 +32,26 @@ if TYPE_CHECKING:
     from keepstep.storage import ApprovalRecord
 
 
+class Binding(BaseModel):
+    """One thing a gate's decision binds, as the run stands now."""
+
+    ref: str = Field(description="contract:audience, artifact:D01, verdict:A01, plan, "
+                     "deliver:X01 …")
+    kind: str = Field(description="contract, artifact, verdict, plan or deliver")
+    shown: str = Field(description="its current value for a person: a field's value, a "
+                       "file's hash, a verdict")
+    passed: bool | None = Field(default=None, description="a verdict: whether it passed")
+    failing: list[str] = Field(default_factory=list, description="a verdict: the failing "
+                               "checks, each with its detail")
+    changed: bool = Field(default=False, description="it differs from what the gate's last "
+                          "decision bound (what changed since a person last answered)")
+
+
 class PendingApproval(BaseModel):
     """An open approval request as a person sees it: the question, what the decision would
-    bind, and each option's reuse/redo/cost recomputed from the facts now (the figures
-    recorded when the gate first asked stay in ``options_at_request``)."""
+    bind (``bindings``: each value and verdict now), and each option's reuse/redo/cost
+    recomputed from the facts now (the figures recorded when the gate first asked stay in
+    ``options_at_request``)."""
 
     gate: str
     unit: str = ""
@@ -35,6 +60,7 @@ class PendingApproval(BaseModel):
     request_id: str = ""
     created_at: str = ""
     bound_object: dict[str, Any] = Field(default_factory=dict)
+    bindings: list[Binding] = Field(default_factory=list)
     options: list[ApprovalOption] = Field(default_factory=list)
     options_at_request: list[ApprovalOption] = Field(default_factory=list)
 
@@ -43,16 +69,154 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
+def _legacy(gate: Gate) -> str | None:
+    """The old single-string forms, whose bound objects keep their old shape."""
+    binds = gate.bindings()
+    if len(binds) == 1 and (binds[0] == "contract" or binds[0].startswith("artifact:")) \
+            and isinstance(gate.binds, str):
+        return binds[0]
+    return None
+
+
+def _deliver_held(run: RunHandle, gate: Gate) -> list[Any]:
+    units = run.plan.unit_map()
+    return [units[u] for u in gate.held_units()
+            if u in units and units[u].kind.value == "deliver"]
+
+
+def _delivered_files(unit: Any, records: dict[str, Any]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for ref in unit.params.get("files") or []:
+        dep, _, name = str(ref).partition(":")
+        rec = records.get(dep)
+        ok = rec is not None and rec.state.value == "succeeded" and name in rec.outputs
+        out[str(ref)] = rec.outputs[name].sha256 if ok else None
+    return out
+
+
+def _value(run: RunHandle, ref: str, records: dict[str, Any], info: dict[str, Any]) -> Any:
+    kind, _, name = ref.partition(":")
+    if ref == "plan":
+        return int(info.get("n", 1))
+    if ref == "contract":
+        return {"plan_n": int(info.get("n", 1)), "contract_hash": info.get("contract_hash", "")}
+    if kind == "contract":
+        return (info.get("contract_fields") or {}).get(name)
+    if kind in ("artifact", "verdict"):
+        uid, _, output = name.partition(":")
+        rec = records.get(uid)
+        if rec is None or rec.state.value != "succeeded":
+            return None
+        if kind == "artifact":
+            if output:
+                return rec.outputs[output].sha256 if output in rec.outputs else None
+            return sorted(o.sha256 for o in rec.outputs.values())
+        return {"passed": bool(rec.validators_passed),
+                "failed": list(rec.facts.get("failed", [])) if not rec.validators_passed else []}
+    return None
+
+
 def bound_object(run: RunHandle, gate: Gate, facts: RunFacts | None = None) -> dict[str, Any]:
     """What an approval of this gate binds to, as the run stands now."""
-    if gate.binds.startswith("artifact:"):
-        uid = gate.binds.split(":", 1)[1]
-        records = facts.records if facts is not None else run.facts_records()
-        rec = records.get(uid)
-        return {"artifact_unit": uid,
-                "artifact": sorted(o.sha256 for o in rec.outputs.values()) if rec else None}
+    records = facts.records if facts is not None else run.facts_records()
     info = facts.plan_info if facts is not None else run.plan_info
-    return {"plan_n": int(info.get("n", 1)), "contract_hash": info.get("contract_hash", "")}
+    legacy = _legacy(gate)
+    if legacy is not None and not _deliver_held(run, gate):
+        if legacy.startswith("artifact:"):
+            uid = legacy.split(":", 1)[1]
+            rec = records.get(uid)
+            return {"artifact_unit": uid,
+                    "artifact": sorted(o.sha256 for o in rec.outputs.values()) if rec else None}
+        return {"plan_n": int(info.get("n", 1)), "contract_hash": info.get("contract_hash", "")}
+    binds = {ref: _value(run, ref, records, info) for ref in gate.bindings()}
+    for unit in _deliver_held(run, gate):
+        binds[f"deliver:{unit.id}"] = _delivered_files(unit, records)
+    return {"binds": binds}
+
+
+def _shown(run: RunHandle, ref: str, value: Any, records: dict[str, Any]) -> Binding:
+    kind, _, name = ref.partition(":")
+    if ref in ("plan", "contract"):
+        n = value["plan_n"] if isinstance(value, dict) else value
+        return Binding(ref=ref, kind="plan", shown=f"plan-v{n}" + (
+            ", the whole contract" if ref == "contract" else ""))
+    if kind == "contract":
+        contract = run.project.files.contract
+        current = contract.field_hashes().get(name)
+        shown = (repr(str(contract.fields.get(name, ""))) if name != "body" else "the body")
+        if value is not None and current != value:
+            shown += " in contract.md (edited since the run recorded it: resume to take it in)"
+        return Binding(ref=ref, kind="contract", shown=f"{name} = {shown}")
+    if kind == "artifact":
+        uid = name.partition(":")[0]
+        rec = records.get(uid)
+        if value is None or rec is None:
+            return Binding(ref=ref, kind="artifact", shown=f"{uid} has no current output yet")
+        names = ", ".join(f"{n} {o.sha256[:12]}" for n, o in sorted(rec.outputs.items())
+                          if not name.partition(":")[2] or n == name.partition(":")[2])
+        return Binding(ref=ref, kind="artifact", shown=names)
+    if kind == "verdict":
+        rec = records.get(name)
+        if value is None or rec is None:
+            return Binding(ref=ref, kind="verdict", shown=f"{name} has no verdict yet")
+        if value["passed"]:
+            n = rec.facts.get("checks")
+            return Binding(ref=ref, kind="verdict", passed=True,
+                           shown=f"{name} passed" + (f" ({n} checks)" if n else ""))
+        failing = [str(f) for f in rec.facts.get("failing", value.get("failed", []))]
+        return Binding(ref=ref, kind="verdict", passed=False, failing=failing,
+                       shown=f"{name} FAILED: {'; '.join(failing) or 'its validators failed'}")
+    if kind == "deliver":
+        files = value or {}
+        shown = "; ".join(f"{f} {(h or 'not yet rendered')[:12]}" for f, h in files.items())
+        return Binding(ref=ref, kind="deliver", shown=f"the files {name} delivers: {shown}")
+    return Binding(ref=ref, kind=kind or ref, shown=str(value))
+
+
+def last_decided(run: RunHandle, gate: Gate) -> dict[str, Any] | None:
+    """The bound object of the gate's last decision in this run and branch (None: never
+    decided)."""
+    rows = [r for r in run.store.approvals(run.run_id, branch_id=run.branch_id, gate_id=gate.id)
+            if r.choice is not None]
+    return rows[-1].bound_object if rows else None
+
+
+def bindings(run: RunHandle, gate: Gate, facts: RunFacts | None = None,
+             asked: dict[str, Any] | None = None) -> list[Binding]:
+    """What the gate's decision binds, each with its value and verdict now; ``changed`` when
+    it differs from ``asked`` (the bound object of the gate's last decision)."""
+    records = facts.records if facts is not None else run.facts_records()
+    obj = bound_object(run, gate, facts)
+    if "binds" not in obj:
+        refs = {gate.bindings()[0]: obj}
+        before = {gate.bindings()[0]: asked} if asked is not None else {}
+        out = []
+        for ref, value in refs.items():
+            b = _shown(run, ref, obj.get("artifact") if ref.startswith("artifact:") else value,
+                       records)
+            b.changed = asked is not None and canonical_json(before.get(ref)) != \
+                canonical_json(value)
+            out.append(b)
+        return out
+    before = (asked or {}).get("binds", {}) if asked is not None else {}
+    out = []
+    for ref, value in obj["binds"].items():
+        b = _shown(run, ref, value, records)
+        b.changed = asked is not None and canonical_json(before.get(ref)) != canonical_json(value)
+        out.append(b)
+    return out
+
+
+def release_hold(run: RunHandle, gate: Gate, facts: RunFacts) -> str:
+    """Why the deliver units this gate holds could not run even if approved ("" when they
+    could): an upstream unit's failed validators (DESIGN §8, safe release)."""
+    from keepstep.engine.core.decide import failed_upstream
+
+    reasons = []
+    for unit in _deliver_held(run, gate):
+        found = failed_upstream(run.plan, facts, unit.id)
+        reasons += [f"{uid} failed its checks ({detail})" for uid, detail in found]
+    return "; ".join(dict.fromkeys(reasons))
 
 
 def option_estimates(run: RunHandle, gate: Gate, facts: RunFacts) -> list[ApprovalOption]:
@@ -77,18 +241,29 @@ def option_estimates(run: RunHandle, gate: Gate, facts: RunFacts) -> list[Approv
         for u in redo
     )
     audience = run.project.files.contract.audience
+    hold = release_hold(run, gate, facts)
     out = []
     for label in gate.options or ["approve"]:
-        # record_choice refuses an option that contradicts contract.md's audience (when the
-        # audience is one of the options); every other option runs the gated units.
-        keeps = not gate.options or audience not in gate.options or label == audience
+        # An audience gate's option runs the gated units only when it matches contract.md's
+        # audience (record_choice refuses the others) — unless the audience is none of the
+        # options; a release gate's option runs them unless a failed validator holds them.
+        available = True
+        if gate.binds_audience() and gate.options:
+            runs = available = audience not in gate.options or label == audience
+            note = ("runs the gated unit and what follows" if runs else
+                    f"needs contract.md's audience changed to {label!r} first (a plan change)")
+        elif gate.lets_run(label):
+            runs = not hold
+            note = (f"runs {', '.join(held)} and what follows" if runs else
+                    f"approves, but nothing is delivered while {hold}: fix that first")
+        else:
+            runs = False
+            note = (f"{', '.join(held)} wait{'s' if len(held) == 1 else ''}: nothing runs or "
+                    "is delivered (revoke the decision to be asked again)")
         out.append(ApprovalOption(
-            label=label, reuse=current, redo=redo if keeps else [],
-            estimate={"calls": est_calls if keeps else 0, "cost": 0.0},
-            note="runs the gated unit and what follows" if keeps else
-            f"needs contract.md's audience changed to {label!r} first (a plan change)",
-            available=keeps,
-        ))
+            label=label, reuse=current, redo=redo if runs else [],
+            estimate={"calls": est_calls if runs else 0, "cost": 0.0}, note=note,
+            available=available))
     return out
 
 
@@ -184,7 +359,7 @@ def record_choice(run: RunHandle, gate: Gate, answer: str, *, who: str, token: s
         raise ApprovalError(f"gate {gate.id!r} has no option {answer!r}",
                             hint="choose one of: " + ", ".join(gate.options))
     audience = run.project.files.contract.audience
-    if gate.options and audience in gate.options and choice != audience:
+    if gate.binds_audience() and audience in gate.options and choice != audience:
         raise ApprovalError(
             f"contract.md says audience = {audience!r}; approving {choice!r} would not match it",
             hint=f"to change the audience, edit contract.md (audience = {choice!r}), resume to "
@@ -218,9 +393,14 @@ def pending_approvals(run: RunHandle, facts: RunFacts | None = None) -> list[Pen
         if gate is not None:
             facts = facts if facts is not None else run.facts()
             options = option_estimates(run, gate, facts)
+        bound = []
+        if gate is not None:
+            facts = facts if facts is not None else run.facts()
+            bound = bindings(run, gate, facts, asked=last_decided(run, gate))
         out.append(PendingApproval(
             gate=req.gate_id, unit=req.unit,
             held_units=gate.held_units() if gate is not None else [req.unit],
             question=req.question, request_id=req.request_id, created_at=req.created_at,
-            bound_object=req.bound_object, options=options, options_at_request=recorded))
+            bound_object=req.bound_object, bindings=bound, options=options,
+            options_at_request=recorded))
     return out

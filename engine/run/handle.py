@@ -29,6 +29,7 @@ from keepstep.engine.core.state import (
     UnitState,
     records_from_state,
 )
+from keepstep.engine.errors import PlanValidationError
 from keepstep.engine.files.project import STATE_DIR, ProjectFiles, load_project_files
 from keepstep.engine.gateway.call_ledger import StoreCallLedger
 from keepstep.engine.run.baseline import PRODUCER_VERSION, PROMPT_VERSION
@@ -222,6 +223,13 @@ class Workspace:
     def _load_files(self, *, validate: bool = True) -> ProjectFiles:
         signature = self._files_signature()
         files = load_project_files(self.root, validate=validate)
+        if validate:
+            from keepstep.engine.run.validation import file_problems
+
+            # Checked before anything runs: a plan that cannot run spends no model call.
+            problems = file_problems(files)
+            if problems:
+                raise PlanValidationError([p.line() for p in problems], problems=problems)
         self._loaded_signature, self._files_validated = signature, validate
         for key, value in self.policy_overrides.items():
             setattr(files.config.policy, key, value)
@@ -376,7 +384,11 @@ class RunHandle:
 
     @property
     def templates(self) -> dict[str, str]:
-        return dict(self.plan_info.get("templates", {}))
+        """template name -> sha256 as recorded, plus ``data:<name>`` -> sha256 of the pack
+        data files (what a unit's input fingerprint records)."""
+        info = self.plan_info
+        return {**info.get("templates", {}),
+                **{f"data:{k}": v for k, v in (info.get("data") or {}).items()}}
 
     @property
     def versions(self) -> dict[str, str]:

@@ -21,12 +21,19 @@ from keepstep.engine.core.invalidation import invalidate
 from keepstep.engine.core.state import UnitState, unit_key
 from keepstep.engine.core.timefmt import iso_utc, parse_iso
 from keepstep.engine.errors import KeepstepError, PlanValidationError, RecoveryError
-from keepstep.engine.run.baseline import inputs_state, plan_state, template_hashes
+from keepstep.engine.run.baseline import (
+    data_hashes,
+    inputs_state,
+    plan_state,
+    template_hashes,
+    template_layouts,
+)
 from keepstep.engine.run.effects import reconcile
 from keepstep.storage import BudgetLimitReached, CheckpointConflict, EventIn, StorageError
 from keepstep.storage.hashing import file_sha256
 
 if TYPE_CHECKING:
+    from keepstep.engine.core.plan import Plan
     from keepstep.engine.run.handle import RunHandle
 
 
@@ -365,8 +372,11 @@ class Detected(BaseModel):
     source_groups: dict[str, str]
 
 
-def detect(run: RunHandle) -> Detected:
-    """Re-read the project files, re-hash the sources, and list the typed changes."""
+def detect(run: RunHandle, *, sources: Any = None, plan: Plan | None = None) -> Detected:
+    """Re-read the project files, re-hash the sources, and list the typed changes.
+
+    ``sources`` (a SourcesFile) and ``plan`` stand in for sources.toml and plan.toml — a
+    preview of an edit not written yet; nothing is written either way."""
     from keepstep.engine.core.changes import detect_changes
     from keepstep.engine.files.project import snapshot_sources
 
@@ -375,15 +385,19 @@ def detect(run: RunHandle) -> Detected:
     files = run.project.reload_if_changed()
     old_plan_info = run.plan_info
     old_inputs = run.store.read_key(run.run_id, "inputs", run.branch_id) or {}
-    snapshot = snapshot_sources(files.root, files.sources)
+    snapshot = snapshot_sources(files.root, sources if sources is not None else files.sources)
+    new_plan = plan if plan is not None else files.plan
     templates = template_hashes(files.root)
     changes = detect_changes(
         old_inputs=old_inputs, new_snapshot=snapshot,
         old_contract_fields=old_plan_info.get("contract_fields", {}),
-        new_contract=files.contract, old_plan=run.recorded_plan, new_plan=files.plan,
+        new_contract=files.contract, old_plan=run.recorded_plan, new_plan=new_plan,
         old_templates=old_plan_info.get("templates", {}), new_templates=templates,
         old_versions=run.versions, new_versions=run.project.versions(),
         source_formats=files.source_formats(),
+        old_layouts=old_plan_info.get("template_layouts"),
+        new_layouts=template_layouts(files.root),
+        old_data=old_plan_info.get("data"), new_data=data_hashes(files.root),
     )
     groups = {**old_inputs.get("groups", {}), **snapshot.groups}
     return Detected(changes=changes, files=files, snapshot=snapshot, templates=templates,

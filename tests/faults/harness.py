@@ -86,6 +86,7 @@ def make_fresh(dest: Path) -> Path:
     dest.mkdir(parents=True)
     shutil.copy(PACK / "contract.md", dest / "contract.md")
     shutil.copytree(PACK / "templates", dest / "templates")
+    shutil.copytree(PACK / "data", dest / "data")  # the pack's vocabulary its kinds read
     (dest / "sources").mkdir()
     sources = tomllib.loads((PACK / "sources.toml").read_text())
     sources["source"] = [s for s in sources["source"] if s["group"] in GROUPS]

@@ -11,6 +11,7 @@ is the INPUT block); ``write`` keeps the bytes and returns their sha256.
 from __future__ import annotations
 
 import json
+import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,7 @@ class FakeContext:
     revise_rounds: int = 2
     profile: ModelProfile | None = None  # default: the offline model's
     prompt_root: Path | None = None  # a project folder whose prompts/ override the packaged
+    datas: dict[str, dict[str, Any]] = field(default_factory=dict)  # data/<name>.toml parsed
 
     def __post_init__(self) -> None:
         self.attempt_id = self.attempt_id or f"{self.unit.id}/a1"
@@ -89,6 +91,13 @@ class FakeContext:
         text = self.source_text(source_id)
         conv = self.converted.get(source_id)
         return conv if conv is not None and conv.text == text else from_markdown(text)
+    def source_header(self, source_id: str) -> dict[str, str]:
+        from keepstep.engine.core.inputs import header_fields, split_header
+
+        return header_fields(split_header(self.source_text(source_id))[0])
+
+    def data(self, name: str) -> dict[str, Any]:
+        return self.datas.get(name, {})
 
     def dep_bytes(self, unit_id: str, name: str) -> bytes:
         if unit_id not in {d.unit for d in self.unit.depends_on}:
@@ -173,6 +182,8 @@ class PackRunner:
         # Like the executor: template "report" is templates/report.md.
         self.templates = {p.stem: p.read_text(encoding="utf-8")
                           for p in sorted((root / "templates").glob("*.md"))}
+        self.datas = {p.stem: tomllib.loads(p.read_text(encoding="utf-8"))
+                      for p in sorted((root / "data").glob("*.toml"))}
         self.events = list(events)
         self.responder = responder
         self.artifacts: dict[str, dict[str, bytes]] = {}
@@ -184,7 +195,7 @@ class PackRunner:
                            contract=self.contract, snapshot=self.snapshot, sources=self.sources,
                            texts=self.texts, converted=self.converted,
                            artifacts=self.artifacts, templates=self.templates,
-                           events=self.events, responder=self.responder)
+                           events=self.events, responder=self.responder, datas=self.datas)
 
     def run(self, unit_id: str) -> tuple[FakeContext, KindOutcome]:
         ctx = self.context(unit_id)

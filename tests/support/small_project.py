@@ -9,7 +9,7 @@ crash, budget and recovery tests can run it many times. Units, in plan order:
     U04 extract group B (1 call/source)    U08 render the evidence table  required
 
 With two sources per group the run makes 2 + 2 + 1 + 1 + 2..4 model calls. Only the
-chosen sources and the pack's templates are copied.
+chosen sources, the pack's templates and its data files (vocabulary) are copied.
 """
 
 from __future__ import annotations
@@ -124,6 +124,8 @@ def make_small_project(dest: Path, *, per_group: int = 2, groups: tuple[str, ...
         shutil.copy2(PACK / s["path"], dest / s["path"])
     (dest / "sources.toml").write_text(tomli_w.dumps({"source": chosen}), encoding="utf-8")
     shutil.copytree(PACK / "templates", dest / "templates", dirs_exist_ok=True)
+    # The pack's vocabulary (topics, audiences, risk checklist) that its kinds read.
+    shutil.copytree(PACK / "data", dest / "data", dirs_exist_ok=True)
     shutil.copy2(PACK / "contract.md", dest / "contract.md")
     write_plan(dest, units if units is not None else small_units(groups))
     (dest / "keepstep.toml").unlink(missing_ok=True)

@@ -54,7 +54,8 @@ class ApprovalModal(ModalScreen[str | None]):
             yield OptionList(*(self._option(n, o) for n, o in enumerate(self.options)),
                              id="approval-options")
             expires = self.gate.expires_days if self.gate is not None else None
-            yield Static(f"Binds: {bound_text(self.request.bound_object, expires)}",
+            bindings = getattr(self.request, "bindings", [])
+            yield Static(f"Binds: {bound_text(self.request.bound_object, expires, bindings)}",
                          id="approval-binds", markup=False)
             if self.token:
                 yield Static(f"Resume token (shown once; lets someone without this project "

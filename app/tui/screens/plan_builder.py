@@ -253,8 +253,11 @@ class PlanBuilderScreen(Screen[None]):
             else None
         numbers = [int(m.group(1)) for u in self.plan.units if (m := re.fullmatch(r"U(\d+)", u.id))]
         new_id = f"U{max(numbers, default=0) + 1:02d}"
+        # The kind and (but for a render, whose document name must be unique) the params of
+        # the highlighted unit, so that the new unit starts out valid.
+        params = dict(current.params) if current and current.kind != UnitKind.render else {}
         unit = Unit(id=new_id, title="New unit", phase=current.phase if current else "new",
-                    kind=current.kind if current else UnitKind.synthesize)
+                    kind=current.kind if current else UnitKind.synthesize, params=params)
         last = max((i for i, u in enumerate(self.plan.units) if u.phase == unit.phase),
                    default=len(self.plan.units) - 1)
         self.plan.units.insert(last + 1, unit)

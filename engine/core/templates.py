@@ -1,0 +1,123 @@
+"""Document templates as text: their placeholders, their sections, and what kind of change an
+edit is.
+
+A template is Jinja2 text (``{{ name }}`` placeholders; loops and filters work too) whose
+sections are marked by ``<!-- section: id -->`` lines. Its *layout* is the ordered list of
+sections, each with the placeholders it uses (placeholders before the first marker belong to
+a leading unnamed section): an edit that changes the layout — a section or placeholder added,
+removed or moved — is a ``template`` change; any other edit (heading wording, formatting,
+fixed prose) is ``presentation``.
+
+Pure: text in, values out. Callers may rely on ``layout_hash`` being equal for two texts
+exactly when their layouts are equal.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from pydantic import BaseModel, Field
+
+from keepstep.engine.core.hashing import canonical_json, sha256_hex
+
+SECTION_RE = re.compile(r"^[ \t]*<!--\s*section:\s*([A-Za-z0-9_.-]+)\s*-->[ \t]*$", re.MULTILINE)
+
+
+class TemplateSection(BaseModel):
+    """One section of a template: its marker id ("" before the first marker) and the
+    placeholders it uses, in order of first use."""
+
+    id: str = Field(description="the section's marker id")
+    placeholders: list[str] = Field(default_factory=list,
+                                    description="the placeholders it uses, in order")
+
+
+class TemplateLayout(BaseModel):
+    """A template's sections and placeholders (what a ``template`` change changes)."""
+
+    sections: list[TemplateSection] = Field(default_factory=list,
+                                            description="sections in order")
+    error: str = Field(default="", description="why the text is not a valid Jinja2 template")
+
+    @property
+    def section_ids(self) -> list[str]:
+        return [s.id for s in self.sections if s.id]
+
+    @property
+    def placeholders(self) -> list[str]:
+        return list(dict.fromkeys(p for s in self.sections for p in s.placeholders))
+
+
+def _env():  # noqa: ANN202 - jinja2 is imported lazily
+    import jinja2
+
+    return jinja2.Environment(keep_trailing_newline=True, autoescape=False)
+
+
+@lru_cache(maxsize=256)
+def _names(text: str) -> tuple[tuple[str, ...], str]:
+    """The undeclared variables of ``text`` in order of first use, and a syntax error."""
+    import jinja2
+    from jinja2 import meta, nodes
+
+    try:
+        tree = _env().parse(text)
+    except jinja2.TemplateSyntaxError as exc:
+        return (), f"line {exc.lineno}: {exc.message}"
+    undeclared = meta.find_undeclared_variables(tree)
+    ordered = [n.name for n in tree.find_all(nodes.Name)
+               if n.ctx == "load" and n.name in undeclared]
+    return tuple(dict.fromkeys(ordered)), ""
+
+
+def placeholders(text: str) -> list[str]:
+    """The names a template reads (Jinja2's undeclared variables), in order of first use."""
+    return list(_names(text)[0])
+
+
+def syntax_error(text: str) -> str:
+    """Why the text is not a valid Jinja2 template ("" when it is)."""
+    return _names(text)[1]
+
+
+def layout(text: str) -> TemplateLayout:
+    """The sections of ``text`` with the placeholders each uses."""
+    error = syntax_error(text)
+    cuts = [(m.start(), m.group(1)) for m in SECTION_RE.finditer(text)]
+    spans = [(0, "")] + cuts
+    sections = []
+    for n, (start, sid) in enumerate(spans):
+        end = spans[n + 1][0] if n + 1 < len(spans) else len(text)
+        part = text[start:end]
+        # A section's text may not parse on its own (a loop crossing a marker): then the
+        # placeholders are taken from a regex of the plain {{ name }} form.
+        names, bad = _names(part)
+        if bad:
+            names = tuple(dict.fromkeys(re.findall(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)", part)))
+        if sid or names:
+            sections.append(TemplateSection(id=sid, placeholders=list(names)))
+    return TemplateLayout(sections=sections, error=error)
+
+
+def layout_hash(text: str) -> str:
+    return sha256_hex(canonical_json(layout(text).model_dump(mode="json", exclude={"error"})))
+
+
+def section_ids(text: str) -> list[str]:
+    """The section marker ids of a template or a rendered document, in order."""
+    return SECTION_RE.findall(text)
+
+
+def section_text(text: str, section: str) -> str | None:
+    """The text of one section of a rendered document (marker to next marker), or None."""
+    cuts = [(m.start(), m.end(), m.group(1)) for m in SECTION_RE.finditer(text)]
+    for n, (_start, end, sid) in enumerate(cuts):
+        if sid == section:
+            stop = cuts[n + 1][0] if n + 1 < len(cuts) else len(text)
+            return text[end:stop]
+    return None
+
+
+__all__ = ["SECTION_RE", "TemplateLayout", "TemplateSection", "layout", "layout_hash",
+           "placeholders", "section_ids", "section_text", "syntax_error"]
