@@ -24,7 +24,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from keepstep.engine.gateway import offline_rules as rules
 
@@ -221,7 +221,7 @@ def _candidate_risks(checklist: list[tuple[str, str, tuple[str, ...], int]],
 def _generic_risks(evidence: list[dict]) -> list[dict]:
     """Without a checklist: one risk per generic cue word the statements show (a risk,
     a delay, a shortage …), titled by the first statement that shows it."""
-    candidates = []
+    candidates: list[dict[str, Any]] = []
     for cue in rules.GENERIC_RISK_CUES:
         hits = [e for e in evidence if cue in str(e.get("quote", "")).lower()]
         if not hits:

@@ -268,9 +268,9 @@ def _default_checks(docs: _Documents) -> list[Any]:
 
 
 def _run_check(ctx: UnitContext, docs: _Documents, check: Any) -> dict[str, Any]:
-    runners = {"present": _present, "cited_ids": _cited_ids, "cited_sources": _cited_sources,
-               "lists_sources": _lists_sources, "figures": _figures,
-               "cites_groups": _cites_groups}
+    runners: dict[str, Any] = {
+        "present": _present, "cited_ids": _cited_ids, "cited_sources": _cited_sources,
+        "lists_sources": _lists_sources, "figures": _figures, "cites_groups": _cites_groups}
     if isinstance(check, SectionsCheck):
         problems, ok = _sections(ctx, docs, check)
     else:

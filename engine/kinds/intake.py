@@ -57,7 +57,7 @@ def _inventory(ctx: UnitContext) -> tuple[dict[str, Any], list[str]]:
                 if s.id not in ctx.snapshot.sources]
     if not entries:
         problems.append("the unit names no sources: add group:<G> or source:<id> inputs")
-    sources = []
+    sources: list[dict[str, Any]] = []
     for s in entries:
         row: dict[str, Any] = {"id": s.id, "group": s.group, "title": s.title, "kind": s.kind}
         if _reads_bodies(ctx, s.id, s.group):
@@ -68,8 +68,8 @@ def _inventory(ctx: UnitContext) -> tuple[dict[str, Any], list[str]]:
             row["path"] = s.path
         sources.append(row)
     groups: dict[str, list[str]] = defaultdict(list)
-    for s in sources:
-        groups[s["group"]].append(s["id"])
+    for listed in sources:
+        groups[listed["group"]].append(listed["id"])
     return {"count": len(sources), "sources": sources, "groups": dict(groups)}, problems
 
 

@@ -205,7 +205,7 @@ def run(ctx: UnitContext) -> KindOutcome:
         bad = syntax_error(template)
         if bad:
             shape.append(f"template {name} is not valid Jinja2: {bad}")
-            text, unknown = template, []
+            text, unknown = template, list[str]()
         else:
             names = placeholders(template)
             values, unknown = _fill_values(ctx, params, names, src)

@@ -235,7 +235,7 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
                  for i in c["evidence_ids"] if i not in index]
 
     notice = "; ".join(notices(response))
-    doc = {"unit": ctx.unit.id, "title": ctx.unit.title, "question": question,
+    doc: dict[str, Any] = {"unit": ctx.unit.id, "title": ctx.unit.title, "question": question,
            "audience": audience, "claims": claims, "evidence": index, "notice": notice}
     lines = [f"# {ctx.unit.title}", "", f"Question: {question}", "",
              f"Written for: {audience}", ""]
@@ -374,7 +374,7 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
     citations = [f"{r['id']} cites unknown evidence {i}" for r in risks
                  for i in r["evidence_ids"] if i not in index]
     unconverged = stop == "max_rounds reached" and ctx.unit.on_last_round == "unconverged"
-    doc = {"unit": ctx.unit.id, "title": ctx.unit.title, "question": question,
+    doc: dict[str, Any] = {"unit": ctx.unit.id, "title": ctx.unit.title, "question": question,
            "audience": audience, "risks": risks, "rounds": rounds, "stop": stop,
            "evidence": index, "notice": "; ".join(notices(*responses))}
     if unconverged:

@@ -90,7 +90,7 @@ def _delivered_files(unit: Any, records: dict[str, Any]) -> dict[str, str | None
         dep, _, name = str(ref).partition(":")
         rec = records.get(dep)
         ok = rec is not None and rec.state.value == "succeeded" and name in rec.outputs
-        out[str(ref)] = rec.outputs[name].sha256 if ok else None
+        out[str(ref)] = rec.outputs[name].sha256 if ok and rec is not None else None
     return out
 
 
