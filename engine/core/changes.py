@@ -244,6 +244,15 @@ def _contract_changes(old_fields: dict[str, str], contract: Contract) -> list[Ch
     return out
 
 
+def _file_change(old: dict[str, str], new: dict[str, str], name: str) -> str:
+    """How a hashed file changed: added, removed, or changed with both hashes."""
+    if name not in old:
+        return "added"
+    if name not in new:
+        return "removed"
+    return f"changed (sha256 {_short(old[name])} → {_short(new[name])})"
+
+
 def _template_changes(old: dict[str, str], new: dict[str, str],
                       old_layouts: dict[str, str] | None,
                       new_layouts: dict[str, str] | None) -> list[Change]:
@@ -251,8 +260,7 @@ def _template_changes(old: dict[str, str], new: dict[str, str],
     for name in sorted(set(old) | set(new)):
         if old.get(name) == new.get(name):
             continue
-        what = ("added" if name not in old else "removed" if name not in new else
-                f"changed (sha256 {_short(old[name])} → {_short(new[name])})")
+        what = _file_change(old, new, name)
         edge = EdgeType.template
         if (name in old and name in new and old_layouts and new_layouts
                 and name in old_layouts and old_layouts.get(name) == new_layouts.get(name)):
@@ -274,8 +282,7 @@ def _data_changes(old: dict[str, str] | None, new: dict[str, str] | None) -> lis
     for name in sorted(set(old) | set(new)):
         if old.get(name) == new.get(name):
             continue
-        what = ("added" if name not in old else "removed" if name not in new else
-                f"changed (sha256 {_short(old[name])} → {_short(new[name])})")
+        what = _file_change(old, new, name)
         out.append(Change(kind=ChangeKind.data, origin=f"data:{name}",
                           detail=f"pack data file data/{name}.toml {what}", old=old.get(name),
                           new=new.get(name)))
