@@ -89,6 +89,7 @@ if TYPE_CHECKING:
         SourceInfo,
         detect_format,
     )
+    from keepstep.engine.files.plan_file import save_plan
     from keepstep.engine.files.project import (
         PLAN_FILE,
         ProjectConfig,
@@ -276,6 +277,7 @@ _EXPORTS: dict[str, str] = {
     "SourcesFile": "keepstep.engine.files.project",
     "load_project_files": "keepstep.engine.files.project",
     "load_sources": "keepstep.engine.files.project",
+    "save_plan": "keepstep.engine.files.plan_file",
     "save_sources": "keepstep.engine.files.project",
     "snapshot_sources": "keepstep.engine.files.project",
     "add_source": "keepstep.engine.files.sources",

@@ -323,8 +323,8 @@ class Plan(BaseModel):
         return data
 
     def save(self, path: Path) -> None:
-        """Write the plan as plain TOML (comments are not kept; the plan builder edits the
-        file with tomlkit instead)."""
+        """Write the plan as plain TOML (comments are not kept; ``engine.files.plan_file.
+        save_plan`` edits an existing plan.toml in place and keeps them)."""
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_bytes(tomli_w.dumps(self.to_toml_dict()).encode("utf-8"))
         tmp.replace(path)

@@ -4,8 +4,9 @@ validation messages under the form as you edit, and saving with an invalidation 
 Edits change an in-memory copy of plan.toml's Plan; validate_plan runs on every change.
 Keys work while typing in the form (ctrl+n/r/o/s: Input claims ctrl+d and ctrl+e). Removing
 a unit and leaving with unsaved edits ask first (ConfirmModal).
-ctrl+s writes plan.toml (Plan.save) only when the plan validates, then shows what the
-change would invalidate (Run.preview()) with the choice to keep it or undo the save.
+ctrl+s, when the plan validates, first shows what the edited plan would invalidate
+(Run.preview_plan, nothing written); Save then writes plan.toml with save_plan, which keeps
+its comments and layout and rewrites only what changed.
 """
 
 from __future__ import annotations
@@ -24,7 +25,16 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static, Tree
 from keepstep.app.tui.format import preview_lines
 from keepstep.app.tui.screens.confirm import ConfirmModal
 from keepstep.app.tui.widgets.tick import Tick
-from keepstep.engine import PLAN_FILE, EdgeType, Gate, Plan, Unit, UnitKind, validate_plan
+from keepstep.engine import (
+    PLAN_FILE,
+    EdgeType,
+    Gate,
+    Plan,
+    Unit,
+    UnitKind,
+    save_plan,
+    validate_plan,
+)
 
 if TYPE_CHECKING:
     from keepstep.app.tui.app import KeepstepApp
@@ -356,7 +366,7 @@ class PlanBuilderScreen(Screen[None]):
         path = self.app.project.root / PLAN_FILE
         before = path.read_bytes()
         try:
-            self.plan.save(path)
+            save_plan(path, self.plan)
             self.app.project.reload()
         except Exception as exc:  # the file stays as it was
             path.write_bytes(before)
