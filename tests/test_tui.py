@@ -390,6 +390,39 @@ async def test_plan_builder_adds_a_unit_and_shows_a_dependency_cycle(at_gate: Pa
     assert (at_gate / "plan.toml").read_bytes() == before
 
 
+async def test_the_tui_opens_on_an_invalid_plan_in_the_plan_builder(tmp_path: Path) -> None:
+    """A plan.toml that parses but does not validate (a dependency on a unit that does not
+    exist): the app opens in the plan builder with the problems shown, the fix saved there
+    makes the project open normally again."""
+    root = copy_sample(tmp_path / "market-entry")
+    plan_file = root / "plan.toml"
+    text = plan_file.read_text(encoding="utf-8")
+    plan_file.write_text(text.replace('depends_on = ["U35"]', 'depends_on = ["U35", "U99"]',
+                                      1), encoding="utf-8")
+    with pytest.raises(KeepstepError, match="U99"):
+        open_project(root).close()
+    app = make_test_app(root)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert isinstance(app.screen, ErrorModal)
+        assert "U99" in screen_text(app) and "fix them here" in screen_text(app)
+        await pilot.press("escape")
+        await pilot.pause()
+        builder = app.screen
+        assert isinstance(builder, PlanBuilderScreen)
+        builder.validate()
+        assert any("U99" in p for p in builder.problems)
+        unit = builder.plan.unit_map()["U36"]
+        unit.depends_on = [d for d in unit.depends_on if d.unit != "U99"]
+        builder.dirty = True
+        builder.validate()
+        assert builder.problems == []
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+    assert "U99" not in plan_file.read_text(encoding="utf-8")
+    open_project(root).close()
+
+
 async def test_plan_builder_previews_before_writing_and_saves_only_when_asked(
         at_gate: Path) -> None:
     """ctrl+s shows what the change invalidates with plan.toml untouched; "keep editing"

@@ -9,7 +9,6 @@ forks a run at a checkpoint. Each long action runs the engine in a worker thread
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -17,7 +16,6 @@ import typer
 
 from keepstep.app.cli import output as out
 from keepstep.app.cli.common import (
-    EXIT_RUNTIME,
     ApproveOpt,
     BranchOpt,
     DirArg,
@@ -38,7 +36,6 @@ from keepstep.app.cli.common import (
     here,
     open_project_dir,
     parse_approvals,
-    print_error,
     run_id_of,
     shift,
     who_or_login,
@@ -245,19 +242,9 @@ def branch_cmd(root: DirArg = None, run: RunOpt = None, at: AtOpt = -1, as_: AsB
 def launch_tui(root: Path | None, run_id: str | None = None) -> None:
     """Open the TUI on ``root`` (and ``run_id``, default keepstep.toml's default_run, else the
     newest run); textual is imported only here."""
-    root = check_dir(root)
-    make_app = None
-    if importlib.util.find_spec("keepstep.app.tui") is not None:
-        try:
-            from keepstep.app.tui import make_app
-        except ImportError:  # the package is there but not finished (no make_app yet)
-            make_app = None
-    if make_app is None:
-        print_error("the TUI is not available in this build yet")
-        typer.echo("use the commands instead, e.g. `keepstep status` "
-                   "(see `keepstep --help`)", err=True)
-        raise typer.Exit(EXIT_RUNTIME)
-    make_app(root, run_id).run()
+    from keepstep.app.tui import make_app
+
+    make_app(check_dir(root), run_id).run()
 
 
 def tui(root: DirArg = None, run: RunOpt = None) -> None:

@@ -18,7 +18,8 @@ from textual.screen import Screen
 from keepstep.app.tui.format import error_text
 from keepstep.app.tui.screens.dashboard import DashboardScreen
 from keepstep.app.tui.screens.error import ErrorModal
-from keepstep.engine import Project, Run, open_project
+from keepstep.app.tui.screens.plan_builder import PlanBuilderScreen
+from keepstep.engine import PlanValidationError, Project, Run, open_project
 
 QUIT_WAIT_S = 60.0
 
@@ -33,9 +34,12 @@ class KeepstepApp(App[None]):
         Binding("ctrl+t", "toggle_theme", "light/dark", show=False),
     ]
 
-    def __init__(self, project: Project, run_id: str, *, who: str | None = None) -> None:
+    def __init__(self, project: Project, run_id: str, *, who: str | None = None,
+                 plan_problems: list[str] | None = None) -> None:
         super().__init__()
         self.project = project
+        # plan.toml did not validate when the app opened: it starts in the plan builder.
+        self.plan_problems = list(plan_problems or [])
         self.run_id = run_id
         self.branch_id = "main"
         self.who = who or _default_who()
@@ -61,6 +65,18 @@ class KeepstepApp(App[None]):
     def get_default_screen(self) -> DashboardScreen:
         self._dashboard = DashboardScreen()
         return self._dashboard
+
+    def on_mount(self) -> None:
+        if self.plan_problems:
+            self.push_screen(PlanBuilderScreen())
+            shown = "\n".join(f"- {p}" for p in self.plan_problems[:8])
+            more = len(self.plan_problems) - 8
+            self.show_error(
+                f"plan.toml has {len(self.plan_problems)} problem(s):\n{shown}"
+                + (f"\n… and {more} more (listed under the form)" if more > 0 else ""),
+                title="The plan does not validate",
+                hint="fix them here (each is listed under the form), then ctrl+s; runs stay "
+                "refused until it validates")
 
     # -- errors ------------------------------------------------------------------------------
     def show_error(self, error: BaseException | str, *, title: str = "Something went wrong",
@@ -129,8 +145,16 @@ def make_app(project_path: str | Path, run_id: str | None = None, *, who: str | 
     keepstep.toml's default_run, else the newest run, else R1 — started on the first `r`).
     ``project_options`` go to ``open_project`` (tests pass a fixed ``clock``, an
     ``executor_id`` or a ``gateway_factory``)."""
-    project = open_project(Path(project_path), **project_options)
-    return KeepstepApp(project, run_id or project.default_run_id(), who=who)
+    try:
+        project = open_project(Path(project_path), **project_options)
+        problems: list[str] = []
+    except PlanValidationError as exc:
+        # Open anyway (a plan that parses but does not validate), so the plan builder can
+        # show and repair it; a plan.toml that is not TOML at all still refuses here.
+        project = open_project(Path(project_path), validate=False, **project_options)
+        problems = list(exc.errors) or [str(exc)]
+    return KeepstepApp(project, run_id or project.default_run_id(), who=who,
+                       plan_problems=problems)
 
 
 __all__ = ["KeepstepApp", "make_app"]
