@@ -204,6 +204,7 @@ if TYPE_CHECKING:
         preview_rerun,
     )
     from keepstep.engine.run.validation import (
+        SOURCE_UNREADABLE,
         ValidationReport,
         validate_project,
     )
@@ -236,6 +237,7 @@ _EXPORTS: dict[str, str] = {
     "validate_plan": "keepstep.engine.core.plan",
     "parse_plan": "keepstep.engine.core.plan",
     "PlanProblem": "keepstep.engine.core.plan",
+    "SOURCE_UNREADABLE": "keepstep.engine.run.validation",
     "ValidationReport": "keepstep.engine.run.validation",
     "validate_project": "keepstep.engine.run.validation",
     "Decision": "keepstep.engine.core.decide",

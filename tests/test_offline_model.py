@@ -149,8 +149,9 @@ def test_topics_come_from_the_packs_topics() -> None:
     topics = {"market", "regulation", "competition", "pricing", "customer", "operations"}
     assert {t["name"] for t in _topics()} == topics
     assert {e["topic"] for e in _pack_evidence()} <= topics
-    text = (PACK / "sources" / "A1-market-overview.md").read_text(encoding="utf-8")
-    assert {e["topic"] for e in extract_evidence("A1", text)} == {"general"}
+    markdown = next(s for s in _sources() if s["path"].endswith(".md"))
+    text = (PACK / markdown["path"]).read_text(encoding="utf-8")
+    assert {e["topic"] for e in extract_evidence(markdown["id"], text)} == {"general"}
 
 
 def test_verify_supports_quote_present_and_rejects_altered_figure() -> None:

@@ -95,7 +95,12 @@ def validate(root: DirArg = None, as_json: JsonOpt = False) -> None:
       keepstep validate
       keepstep validate my-pack --json
     """
-    from keepstep.engine import KeepstepError, PlanValidationError, validate_project
+    from keepstep.engine import (
+        SOURCE_UNREADABLE,
+        KeepstepError,
+        PlanValidationError,
+        validate_project,
+    )
 
     root = check_dir(root)
     if as_json:
@@ -115,12 +120,21 @@ def validate(root: DirArg = None, as_json: JsonOpt = False) -> None:
             raise typer.Exit(EXIT_USAGE)
         return
     report = validate_project(root)
-    if report.problems:
-        lines = [p.line() for p in report.problems]
-        _print_models(report.models)
-        raise PlanValidationError(lines, problems=report.problems)
+    plan = [p for p in report.problems if p.code != SOURCE_UNREADABLE]
+    sources = [p for p in report.problems if p.code == SOURCE_UNREADABLE]
     for warning in report.warnings:
         typer.echo(f"warning: {warning}")
+    for problem in sources:
+        hint = f"\n  → {problem.hint}" if problem.hint else ""
+        typer.echo(f"error: {problem.where}: {problem.message}{hint}")
+    if plan:
+        _print_models(report.models)
+        raise PlanValidationError([p.line() for p in plan], problems=plan)
+    if sources:
+        _print_models(report.models)
+        raise UsageProblem(f"{len(sources)} source problem(s) above",
+                           "fix each source as its line says (or revoke it), then validate "
+                           "again")
     errors = _print_models(report.models)
     if errors:
         raise UsageProblem(f"{errors} model problem(s) above",

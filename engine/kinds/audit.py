@@ -39,6 +39,7 @@ from keepstep.engine.core.timefmt import parse_iso, readable_utc
 from keepstep.engine.gateway.offline_rules import normalise
 from keepstep.engine.kinds.common import (
     JSON,
+    LOCATED_CITE_RE,
     MARKDOWN,
     cited_evidence_ids,
     cited_source_ids,
@@ -78,7 +79,9 @@ _SHOWN = 8
 _SUMMARY_CHARS = 200
 _FAILING_CHARS = 240
 # What is not a stated figure in a document line: list numbering, citations, scores.
-_NOT_FIGURES = (re.compile(r"^\s*(?:\d+[.)]|[-*+])\s+", re.MULTILINE),
+# Not stated figures: list numbering, citations (ids, "(sources: …)", and located ones whose
+# page numbers and cell ranges are where a figure is, not a figure), scores, comments, headings.
+_NOT_FIGURES = (re.compile(r"^\s*(?:\d+[.)]|[-*+])\s+", re.MULTILINE), LOCATED_CITE_RE,
                 re.compile(r"\[[^\]]*\]"), re.compile(r"\(sources?: [^)]*\)"),
                 re.compile(r"\(score \d+\)"), re.compile(r"<!--.*?-->"),
                 re.compile(r"^#+ .*$", re.MULTILINE))

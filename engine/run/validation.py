@@ -44,6 +44,7 @@ from keepstep.engine.errors import PlanValidationError
 from keepstep.engine.files.sources import check_sources
 
 TEMPLATES_DIR, DATA_DIR = "templates", "data"
+SOURCE_UNREADABLE = "source_unreadable"  # a PlanProblem code: an approved source that fails
 
 
 class ValidationReport(BaseModel):
@@ -266,8 +267,9 @@ def validate_project(root: Path, *, models: bool = True) -> ValidationReport:
             continue
         if c.approved:
             report.problems.append(PlanProblem(
-                where=f"source {c.source_id}", field="path", message=c.problem, hint=c.hint,
-                code="source_unreadable", say_field=False))
+                where=f"source {c.source_id}", field="path",
+                message=c.problem.removeprefix(f"source {c.source_id}: "), hint=c.hint,
+                code=SOURCE_UNREADABLE, say_field=False))
         else:
             report.warnings.append(f"(not approved) {c.problem}"
                                    + (f" — {c.hint}" if c.hint else ""))
@@ -296,4 +298,5 @@ def output_warnings(plan: Plan) -> list[str]:
     return warnings
 
 
-__all__ = ["ValidationReport", "file_problems", "output_warnings", "validate_project"]
+__all__ = ["SOURCE_UNREADABLE", "ValidationReport", "file_problems", "output_warnings",
+           "validate_project"]
