@@ -100,7 +100,8 @@ def campaign(kills_wanted: int, seed: int, min_delay: float, max_delay: float) -
                     violations[f"database does not open: {type(exc).__name__}"] += 1
                     break
                 if not facts["exists"]:
-                    continue  # killed before the run's first commit: start it again
+                    first = True  # killed before the run existed: `run` it again (not resume)
+                    continue
                 if not facts["chain_ok"]:
                     violations["chain does not verify"] += 1
                 for counter, value in used_before.items():
