@@ -248,3 +248,27 @@ def test_a_baseline_without_header_hashes_types_a_byte_change_as_content(tmp_pat
         new_contract=CONTRACT, old_plan=None, new_plan=PLAN, old_templates={},
         new_templates={}, old_versions={}, new_versions={})
     assert change.kind == ChangeKind.source_content
+
+
+def test_adding_a_template_file_with_the_audience_unchanged_does_not_ask_the_gate_again(
+        tmp_path: Path) -> None:
+    """ME-042's audience gate binds contract:audience only: after the run is done, a new
+    template file (the plan version and contract hash move, the audience does not) changes
+    nothing the gate bound — the resume asks nothing and records no new request."""
+    from keepstep.engine.api import open_project
+    from tests.support.engine_harness import copy_pack
+
+    root = copy_pack(tmp_path / "me042")
+    with open_project(root) as p:
+        run = p.start_run("ME-042")
+        assert run.run(approve={"audience": "product team"}).decision == "done"
+        asked = len(run.events(kinds=["approval.requested"]))
+        assert asked >= 1
+    (root / "templates" / "client-letter.md").write_text("# A letter\n\nDear client,\n",
+                                                          encoding="utf-8")
+    with open_project(root) as p:
+        run = p.get_run("ME-042")
+        status = run.resume()
+        assert status.decision == "done", status.reasons
+        assert status.pending_approvals == []
+        assert len(run.events(kinds=["approval.requested"])) == asked
