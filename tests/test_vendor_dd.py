@@ -321,3 +321,23 @@ def test_the_pack_runs_end_to_end_against_the_real_model_test_server(
         assert "D01" in called  # the prose summary was asked of the model
         assert sum(r.facts.get("revise_rounds", 0) for r in recs.values()) >= 1
         assert hook.posts == len(DOCUMENTS) == len(hook.records)
+
+
+def test_a_figure_the_pricing_table_does_not_hold_fails_the_figures_check(
+        tmp_path: Path) -> None:
+    """A price written into the memo's pricing section by hand (in no row of the pricing
+    table) fails A01's figures check, naming the figure; the delivery is held."""
+    with _server() as srv:
+        root = copy_pack(tmp_path / "vendor-dd", srv)
+        path = root / "templates" / "memo.md"
+        text = path.read_text()
+        path.write_text(text.replace("Every price cited here is in the pricing comparison",
+                                     "The list price is EUR 987,654. Every price cited here "
+                                     "is in the pricing comparison"))
+        with open_project(root) as p:
+            status = p.open_or_start(RUN).run(approve={"audience": AUDIENCE})
+            assert status.decision == "blocked"
+            assert not records(p)["A01"].validators_passed
+            held = next(r for r in status.reasons if r.startswith("X01"))
+            assert "figures" in held and "987,654" in held
+        assert srv.posts == 0
