@@ -340,6 +340,20 @@ def test_rank_max_rounds_one_fails_claim_check() -> None:
     assert "ranking.json" in runner.artifacts["U28"]
 
 
+def test_an_unconverged_loop_goes_forward_flagged_when_the_plan_says_so() -> None:
+    """The same max_rounds = 1 stop with on_last_round = "unconverged": the unit passes, its
+    ranking says converged false with the open problems, and the stop names the round."""
+    plan = with_unit(PackRunner().plan, "U28", max_rounds=1, on_last_round="unconverged")
+    runner = PackRunner(plan=plan)
+    runner.run_all(until="U28")
+    outcome = runner.outcomes["U28"]
+    assert outcome.passed and outcome.rounds == 1, _failed(outcome)
+    ranking = json.loads(runner.artifacts["U28"]["ranking.json"])
+    assert ranking["converged"] is False
+    assert ranking["open_problems"] == ["claim R6 cites no evidence"]
+    assert "not converged after max_rounds = 1" in ranking["stop"]
+
+
 # --- render ----------------------------------------------------------------------------
 def test_render_evidence_table_has_a_row_per_verified_statement(pack: PackRunner) -> None:
     """A02 is CSV with the template's header and 163 rows carrying locator, group and
