@@ -84,7 +84,7 @@ CASES: list[Case] = [
          observe=(DB, DISK), expect="done", reexec=frozenset({"U07"}),
          no_dup=("commit:U07", "commits:*"), checks=("reserved_call:U07/a1",)),
 
-    # -- provider faults (litellm over HTTP to faults/provider.py) ------------------------------
+    # -- provider faults (litellm over HTTP to tests/support/fake_provider.py) -------------
     Case(id="F12", group="provider", what="the provider is slower than U07's time limit: "
          "stopped at a safe point, retried as a new attempt",
          pre=FRESH, injection="U07 timeout_minutes=0.02 (1.2 s), its first call takes 2 s",

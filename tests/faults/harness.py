@@ -34,6 +34,7 @@ from typing import Any
 import tomli_w
 
 from keepstep.engine.api import Project, open_project
+from tests.support.fake_provider import MODEL, FakeProvider
 
 from .actions import Actions, Snapshot
 from .checks import (
@@ -47,7 +48,6 @@ from .checks import (
     named_check,
     reexecuted,
 )
-from .provider import MODEL, FaultProvider
 from .steps import AUDIENCE, RUN, Case, Do, Pre, Worker
 from .zygote import Zygote
 
@@ -228,7 +228,7 @@ class CaseRun(Actions):
         self.case = case
         self.workdir = workdir
         self.zygote = zygote
-        self.provider: FaultProvider | None = None
+        self.provider: FakeProvider | None = None
         self.webhook: Any = None
         self.workers: list[WorkerRun] = []
         self.named: dict[str, WorkerRun] = {}
@@ -237,7 +237,9 @@ class CaseRun(Actions):
         if case.provider is not None:
             if case.pre.max_units:
                 raise ValueError(f"{case.id}: a provider case starts from a fresh project")
-            self.provider = FaultProvider(case.provider).start()
+            # Every answer is what local/keepstep-offline would say, so the run can finish
+            # once the scripted fault is gone.
+            self.provider = FakeProvider(rules=case.provider, offline=True).start()
         base = templates.fresh if case.provider is not None else \
             templates.prepared(case.pre, case.setup)
         self.root = copy_project(base, workdir / "project")

@@ -1,12 +1,22 @@
-"""A local OpenAI-compatible chat endpoint with a scripted queue of behaviours.
+"""The local OpenAI-compatible chat endpoint of the engine and fault tests.
 
 Tests point litellm at it (``openai/fake-model`` with ``api_base=provider.api_base``) so the
-gateway makes real HTTP calls over loopback and nothing else. Each request pops the next
-behaviour; when the queue is empty the server answers ``ok``.
+gateway makes real HTTP calls over loopback and nothing else. What a request gets:
 
-Behaviours: ``"ok"``, ``"rate_limited"`` (429, ``Retry-After: 1``), ``"server_error"`` (500),
-``("slow", seconds)`` (sleep, then ok), ``"insufficient_quota"`` (429 with OpenAI's quota body),
-``"unauthorized"`` (401), ``"bad_request"`` (400).
+- a **rule** first (``rules``): a rule matches the prompt's INPUT block (``{"match": {"task":
+  "extract", "source_id": "C1"}, "do": "server_error", "times": 1}``; ``times`` None: every
+  time) — the fault cases script one unit's calls this way;
+- else the next **behaviour** of the queue (``behaviours``, ``script``); an empty queue
+  answers ``ok``.
+
+Behaviours and rule actions: ``"ok"``, ``"rate_limited"`` (429, ``Retry-After: 1``),
+``"server_error"`` (500), ``("slow", seconds)`` (sleep, then ok), ``"insufficient_quota"``
+(429 with OpenAI's quota body), ``"unauthorized"`` (401), ``"bad_request"`` (400),
+``"malformed"`` (200, content that is not JSON), ``"check_fails"`` (the offline answer with
+one more claim-check problem).
+
+``answered`` counts the answers a real provider would charge for, per ``task:source_id``
+(the fault cases compare it with the call ledger); ``faults`` the rule hits.
 
 ``latency`` adds a fixed delay to every answer (parallelism benches and tests); ``in_flight`` /
 ``max_in_flight`` count requests being answered at once (provider-limit tests);
@@ -19,23 +29,44 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 Behaviour = str | tuple[str, float]
+MODEL = "openai/fake-model"
 
 OK_CONTENT = '{"answer": "fake"}'
 PROMPT_TOKENS, COMPLETION_TOKENS = 11, 7
+
+
+def _input_of(body: dict[str, Any]) -> dict[str, Any]:
+    """The prompt's INPUT block (what every model reads), {} when there is none."""
+    from keepstep.engine.gateway.prompts import read_input_block
+
+    return read_input_block(body.get("messages") or []) or {}
+
+
+def _key(payload: dict[str, Any]) -> str:
+    return f"{payload.get('task')}:{payload.get('source_id', '')}"
 
 
 def _error_body(message: str, type_: str, code: str | None) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "param": None, "code": code}}
 
 
-def _completion_body(model: str, content: str) -> dict[str, Any]:
+def _completion_body(model: str, content: str, body: dict[str, Any] | None = None
+                     ) -> dict[str, Any]:
+    """A chat completion; usage counted like the offline model when the request is given,
+    else the fixed small figures."""
+    prompt_tokens, completion_tokens = PROMPT_TOKENS, COMPLETION_TOKENS
+    if body is not None:
+        from keepstep.engine.gateway.offline_model import count_tokens
+
+        prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages") or [])
+        prompt_tokens, completion_tokens = count_tokens(prompt), count_tokens(content)
     return {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
@@ -47,9 +78,9 @@ def _completion_body(model: str, content: str) -> dict[str, Any]:
             "finish_reason": "stop",
         }],
         "usage": {
-            "prompt_tokens": PROMPT_TOKENS,
-            "completion_tokens": COMPLETION_TOKENS,
-            "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
         },
     }
 
@@ -58,8 +89,12 @@ class FakeProvider:
     """Threaded HTTP server on 127.0.0.1, port chosen by the OS."""
 
     def __init__(self, behaviours: Iterable[Behaviour] = (), *, content: str = OK_CONTENT,
-                 latency: float = 0.0, offline: bool = False):
+                 latency: float = 0.0, offline: bool = False,
+                 rules: Iterable[dict[str, Any]] = ()):
         self._queue: deque[Behaviour] = deque(behaviours)
+        self.rules = [dict(r) for r in rules]
+        self.answered: Counter[str] = Counter()
+        self.faults: Counter[str] = Counter()
         self._lock = threading.Lock()
         self.content = content
         self.latency = latency
@@ -100,12 +135,27 @@ class FakeProvider:
         self._thread.join(timeout=5)
 
     def _next(self, body: dict[str, Any], auth: str | None) -> Behaviour:
+        payload = _input_of(body)
         with self._lock:
             self.request_count += 1
             self.arrivals.append(time.monotonic())
             self.requests.append(body)
             self.auth_headers.append(auth)
+            for rule in self.rules:
+                if any(payload.get(k) != v for k, v in rule["match"].items()):
+                    continue
+                left = rule.get("times")
+                if left is not None:
+                    if left <= 0:
+                        continue
+                    rule["times"] = left - 1
+                self.faults[_key(payload)] += 1
+                return str(rule["do"])
             return self._queue.popleft() if self._queue else "ok"
+
+    def _charge(self, body: dict[str, Any]) -> None:
+        with self._lock:
+            self.answered[_key(_input_of(body))] += 1
 
     def _enter(self) -> None:
         with self._lock:
@@ -170,11 +220,21 @@ class FakeProvider:
             def _answer(self, behaviour: Behaviour, body: dict[str, Any]) -> None:
                 model = str(body.get("model", "fake-model"))
                 name, arg = behaviour if isinstance(behaviour, tuple) else (behaviour, 0.0)
-                if name == "ok":
-                    self._send(200, _completion_body(model, provider.content_for(body)))
-                elif name == "slow":
-                    time.sleep(arg)
-                    self._send(200, _completion_body(model, provider.content_for(body)))
+                if name in ("ok", "slow", "malformed", "check_fails"):
+                    if name == "slow":
+                        time.sleep(arg)
+                    content = provider.content_for(body)
+                    if name == "malformed":
+                        content = "Sure! Here is the evidence: <html>"
+                    elif name == "check_fails":
+                        answer = json.loads(content)
+                        answer["problems"] = list(answer.get("problems") or []) + [
+                            "R1 cites evidence that does not support its score (scripted)"]
+                        content = json.dumps(answer, sort_keys=True)
+                    provider._charge(body)
+                    # Offline answers carry offline-model token counts, like a real run.
+                    self._send(200, _completion_body(model, content,
+                                                     body if provider.offline else None))
                 elif name == "rate_limited":
                     with provider._lock:
                         provider.rate_limited += 1
@@ -202,10 +262,11 @@ class FakeProvider:
 
 @contextmanager
 def running_provider(*behaviours: Behaviour, content: str = OK_CONTENT, latency: float = 0.0,
-                     offline: bool = False) -> Iterator[FakeProvider]:
+                     offline: bool = False, rules: Iterable[dict[str, Any]] = ()
+                     ) -> Iterator[FakeProvider]:
     """Start a FakeProvider for the duration of a ``with`` block."""
-    provider = FakeProvider(behaviours, content=content, latency=latency,
-                            offline=offline).start()
+    provider = FakeProvider(behaviours, content=content, latency=latency, offline=offline,
+                            rules=rules).start()
     try:
         yield provider
     finally:
