@@ -114,8 +114,21 @@ def campaign(kills_wanted: int, seed: int, min_delay: float, max_delay: float) -
                 in_flight |= facts["in_flight"]
                 if proc.returncode == 0 and facts["decision"] == "done":
                     break
-                if proc.returncode != -signal.SIGKILL and "recoveries" in " ".join(
-                        facts["reasons"]):
+                reasons = " ".join(facts["reasons"])
+                if proc.returncode != -signal.SIGKILL and "budget limit reached" in reasons:
+                    # Every call cut off by a kill is charged (the provider may have billed
+                    # it), so hundreds of kills spend the calls and tokens budget: a person
+                    # would raise it, and so does the campaign.
+                    raises += 1
+                    used = facts["used"]
+                    subprocess.run([sys.executable, "-m", "keepstep.app.cli", "budget", "raise",
+                                    str(project), "--run", RUN_ID,
+                                    "--calls", str(int(used.get("calls", 0)) * 2 + 100),
+                                    "--tokens", str(int(used.get("tokens", 0)) * 2 + 100000),
+                                    "--reason", "kill campaign"], check=True,
+                                   capture_output=True, cwd=tmp)
+                    continue
+                if proc.returncode != -signal.SIGKILL and "recoveries" in reasons:
                     # Many kills use up the recovery budget (a circuit breaker by design): do
                     # what a person would, record a raise, and go on.
                     raises += 1
@@ -143,7 +156,7 @@ def campaign(kills_wanted: int, seed: int, min_delay: float, max_delay: float) -
     elapsed = time.monotonic() - started
     print()
     print(f"kills: {kills} over {runs} runs in {elapsed:.0f} s (seed {seed}); "
-          f"{raises} recovery-budget raise(s) recorded on the way")
+          f"{raises} budget raise(s) (recoveries, calls/tokens) recorded on the way")
     print(f"violations: {sum(violations.values())}")
     for kind, n in sorted(violations.items()):
         print(f"  {kind}: {n}")
