@@ -68,6 +68,7 @@ def _facts(project: Path) -> dict:
                 "current": status.counts["current"],
                 "units": len(status.units), "chain_ok": chain.ok,
                 "used": dict(status.budget["used"]), "successes": successes,
+                "limits": dict(status.budget["limits"]),
                 "in_flight": in_flight,
                 "redone": {u for u, atts in by_unit.items() if len(atts) > 1}}
 
@@ -120,11 +121,15 @@ def campaign(kills_wanted: int, seed: int, min_delay: float, max_delay: float) -
                     # it), so hundreds of kills spend the calls and tokens budget: a person
                     # would raise it, and so does the campaign.
                     raises += 1
-                    used = facts["used"]
+                    used, limits = facts["used"], facts["limits"]
+
+                    def doubled(counter: str) -> str:
+                        top = max(used.get(counter, 0) or 0, limits.get(counter) or 0)
+                        return str(int(top) * 2)
+
                     subprocess.run([sys.executable, "-m", "keepstep.app.cli", "budget", "raise",
-                                    str(project), "--run", RUN_ID,
-                                    "--calls", str(int(used.get("calls", 0)) * 2 + 100),
-                                    "--tokens", str(int(used.get("tokens", 0)) * 2 + 100000),
+                                    str(project), "--run", RUN_ID, "--calls", doubled("calls"),
+                                    "--tokens", doubled("tokens"),
                                     "--reason", "kill campaign"], check=True,
                                    capture_output=True, cwd=tmp)
                     continue
