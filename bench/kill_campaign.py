@@ -121,15 +121,12 @@ def campaign(kills_wanted: int, seed: int, min_delay: float, max_delay: float) -
                     # it), so hundreds of kills spend the calls and tokens budget: a person
                     # would raise it, and so does the campaign.
                     raises += 1
-                    used, limits = facts["used"], facts["limits"]
-
-                    def doubled(counter: str) -> str:
-                        top = max(used.get(counter, 0) or 0, limits.get(counter) or 0)
-                        return str(int(top) * 2)
-
+                    doubled = {c: str(2 * int(max(facts["used"].get(c, 0) or 0,
+                                                  facts["limits"].get(c) or 0)))
+                               for c in ("calls", "tokens")}
                     subprocess.run([sys.executable, "-m", "keepstep.app.cli", "budget", "raise",
-                                    str(project), "--run", RUN_ID, "--calls", doubled("calls"),
-                                    "--tokens", doubled("tokens"),
+                                    str(project), "--run", RUN_ID, "--calls", doubled["calls"],
+                                    "--tokens", doubled["tokens"],
                                     "--reason", "kill campaign"], check=True,
                                    capture_output=True, cwd=tmp)
                     continue
