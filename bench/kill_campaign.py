@@ -116,6 +116,16 @@ def campaign(kills_wanted: int, seed: int, min_delay: float, max_delay: float) -
                 if proc.returncode == 0 and facts["decision"] == "done":
                     break
                 reasons = " ".join(facts["reasons"])
+                if proc.returncode != -signal.SIGKILL and "recoveries" in reasons:
+                    # Many kills use up the recovery budget (a circuit breaker by design): do
+                    # what a person would, record a raise, and go on.
+                    raises += 1
+                    limit = int(facts["used"].get("recoveries", 0)) + 10
+                    subprocess.run([sys.executable, "-m", "keepstep.app.cli", "budget", "raise",
+                                    str(project), "--run", RUN_ID, "--recoveries", str(limit),
+                                    "--reason", "kill campaign"], check=True,
+                                   capture_output=True, cwd=tmp)
+                    continue
                 if proc.returncode != -signal.SIGKILL and "budget limit reached" in reasons:
                     # Every call cut off by a kill is charged (the provider may have billed
                     # it), so hundreds of kills spend the calls and tokens budget: a person
@@ -127,16 +137,6 @@ def campaign(kills_wanted: int, seed: int, min_delay: float, max_delay: float) -
                     subprocess.run([sys.executable, "-m", "keepstep.app.cli", "budget", "raise",
                                     str(project), "--run", RUN_ID, "--calls", doubled["calls"],
                                     "--tokens", doubled["tokens"],
-                                    "--reason", "kill campaign"], check=True,
-                                   capture_output=True, cwd=tmp)
-                    continue
-                if proc.returncode != -signal.SIGKILL and "recoveries" in reasons:
-                    # Many kills use up the recovery budget (a circuit breaker by design): do
-                    # what a person would, record a raise, and go on.
-                    raises += 1
-                    limit = int(facts["used"].get("recoveries", 0)) + 10
-                    subprocess.run([sys.executable, "-m", "keepstep.app.cli", "budget", "raise",
-                                    str(project), "--run", RUN_ID, "--recoveries", str(limit),
                                     "--reason", "kill campaign"], check=True,
                                    capture_output=True, cwd=tmp)
                     continue
