@@ -61,3 +61,16 @@ def test_a_deleted_and_an_added_unit_touch_only_their_own_tables(tmp_path: Path)
     assert all(line in text.splitlines() for line in comments)
     assert [u.id for u in Plan.model_validate(tomllib.loads(text)).units] == \
         [u.id for u in plan.units]
+
+
+def test_an_inline_table_edit_stays_an_inline_table(tmp_path: Path) -> None:
+    """U01's ``params = { step = "inventory" }`` gains a key and stays one inline line."""
+    path, plan = _copy(tmp_path)
+    unit = plan.unit_map()["U01"]
+    unit.params = {**unit.params, "note": "x"}
+    save_plan(path, plan)
+    removed, added = _changed_lines(path)
+    assert removed == '-params = { step = "inventory" }'
+    assert added.startswith('+params = { step = "inventory", note = "x"') and \
+        added.endswith("}")
+    assert Plan.model_validate(tomllib.loads(path.read_text(encoding="utf-8"))) == plan

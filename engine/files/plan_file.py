@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import tomlkit
-from tomlkit.items import AoT, Table
+from tomlkit.items import AoT, InlineTable, Table
 
 from keepstep.engine.core.plan import Plan
 
@@ -66,6 +66,9 @@ def _merge(container: Any, old: dict[str, Any], new: dict[str, Any]) -> None:
         if key in _KEYED and isinstance(value, list) and isinstance(container.get(key), AoT):
             _merge_keyed(container[key], before or [], value)
         elif isinstance(value, dict) and isinstance(container.get(key), Table):
+            _merge(container[key], before if isinstance(before, dict) else {}, value)
+        elif isinstance(value, dict) and isinstance(container.get(key), InlineTable):
+            # Written inline ({ step = "inventory" }): edited in place, it stays inline.
             _merge(container[key], before if isinstance(before, dict) else {}, value)
         elif key in container or value not in (None, [], {}, ""):
             container[key] = _pruned(value)
