@@ -45,7 +45,8 @@ async def test_the_unit_in_flight_shows_its_title_step_and_ticking_elapsed_time(
         now[0] += 65
         await wait_for(pilot, lambda: "1 min 05 s" in screen_text(app), timeout=10,
                        what="the elapsed time to tick")
-        assert "U05/a1 started" in screen_text(app)  # the recent-events tail
+        await wait_for(pilot, lambda: "U05/a1 started" in screen_text(app), timeout=30,
+                       what="the recent-events tail")
         release.set()
         await pilot.press("c")
         await wait_for(pilot, lambda: not dashboard.running, what="the cancel")
