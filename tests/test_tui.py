@@ -233,6 +233,7 @@ async def test_sources_screen_approves_a_source_and_flags_the_change(at_gate: Pa
         assert "A3 · Utility capital expenditure outlook" in text
         assert "revoked (in in-v1)" in text and "⚑ would invalidate" in text
         await pilot.press("a")
+        await app.workers.wait_for_complete()  # the file is converted in a thread first
         await pilot.pause()
         assert _approved(at_gate, "A3") is True
         text = screen_text(app)
@@ -261,11 +262,50 @@ async def test_sources_screen_refuses_to_approve_a_file_without_text(at_gate: Pa
         await pilot.press("down", "down")
         assert "A3 · Utility capital expenditure outlook" in screen_text(app)
         await pilot.press("a")
+        await app.workers.wait_for_complete()
         await pilot.pause()
         assert isinstance(app.screen, ErrorModal)
         text = screen_text(app)
         assert f"{source.name} is empty" in text and "export it again" in text
     assert _approved(at_gate, "A3") is False
+
+
+async def test_approving_converts_in_a_thread_and_the_screen_stays_live(
+        at_gate: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table shows each source's detected type. Approving converts the file in a worker
+    thread: while a slow conversion runs the row says "checking…" and keys still work;
+    sources.toml changes only once it converted."""
+    import keepstep.app.tui.screens.sources as sources_screen
+
+    _set_approved(at_gate, "A3", False)
+    release, started = threading.Event(), threading.Event()
+    real = sources_screen.inspect_file
+
+    def slow_inspect(root: Path, path: Path):  # noqa: ANN202 - the engine's signature
+        started.set()
+        assert release.wait(10), "the test never released the conversion"
+        return real(root, path)
+
+    monkeypatch.setattr(sources_screen, "inspect_file", slow_inspect)
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("s")
+        table = app.screen.query_one("#sources-table", DataTable)
+        assert table.get_row("A1")[2] == "PDF"  # the type column
+        assert table.get_row("A3")[2] == "MD"
+        await pilot.press("down", "down", "a")
+        await pilot.pause()
+        assert started.wait(5)
+        assert table.get_row("A3")[4] == "checking…" and _approved(at_gate, "A3") is False
+        await pilot.press("up")  # the screen answers keys during the conversion
+        await pilot.pause()
+        assert table.cursor_row == 1
+        release.set()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert _approved(at_gate, "A3") is True
+        assert table.get_row("A3")[4] == "yes"
 
 
 async def test_sources_screen_adds_a_source_and_shows_a_duplicate_id_in_the_modal(
@@ -292,7 +332,7 @@ async def test_sources_screen_adds_a_source_and_shows_a_duplicate_id_in_the_moda
         assert app.screen is sources
         table = sources.query_one(DataTable)
         row = table.get_row("M1")
-        assert row[1:4] == ["M1", "M", "yes"] and row[-1] == "Bakery"
+        assert row[1:5] == ["M1", "MD", "M", "yes"] and row[-1] == "Bakery"
         assert table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value == "M1"
         assert _approved(at_gate, "M1") is True
         assert (at_gate / "sources" / "M1-notes.md").read_bytes() == doc.read_bytes()

@@ -63,11 +63,10 @@ class ModelProfile(BaseModel):
         return self.structured != "json_schema"
 
     def count(self, messages: list[dict[str, Any]]) -> int:
-        if self.offline:
-            from keepstep.engine.gateway.offline_model import count_tokens
-
-            return count_tokens("\n".join(str(m.get("content") or "") for m in messages))
-        return _count(self.model, messages)
+        # A step's request is counted to size its chunks and again to reserve its budget:
+        # the same text, counted once.
+        return _count_cached(self.model, self.offline, tuple(
+            (str(m.get("role") or ""), str(m.get("content") or "")) for m in messages))
 
     def count_text(self, text: str) -> int:
         return self.count([{"role": "user", "content": text}])
@@ -104,6 +103,15 @@ def _litellm() -> Any:
     from keepstep.engine.gateway.client import _litellm as load
 
     return load()
+
+
+@functools.lru_cache(maxsize=32)  # a chunk of a long source may be large: a few kept
+def _count_cached(model: str, offline: bool, messages: tuple[tuple[str, str], ...]) -> int:
+    if offline:
+        from keepstep.engine.gateway.offline_model import count_tokens
+
+        return count_tokens("\n".join(content for _role, content in messages))
+    return _count(model, [{"role": role, "content": content} for role, content in messages])
 
 
 def _count(model: str, messages: list[dict[str, Any]]) -> int:

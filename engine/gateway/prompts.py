@@ -147,8 +147,69 @@ def prompt_hashes(root: Path | None = None) -> dict[str, str]:
 
 def input_block(inputs: Mapping[str, Any]) -> str:
     """The delimited INPUT block of a user message (see the module doc)."""
-    body = json.dumps(dict(inputs), indent=1, sort_keys=True, ensure_ascii=False)
+    body = indented_json(dict(inputs), ascii=False)
     return f"INPUT\n```json\n{body}\n```"
+
+
+class _NotPlainJson(Exception):
+    pass
+
+
+def indented_json(value: Any, *, ascii: bool = True) -> str:
+    """``json.dumps(value, indent=1, sort_keys=True, ensure_ascii=ascii)``, the same text.
+
+    With an indent the standard library encodes in Python, not C, and a prompt's INPUT (the
+    pack's topics, evidence lists) is rendered for every call: this writes the same text
+    about three times faster. Anything but plain JSON values goes to ``json.dumps``."""
+    from json.encoder import encode_basestring, encode_basestring_ascii
+
+    quote = encode_basestring_ascii if ascii else encode_basestring
+    out: list[str] = []
+    append = out.append
+
+    def write(v: Any, pad: str) -> None:
+        if isinstance(v, str):
+            append(quote(v))
+        elif v is None:
+            append("null")
+        elif v is True:
+            append("true")
+        elif v is False:
+            append("false")
+        elif type(v) is int:
+            append(int.__repr__(v))
+        elif type(v) is float and v == v and v not in (float("inf"), float("-inf")):
+            append(float.__repr__(v))
+        elif isinstance(v, dict):
+            if not v:
+                append("{}")
+                return
+            inner = pad + " "
+            first = True
+            for key in sorted(v):
+                if not isinstance(key, str):
+                    raise _NotPlainJson
+                append(("{\n" if first else ",\n") + inner + quote(key) + ": ")
+                first = False
+                write(v[key], inner)
+            append("\n" + pad + "}")
+        elif isinstance(v, list | tuple):
+            if not v:
+                append("[]")
+                return
+            inner = pad + " "
+            for i, item in enumerate(v):
+                append(("[\n" if i == 0 else ",\n") + inner)
+                write(item, inner)
+            append("\n" + pad + "]")
+        else:
+            raise _NotPlainJson
+
+    try:
+        write(value, "")
+    except (_NotPlainJson, RecursionError):
+        return json.dumps(value, indent=1, sort_keys=True, ensure_ascii=ascii)
+    return "".join(out)
 
 
 def read_input_block(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -207,7 +268,7 @@ def render_messages(prompt: Prompt, *, inputs: Mapping[str, Any], contract: Mapp
     the user message only when given — for providers without structured output."""
     values = {
         "contract": dict(contract), "unit": dict(unit), "input": input_block(inputs),
-        "schema": json.dumps(schema, indent=1, sort_keys=True) if schema else "",
+        "schema": indented_json(schema) if schema else "",
     }
     return [{"role": "system", "content": _render(prompt, "system", values)},
             {"role": "user", "content": _render(prompt, "user", values)}]

@@ -14,6 +14,7 @@ from typing import Any
 from keepstep.engine.core.plan import Unit, UnitKind, outputs_of
 from keepstep.engine.core.presets import AUDIENCES, RISKS, TOPICS, evidence_output, verified_output
 from keepstep.engine.files.convert import ConvertedSource, find_occurrence, locate_quote
+from keepstep.engine.files.convert.quotes import verbatim_matcher
 from keepstep.engine.kinds.context import UnitContext, ValidatorResult
 
 JSON = "application/json"
@@ -56,18 +57,13 @@ def quote_in_text(quote: str, text: str) -> bool:
     return bool(q) and q in collapse_ws(text)
 
 
-def _verbatim_pattern(quote: str) -> re.Pattern[str] | None:
-    tokens = quote.split()
-    return re.compile(r"\s+".join(map(re.escape, tokens))) if tokens else None
-
-
 def quote_cited(conv: ConvertedSource, quote: str, locator: str | None) -> bool:
     """The citation check: ``quote`` occurs verbatim (line breaks and repeated spaces aside,
     as ``quote_in_text``) within the part of the converted source that ``locator`` names —
     a page, a sheet's cells, a slide, a heading path, a table row; anywhere in the text when
     ``locator`` is empty or None. A locator the source does not have fails."""
-    pattern = _verbatim_pattern(quote)
-    if pattern is None:
+    matcher = verbatim_matcher(quote)
+    if matcher is None:
         return False
     if locator:
         span = conv.span_of(locator)
@@ -75,7 +71,7 @@ def quote_cited(conv: ConvertedSource, quote: str, locator: str | None) -> bool:
             return False
     else:
         span = (0, len(conv.text))
-    return pattern.search(conv.text, *span) is not None
+    return matcher.search(conv.text, *span) is not None
 
 
 def locate_evidence(conv: ConvertedSource, quote: str, *, start: int = 0,

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import mimetypes
+import stat
 import threading
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from keepstep.engine.core.inputs import InputSnapshot, SourceEntry
@@ -206,10 +208,10 @@ class AttemptContext:
         import tomllib
 
         path = self.files.root / "data" / f"{name}.toml"
-        if not path.is_file():
-            return {}
         try:
-            return tomllib.loads(path.read_text(encoding="utf-8"))
+            return _parsed_toml(path)
+        except FileNotFoundError:
+            return {}
         except tomllib.TOMLDecodeError as exc:
             raise KeepstepError(f"{self.unit.id}: data/{name}.toml is not valid TOML: {exc}",
                                 hint="fix the line it names (`keepstep validate` checks it)"
@@ -526,3 +528,36 @@ def blocked_reason(exc: BaseException) -> tuple[str, str, dict[str, Any]]:
     if isinstance(exc, ModelError):
         return "failed", f"{exc.error_class}: {str(exc).splitlines()[0]}", {"kind": exc.error_class}
     return "failed", str(exc).splitlines()[0], {"kind": "error"}
+
+
+# A pack's data files are read by every model step (its topics go into each extraction
+# prompt): parsed once per version of the file (its size, times and inode), shared by
+# threads.
+_TOML_CACHE: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {}
+_TOML_LOCK = threading.Lock()
+
+
+def _parsed_toml(path: Path) -> dict[str, Any]:
+    """``path`` parsed as TOML (a copy: callers may change it). FileNotFoundError when it is
+    missing or not a file; TOMLDecodeError when it does not parse."""
+    import copy
+    import tomllib
+
+    try:
+        st = path.stat()
+    except OSError:
+        raise FileNotFoundError(str(path)) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise FileNotFoundError(str(path))
+    stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+    key = str(path)
+    with _TOML_LOCK:
+        hit = _TOML_CACHE.get(key)
+    if hit is None or hit[0] != stamp:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        with _TOML_LOCK:
+            if len(_TOML_CACHE) >= 64:
+                _TOML_CACHE.clear()
+            _TOML_CACHE[key] = (stamp, doc)
+        hit = (stamp, doc)
+    return copy.deepcopy(hit[1])

@@ -177,6 +177,12 @@ class SQLiteBase:
         self._local = threading.local()
         self._all: list[Database] = []
         self._lock = threading.Lock()
+        # Writers of this process queue here, not in SQLite: a thread waiting for SQLite's
+        # write lock sleeps 1, 2, 5, 10… 50 ms between tries, so with units in flight on
+        # several threads every contended write lost tens of milliseconds. Re-entrant: a
+        # write may run a nested helper that writes on the same connection. Other
+        # processes are still waited for by the busy timeout.
+        self._writer = threading.RLock()
         self._register(db)
 
     def _register(self, db: Database) -> None:
@@ -237,6 +243,10 @@ class SQLiteBase:
             raise storage_error(exc, "setting up a write transaction", self.db_path) from exc
 
     def _transaction(self, db: Database) -> Iterator[Database]:
+        with self._writer:
+            yield from self._transaction_locked(db)
+
+    def _transaction_locked(self, db: Database) -> Iterator[Database]:
         conn = db.conn
         try:
             conn.execute("BEGIN IMMEDIATE")

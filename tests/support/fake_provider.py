@@ -27,12 +27,14 @@ model's JSON for keepstep's own prompts), so a whole run can go through the serv
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 Behaviour = str | tuple[str, float]
@@ -198,6 +200,20 @@ class FakeProvider:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout test)
 
+            def do_GET(self) -> None:
+                # /stats: what a provider in another process reports (bench/parallel.py);
+                # ?reset=1 starts the in-flight peak again.
+                if not self.path.startswith("/stats"):
+                    self._send(404, _error_body("not found", "invalid_request_error", None))
+                    return
+                with provider._lock:
+                    stats = {"in_flight": provider.in_flight,
+                             "max_in_flight": provider.max_in_flight,
+                             "requests": provider.request_count}
+                    if "reset=1" in self.path:
+                        provider.max_in_flight = provider.in_flight
+                self._send(200, stats)
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b"{}"
@@ -271,3 +287,73 @@ def running_provider(*behaviours: Behaviour, content: str = OK_CONTENT, latency:
         yield provider
     finally:
         provider.stop()
+
+
+class ProviderProcess:
+    """A FakeProvider in a process of its own (``python -m tests.support.fake_provider``): its
+    answers then cost the engine's process no interpreter time, as a real server's would."""
+
+    def __init__(self, proc: subprocess.Popen[str], api_base: str) -> None:
+        self.proc, self.api_base = proc, api_base
+
+    def stats(self, *, reset: bool = False) -> dict[str, int]:
+        import urllib.request
+
+        url = self.api_base.rsplit("/v1", 1)[0] + "/stats" + ("?reset=1" if reset else "")
+        with urllib.request.urlopen(url, timeout=5) as answer:  # noqa: S310 - loopback
+            return dict(json.loads(answer.read()))
+
+
+@contextmanager
+def provider_process(*, latency: float = 0.0, offline: bool = False
+                     ) -> Iterator[ProviderProcess]:
+    """Start a FakeProvider in a child process for the duration of a ``with`` block."""
+    import os
+    import sys
+
+    args = [sys.executable, "-m", "tests.support.fake_provider", "--latency", str(latency)]
+    if offline:
+        args.append("--offline")
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+    proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env=env, cwd=root)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        if not line.startswith("http://"):
+            raise RuntimeError(f"the provider process did not start: {line!r}")
+        yield ProviderProcess(proc, line)
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()  # the child serves until its stdin closes
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _serve(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(description="keepstep's fake OpenAI-compatible provider")
+    ap.add_argument("--latency", type=float, default=0.0)
+    ap.add_argument("--offline", action="store_true")
+    args = ap.parse_args(argv)
+    if args.offline:
+        # The offline model's modules load before the first request, not during it.
+        import keepstep.engine.gateway.offline_provider  # noqa: F401
+    provider = FakeProvider(latency=args.latency, offline=args.offline).start()
+    print(provider.api_base, flush=True)
+    try:
+        sys.stdin.read()  # until the parent closes it (or exits)
+    finally:
+        provider.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_serve())

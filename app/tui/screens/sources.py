@@ -1,6 +1,10 @@
-"""Sources: every source in sources.toml with its group, approval, sha256 prefix and how it
-stands against the run's input snapshot; approve / revoke / add writes sources.toml (add goes
-through engine.sources.add_source, as the CLI's `sources add` does).
+"""Sources: every source in sources.toml with its type, group, approval, sha256 prefix and
+how it stands against the run's input snapshot; approve / revoke / add writes sources.toml
+(add goes through engine.sources.add_source, as the CLI's `sources add` does).
+
+Approving converts the file first (it must yield text, as `keepstep sources approve`
+checks): in a worker thread, so a 50 MB PDF never freezes the screen; the row says
+"checking…" meanwhile, and a refusal opens the error modal with what to do.
 
 A source that differs from the snapshot is flagged ⚑ with the units it would invalidate
 (from Run.preview(), a dry run: nothing is committed until the next resume).
@@ -8,9 +12,10 @@ A source that differs from the snapshot is flagged ⚑ with the units it would i
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -20,13 +25,20 @@ from textual.widgets import DataTable, Footer, Static
 from keepstep.app.tui.format import ids, preview_lines
 from keepstep.app.tui.screens.add_source import AddSourceModal
 from keepstep.app.tui.screens.confirm import ConfirmModal
-from keepstep.engine import KeepstepError, file_sha256, inspect_file, load_sources, save_sources
+from keepstep.engine import (
+    KeepstepError,
+    detect_format,
+    file_sha256,
+    inspect_file,
+    load_sources,
+    save_sources,
+)
 
 if TYPE_CHECKING:
     from keepstep.app.tui.app import KeepstepApp
     from keepstep.engine import SourceEntry
 
-COLUMNS = ("", "id", "group", "approved", "sha256", "snapshot", "title")
+COLUMNS = ("", "id", "type", "group", "approved", "sha256", "snapshot", "title")
 
 
 class SourcesScreen(Screen[None]):
@@ -47,6 +59,7 @@ class SourcesScreen(Screen[None]):
         self.flags: dict[str, str] = {}
         self.preview: Any = None
         self.preview_note = ""
+        self.checking: set[str] = set()  # sources being converted before their approval
 
     def compose(self) -> ComposeResult:
         yield Static(id="sources-title", classes="screen-title", markup=False)
@@ -108,7 +121,8 @@ class SourcesScreen(Screen[None]):
             self.hashes[s.id] = sha
             state, changed = _against(s.approved, sha, snap.get(s.id), label)
             self.flags[s.id] = state
-            table.add_row("⚑" if changed else "", s.id, s.group, "yes" if s.approved else "no",
+            approved = "checking…" if s.id in self.checking else "yes" if s.approved else "no"
+            table.add_row("⚑" if changed else "", s.id, _type_of(path), s.group, approved,
                           sha[:12] if sha else "(missing)", state, s.title or s.path, key=s.id)
         if select is not None and select in self.entries:
             table.move_cursor(row=table.get_row_index(select))
@@ -166,12 +180,13 @@ class SourcesScreen(Screen[None]):
                                 hint="restore the file (or fix its path in sources.toml)")
             return
         if wanted:
-            # The file must convert to text (as `keepstep sources approve` checks): a scanned
-            # PDF, an encrypted or over-limit file is refused here, naming what to do.
-            if self.app.guarded(f"{entry.id} was not approved", inspect_file, root,
-                                root / entry.path) is None:
+            if entry.id in self.checking:
+                self.notify(f"{entry.id} is being checked already")
                 return
-            self._write(entry.id, True)
+            self.checking.add(entry.id)
+            self.notify(f"checking {entry.path} before approving {entry.id}…")
+            self.reload(select=entry.id)
+            self._check_then_approve(entry.id, root / entry.path)
             return
         # Revoking is destructive: show what the next resume would invalidate, then ask.
         lines = [f"{entry.id} · {entry.title or entry.path} · group {entry.group or '-'}", ""]
@@ -196,6 +211,25 @@ class SourcesScreen(Screen[None]):
 
         self.app.push_screen(ConfirmModal(f"Revoke source {entry.id}?", lines,
                                           yes="Revoke it"), decided)
+
+    @work(thread=True, exit_on_error=False, group="approve")
+    def _check_then_approve(self, source_id: str, path: Path) -> None:
+        """Thread: the file must convert to text (as `keepstep sources approve` checks): a
+        scanned PDF, an encrypted or over-limit file is refused, naming what to do."""
+        try:
+            inspect_file(self.app.project.root, path)
+        except Exception as exc:  # engine refusals and file-system errors alike
+            self.app.call_from_thread(self._checked, source_id, exc)
+        else:
+            self.app.call_from_thread(self._checked, source_id, None)
+
+    def _checked(self, source_id: str, error: Exception | None) -> None:
+        self.checking.discard(source_id)
+        if error is not None:
+            self.app.show_error(error, title=f"{source_id} was not approved")
+            self.reload(select=source_id)
+            return
+        self._write(source_id, True)
 
     def _write(self, source_id: str, approved: bool) -> None:
         root = self.app.project.root
@@ -225,6 +259,16 @@ class SourcesScreen(Screen[None]):
         state = "approved" if entry.approved else "not approved yet: a approves it"
         self.notify(f"source {entry.id} added ({entry.path}, {state})")
         self.reload(select=entry.id)
+
+
+def _type_of(path: Path) -> str:
+    """The detected format (from the file's first bytes and name), as the table shows it."""
+    if not path.is_file():
+        return "-"
+    try:
+        return detect_format(path).upper()
+    except KeepstepError:
+        return "refused"  # empty, encrypted or unsupported: approving says why
 
 
 def _against(approved: bool, sha: str | None, taken: str | None, label: str) -> tuple[str, bool]:
