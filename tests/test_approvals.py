@@ -296,3 +296,37 @@ def test_the_database_holds_only_the_tokens_hash(ledger, clock, store_root: Path
     assert token.encode() not in blob
     ledger.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     assert token.encode() not in (store_root / "state.db").read_bytes()
+
+
+def test_an_approve_answer_racing_another_executor_is_settled_by_the_gate_status(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two executors with --approve on one run: the second's answer meets a request the first
+    already answered (refused) — the gate is open, so it goes on; a request superseded by the
+    other executor is answered once more; a refusal with the gate still closed stands."""
+    from types import SimpleNamespace
+
+    from keepstep.engine.run import gates
+
+    run = SimpleNamespace(store=None, run_id=RUN, branch_id="main", clock=lambda: 0.0)
+    answers: list[str] = []
+
+    def script(outcomes: list[bool], statuses: list[SimpleNamespace]) -> None:
+        def record_choice(*_a, **_k):  # noqa: ANN202
+            answers.append("tried")
+            if not outcomes.pop(0):
+                raise ApprovalError("gate 'g': the request is no longer open")
+
+        monkeypatch.setattr(gates, "record_choice", record_choice)
+        monkeypatch.setattr(gates.approvals, "gate_status", lambda *_a: statuses.pop(0))
+
+    script([False], [SimpleNamespace(open=True, request=None)])
+    gates._answer_once(run, GATE, {}, "yes", None)  # answered by the other: fine
+    script([False, True], [SimpleNamespace(open=False, request=object())])
+    gates._answer_once(run, GATE, {}, "yes", None)  # superseded: answered again
+    assert answers == ["tried", "tried", "tried"]
+    script([False, False], [SimpleNamespace(open=False, request=object())] * 2)
+    with pytest.raises(ApprovalError):
+        gates._answer_once(run, GATE, {}, "yes", None)
+    script([False], [SimpleNamespace(open=False, request=None)])
+    with pytest.raises(ApprovalError):
+        gates._answer_once(run, GATE, {}, "yes", None)

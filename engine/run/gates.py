@@ -315,9 +315,27 @@ def request_gates(run: RunHandle, facts: RunFacts, *,
             keep_token(run, gate.id, request.resume_token)
         answer = (approve or {}).get(gate.id)
         if answer is not None:
-            record_choice(run, gate, answer, who="command line (--approve)", facts=facts)
+            _answer_once(run, gate, obj, answer, facts)
             out.update({u: True for u in waiting})
     return out
+
+
+def _answer_once(run: RunHandle, gate: Gate, obj: dict[str, Any], answer: str,
+                 facts: RunFacts) -> None:
+    """Record an ``--approve`` answer. Another executor on the run may answer the same
+    request between our status read and our answer (the gate is then open: nothing to do),
+    or supersede it with its own request (answered once more, then any refusal stands)."""
+    for last in (False, True):
+        try:
+            record_choice(run, gate, answer, who="command line (--approve)", facts=facts)
+            return
+        except ApprovalError:
+            status = approvals.gate_status(run.store, run.run_id, run.branch_id, gate, obj,
+                                           run.clock())
+            if status.open:
+                return
+            if last or status.request is None:
+                raise
 
 
 def keep_token(run: RunHandle, gate_id: str, token: str | None) -> None:
