@@ -469,6 +469,8 @@ def _cost_of(response: Any) -> float:
     hidden = getattr(response, "_hidden_params", None) or {}
     if isinstance(hidden.get("response_cost"), int | float):
         return float(hidden["response_cost"])
+    if "response_cost" in hidden:
+        return 0.0  # litellm priced it already and found no price: asking again costs ~5 ms
     try:
         return float(_litellm().completion_cost(completion_response=response) or 0.0)
     except Exception:  # noqa: BLE001 - unpriced models (local servers, new names) cost 0.0

@@ -45,7 +45,7 @@ from keepstep.engine.kinds.common import (
     topic_inputs,
 )
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
-from keepstep.engine.kinds.model_step import StepResult, run_model_step, step_tokens
+from keepstep.engine.kinds.model_step import StepResult, render_step, run_model_step, step_tokens
 from keepstep.engine.kinds.source_chunks import Chunk, json_tokens, plan_chunks
 
 OUTPUT = "evidence.json"
@@ -55,6 +55,8 @@ _CITATION_RULES = ("verbatim", "known_source")
 _MARGIN = 0.9
 # A text this many times the window in characters cannot fit: not rendered whole to find out.
 _CHARS_PER_TOKEN_BOUND = 8
+# Chat templates add a few tokens per message (role markers): a safe allowance.
+_PER_MESSAGE_TOKENS = 16
 
 SPEC = KindSpec(
     name="extract",
@@ -133,12 +135,32 @@ def paragraphs(text: str) -> list[str]:
     return out
 
 
+def _surely_fits(ctx: UnitContext, profile: Any, source_id: str, text: str,
+                 topics: dict[str, Any], schema: dict[str, Any] | None) -> bool:
+    """Whether the whole text fits in one request, shown without a tokenizer: no tokenizer
+    makes more tokens than a text has UTF-8 bytes (plus a few per message), so a request
+    whose bytes fit fits. Most sources are far below any window, and counting them exactly
+    (three renders and tokenizer passes of the whole source) was a large part of a unit's
+    time; a source near the limit is counted exactly, as before."""
+    if len(text) > min(profile.input_tokens, profile.output_tokens):
+        return False  # more characters than room: its bytes cannot show that it fits
+    whole = {"task": "extract", "source_id": source_id, "text": text, **topics}
+    messages, _schema, _sha = render_step(ctx, prompt=PROMPT, inputs=whole,
+                                          schema=ExtractAnswer, json_schema=schema)
+    bound = sum(len(str(m.get("content") or "").encode()) + _PER_MESSAGE_TOKENS
+                for m in messages) + _PER_MESSAGE_TOKENS
+    room = int(min(profile.input_tokens - bound, profile.output_tokens) * _MARGIN)
+    return bound <= profile.input_tokens and len(text.encode()) <= room
+
+
 def _chunks(ctx: UnitContext, source_id: str, text: str,
             schema: dict[str, Any] | None) -> list[Chunk]:
     """The text in one piece when its request fits, else chunks that each fit."""
     profile = ctx.model_profile()
-    empty = {"task": "extract", "source_id": source_id, "text": "", "first_id": 1,
-             **topic_inputs(ctx)}
+    topics = topic_inputs(ctx)
+    if _surely_fits(ctx, profile, source_id, text, topics, schema):
+        return [Chunk(0, len(text))]
+    empty = {"task": "extract", "source_id": source_id, "text": "", "first_id": 1, **topics}
     overhead = step_tokens(ctx, prompt=PROMPT, inputs=empty, schema=ExtractAnswer,
                            json_schema=schema)
     # An answer quotes the text, so a chunk is also kept within what an answer may hold —
@@ -146,7 +168,7 @@ def _chunks(ctx: UnitContext, source_id: str, text: str,
     # long possible.
     room = int(min(profile.input_tokens - overhead, profile.output_tokens) * _MARGIN)
     if len(text) <= _CHARS_PER_TOKEN_BOUND * room:
-        whole = {"task": "extract", "source_id": source_id, "text": text, **topic_inputs(ctx)}
+        whole = {"task": "extract", "source_id": source_id, "text": text, **topics}
         if step_tokens(ctx, prompt=PROMPT, inputs=whole, schema=ExtractAnswer,
                        json_schema=schema) <= profile.input_tokens \
                 and profile.count_text(text) <= room:

@@ -18,7 +18,8 @@ one more claim-check problem).
 ``answered`` counts the answers a real provider would charge for, per ``task:source_id``
 (the fault cases compare it with the call ledger); ``faults`` the rule hits.
 
-``latency`` adds a fixed delay to every answer (parallelism benches and tests); ``in_flight`` /
+``latency``: every answer leaves that long after its request came in (however long the offline
+answer took to compute: parallelism benches and tests); ``in_flight`` /
 ``max_in_flight`` count requests being answered at once (provider-limit tests);
 ``offline=True`` answers ``ok`` requests like ``local/keepstep-offline`` would (the offline
 model's JSON for keepstep's own prompts), so a whole run can go through the server.
@@ -189,6 +190,9 @@ class FakeProvider:
             def _send(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
                       ) -> None:
                 data = json.dumps(body).encode()
+                wait = getattr(self, "_deadline", 0.0) - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
@@ -227,8 +231,9 @@ class FakeProvider:
                 behaviour = provider._next(body, self.headers.get("Authorization"))
                 provider._enter()
                 try:
-                    if provider.latency:
-                        time.sleep(provider.latency)
+                    # The answer leaves ``latency`` after the request came in, however long
+                    # the offline answer took to compute (a server's fixed latency).
+                    self._deadline = time.monotonic() + provider.latency
                     self._answer(behaviour, body)
                 finally:
                     provider._leave()
