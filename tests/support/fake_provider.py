@@ -38,6 +38,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from tests.support.http_json import JsonHandler
+
 Behaviour = str | tuple[str, float]
 MODEL = "openai/fake-model"
 
@@ -179,36 +181,12 @@ class FakeProvider:
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         provider = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            # Without TCP_NODELAY a keep-alive answer waits ~40 ms for the delayed ACK.
-            disable_nagle_algorithm = True
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # keep pytest output clean
-
-            def _send(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
-                      ) -> None:
-                data = json.dumps(body).encode()
-                wait = getattr(self, "_deadline", 0.0) - time.monotonic()
-                if wait > 0:
-                    time.sleep(wait)
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    for name, value in (headers or {}).items():
-                        self.send_header(name, value)
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (timeout test)
-
+        class Handler(JsonHandler):
             def do_GET(self) -> None:
                 # /stats: what a provider in another process reports (bench/parallel.py);
                 # ?reset=1 starts the in-flight peak again.
                 if not self.path.startswith("/stats"):
-                    self._send(404, _error_body("not found", "invalid_request_error", None))
+                    self.send_json(404, _error_body("not found", "invalid_request_error", None))
                     return
                 with provider._lock:
                     stats = {"in_flight": provider.in_flight,
@@ -216,24 +194,19 @@ class FakeProvider:
                              "requests": provider.request_count}
                     if "reset=1" in self.path:
                         provider.max_in_flight = provider.in_flight
-                self._send(200, stats)
+                self.send_json(200, stats)
 
             def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b"{}"
-                try:
-                    body = json.loads(raw)
-                except ValueError:
-                    body = {}
+                body = self.read_json()
                 if not self.path.rstrip("/").endswith("/chat/completions"):
-                    self._send(404, _error_body("not found", "invalid_request_error", None))
+                    self.send_json(404, _error_body("not found", "invalid_request_error", None))
                     return
                 behaviour = provider._next(body, self.headers.get("Authorization"))
                 provider._enter()
                 try:
                     # The answer leaves ``latency`` after the request came in, however long
                     # the offline answer took to compute (a server's fixed latency).
-                    self._deadline = time.monotonic() + provider.latency
+                    self.send_not_before = time.monotonic() + provider.latency
                     self._answer(behaviour, body)
                 finally:
                     provider._leave()
@@ -254,26 +227,27 @@ class FakeProvider:
                         content = json.dumps(answer, sort_keys=True)
                     provider._charge(body)
                     # Offline answers carry offline-model token counts, like a real run.
-                    self._send(200, _completion_body(model, content,
+                    self.send_json(200, _completion_body(model, content,
                                                      body if provider.offline else None))
                 elif name == "rate_limited":
                     with provider._lock:
                         provider.rate_limited += 1
-                    self._send(429, _error_body("Rate limit reached for requests",
+                    self.send_json(429, _error_body("Rate limit reached for requests",
                                                 "requests", "rate_limit_exceeded"),
                                {"Retry-After": "1"})
                 elif name == "server_error":
-                    self._send(500, _error_body("The server had an error", "server_error", None))
+                    self.send_json(500, _error_body("The server had an error", "server_error",
+                                                    None))
                 elif name == "insufficient_quota":
-                    self._send(429, _error_body(
+                    self.send_json(429, _error_body(
                         "You exceeded your current quota, please check your plan and billing "
                         "details.", "insufficient_quota", "insufficient_quota"))
                 elif name == "unauthorized":
-                    self._send(401, _error_body(
+                    self.send_json(401, _error_body(
                         "Incorrect API key provided: sk-fake************************1234.",
                         "invalid_request_error", "invalid_api_key"))
                 elif name == "bad_request":
-                    self._send(400, _error_body("Invalid 'messages' value",
+                    self.send_json(400, _error_body("Invalid 'messages' value",
                                                 "invalid_request_error", None))
                 else:
                     raise ValueError(f"unknown fake behaviour {behaviour!r}")

@@ -47,6 +47,7 @@ from typing import Any
 
 from keepstep.engine.gateway import offline_model
 from keepstep.engine.gateway.prompts import message_text, read_input_block
+from tests.support.http_json import JsonHandler
 
 MODES = ("clean", "fenced", "prose", "invalid_once", "wrong_keys", "rate_limited", "slow",
          "mixed")
@@ -209,27 +210,7 @@ class ModelServer:
 
 
 def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def _send(self, status: int, body: dict[str, Any],
-                  headers: dict[str, str] | None = None) -> None:
-            data = json.dumps(body).encode()
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (a timeout, a killed worker)
-
+    class Handler(JsonHandler):
         def do_POST(self) -> None:
             with server._lock:
                 server.in_flight += 1
@@ -241,8 +222,7 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
                     server.in_flight -= 1
 
         def _answer(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            body = json.loads(raw or b"{}")
+            body = self.read_json()
             ollama = self.path.rstrip("/").endswith("/api/chat")
             messages = body.get("messages") or []
             status, how, _extra = server.decide(messages)
@@ -256,7 +236,7 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
             with server._lock:
                 server.log.append(entry)
             if status == 429:
-                self._send(429, {"error": {"message": "Rate limit reached for requests",
+                self.send_json(429, {"error": {"message": "Rate limit reached for requests",
                                            "type": "requests", "param": None,
                                            "code": "rate_limit_exceeded"}},
                            {"Retry-After": "1", "retry-after-ms": str(server.retry_after_ms)})
@@ -267,7 +247,7 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
             try:
                 content, finish = server.content(messages, how)
             except Exception as exc:  # noqa: BLE001 - a prompt the offline model refuses
-                self._send(400, {"error": {"message": str(exc), "type": "invalid_request_error",
+                self.send_json(400, {"error": {"message": str(exc), "type": "invalid_request_error",
                                            "param": None, "code": None}})
                 return
             prompt_tokens = tokens("\n".join(message_text(m.get("content")) for m in messages))
@@ -279,13 +259,13 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
                 entry.update(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
             model = str(body.get("model", "model"))
             if ollama:
-                self._send(200, {"model": model, "created_at": "2026-01-01T00:00:00Z",
+                self.send_json(200, {"model": model, "created_at": "2026-01-01T00:00:00Z",
                                  "message": {"role": "assistant", "content": content},
                                  "done": True, "done_reason": finish,
                                  "prompt_eval_count": prompt_tokens,
                                  "eval_count": completion_tokens})
                 return
-            self._send(200, {
+            self.send_json(200, {
                 "id": "chatcmpl-keepstep-test", "object": "chat.completion",
                 "created": 1_700_000_000, "model": model,
                 "choices": [{"index": 0, "finish_reason": finish,

@@ -280,11 +280,20 @@ class MarkdownBuilder:
         self.end()
         self._close_run()
         self._close_sections(1)
-        text = "".join(self._chunks + self._parts)
+        # One join, the final newline included: stripping and appending after it would copy
+        # the whole text twice more (a 50 MB Word file can hold 250 M characters).
+        pieces = self._chunks + self._parts
         self._chunks.clear()
         self._parts.clear()
-        if text:
-            text = text.rstrip("\n") + "\n"
+        had_text = any(pieces)
+        while pieces and not pieces[-1].rstrip("\n"):
+            pieces.pop()
+        if pieces:
+            pieces[-1] = pieces[-1].rstrip("\n") + "\n"
+        elif had_text:
+            pieces = ["\n"]  # only blank lines: one newline, as before
+        text = "".join(pieces)
+        del pieces
         title = self._first_heading_h1 if self._h1_count == 1 else None
         size = len(text)
         segments = []
