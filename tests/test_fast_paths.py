@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from keepstep.engine.files.convert.quotes import quote_matcher, quote_pattern, verbatim_matcher
 
 WORDS = ["churn", "Churn", "4.1%", "premium", "PREMIUM", "tier", "a", "aa", "don\u2019t",
-         "don't", "2019\u20132024", "2019-2024", "\u201cnet\u201d", '"net"', "x"]
+         "don't", "2019\u20132024", "2019-2024", "\u201cnet\u201d", '"net"', "x",
+         "\u0130stanbul"]
 SEPARATORS = [" ", "  ", "\n", " | ", "**", "_", "`", "\t", "&nbsp;", " \\ "]
 
 texts = st.lists(st.tuples(st.sampled_from(WORDS), st.sampled_from(SEPARATORS)),

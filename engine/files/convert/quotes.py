@@ -52,14 +52,16 @@ class QuoteMatcher:
     def __init__(self, tokens: list[str], *, folded: bool) -> None:
         self.folded = folded
         self.tokens = [_fold(t) for t in tokens] if folded else list(tokens)
+        # Lengths in the text: a few letters change length when lowered ("İ").
+        self.lengths = [len(t) for t in tokens]
         self.anchor = max(range(len(tokens)), key=lambda i: len(tokens[i]))
         anchor = tokens[self.anchor]
         self._anchor_re = re.compile("".join(_CLASSES.get(ch, re.escape(ch)) for ch in anchor),
                                      re.IGNORECASE) if folded else None
 
-    def _same(self, text: str, start: int, token: str) -> bool:
-        piece = text[start:start + len(token)]
-        return (_fold(piece) if self.folded else piece) == token
+    def _same(self, text: str, start: int, k: int) -> bool:
+        piece = text[start:start + self.lengths[k]]
+        return (_fold(piece) if self.folded else piece) == self.tokens[k]
 
     def _sep_forward(self, text: str, i: int, end: int) -> int:
         if self.folded:
@@ -102,31 +104,31 @@ class QuoteMatcher:
                ) -> tuple[int, int] | None:
         """(start, end) of the first occurrence within ``text[start:end]``, or None."""
         end = len(text) if end is None else min(end, len(text))
-        tokens, k = self.tokens, self.anchor
+        lengths, k = self.lengths, self.anchor
         for a in self._anchors(text, start, end):
             # Forward from the anchor (the anchor included), then back before it.
             pos, ok = a, True
-            for n, token in enumerate(tokens[k:]):
-                if n:
+            for j in range(k, len(lengths)):
+                if j > k:
                     nxt = self._sep_forward(text, pos, end)
                     if nxt == pos:
                         ok = False
                         break
                     pos = nxt
-                if pos + len(token) > end or not self._same(text, pos, token):
+                if pos + lengths[j] > end or not self._same(text, pos, j):
                     ok = False
                     break
-                pos += len(token)
+                pos += lengths[j]
             if not ok:
                 continue
             first = a
-            for token in reversed(tokens[:k]):
+            for j in range(k - 1, -1, -1):
                 before = self._sep_back(text, first, start)
-                if before == first or before - len(token) < start or \
-                        not self._same(text, before - len(token), token):
+                if before == first or before - lengths[j] < start or \
+                        not self._same(text, before - lengths[j], j):
                     ok = False
                     break
-                first = before - len(token)
+                first = before - lengths[j]
             if ok:
                 return first, pos
         return None
