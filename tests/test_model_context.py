@@ -25,9 +25,11 @@ def _dummy_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-keepstep-dummy-0000")
 
 
-def _project(tmp_path: Path, api_base: str, text: str) -> Path:
+def _project(tmp_path: Path, api_base: str, text: str,
+             window: dict[str, int] | None = None) -> Path:
     root = make_small_project(tmp_path / "ctx", per_group=1, units=extract_only_units(1),
-                              default_model=SMALL_MODEL, api_base=api_base, **WINDOW)
+                              default_model=SMALL_MODEL, api_base=api_base,
+                              **(window or WINDOW))
     # A1 (the pack's PDF) becomes a Markdown file holding ``text``.
     (root / "sources" / "A1-long.md").write_text(text, encoding="utf-8")
     toml = root / "sources.toml"
@@ -81,3 +83,36 @@ def test_an_overlong_single_request_is_refused_before_any_call(tmp_path: Path) -
     assert "tokens 0/" not in reason and "--calls" not in reason
     assert calls == [] and server.log == []
     assert status.units["E01"].attempts == 1  # permanent: not retried
+
+
+@pytest.mark.parametrize(("context_tokens", "counts"), [(100_000, 1), (3000, 2)])
+def test_a_source_whose_bytes_fit_is_sent_whole_without_counting_it_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, context_tokens: int,
+        counts: int) -> None:
+    """No tokenizer makes more tokens than a text has UTF-8 bytes: a source whose request
+    bytes fit the window is sent in one piece and tokenized once (for the request's own
+    reservation), not also rendered and counted beforehand to decide whether it must be
+    split. In a 3,000-token window the same request's bytes do not fit: it is counted
+    exactly first (the reservation then reuses that count), and still sent whole."""
+    from keepstep.engine.gateway import profile
+
+    marker = "Zebra-marker paragraph: the churn rate was 4.1% in 2024."
+    counted: list[int] = []
+    real = profile._count
+
+    def counting(model: str, messages: list[dict[str, object]]) -> int:
+        if any(marker in str(m.get("content")) for m in messages):
+            counted.append(1)
+        return real(model, messages)
+
+    monkeypatch.setattr(profile, "_count", counting)
+    profile._count_cached.cache_clear()
+    with running_server("clean") as server:
+        root = _project(tmp_path, server.api_base, f"# Notes\n\n{marker}\n",
+                        window={"context_tokens": context_tokens, "max_tokens": 600})
+        with open_project(root) as p:
+            status = p.start_run(RUN).run()
+    assert status.decision == "done", status.reasons
+    requests = server.requests_for(source_id="A1")
+    assert len(requests) == 1 and marker in read_input_block(requests[0]["messages"])["text"]
+    assert len(counted) == counts

@@ -150,7 +150,8 @@ def _surely_fits(ctx: UnitContext, profile: Any, source_id: str, text: str,
     bound = sum(len(str(m.get("content") or "").encode()) + _PER_MESSAGE_TOKENS
                 for m in messages) + _PER_MESSAGE_TOKENS
     room = int(min(profile.input_tokens - bound, profile.output_tokens) * _MARGIN)
-    return bound <= profile.input_tokens and len(text.encode()) <= room
+    # count_text wraps the text in a message of its own: its allowance is counted too.
+    return bound <= profile.input_tokens and len(text.encode()) + _PER_MESSAGE_TOKENS <= room
 
 
 def _chunks(ctx: UnitContext, source_id: str, text: str,
