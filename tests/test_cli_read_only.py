@@ -6,7 +6,6 @@ here; the database files are compared byte for byte before and after as well.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -18,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from keepstep.app.cli.main import app
+from tests.support.db_rows import rows_digest
 
 RUNNER = CliRunner()
 LOOKING = [
@@ -31,16 +31,8 @@ def invoke(*args: object):
 
 
 def _fingerprint(state: Path) -> str:
-    """Every row of the database (read through the WAL), hashed. Not the file bytes: an
-    earlier command's connection, closed later by the garbage collector, may checkpoint the
-    WAL into state.db, which moves bytes but changes no row."""
-    import sqlite3
-
-    conn = sqlite3.connect(f"{(state / 'state.db').as_uri()}?mode=ro", uri=True)
-    try:
-        return hashlib.sha256("\n".join(conn.iterdump()).encode()).hexdigest()
-    finally:
-        conn.close()
+    """Every row of the database (read through the WAL), hashed: see tests.support.db_rows."""
+    return rows_digest(state / "state.db")
 
 
 @pytest.fixture(scope="module")
