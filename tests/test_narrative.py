@@ -72,6 +72,10 @@ def test_narrative_tells_the_me042_story(run):
     assert "- Orphans: U07/a1 (quarantined, never promoted)." in text
     assert "- Decision: done — " in text
     assert f"- Next: {st.next_action}" in text
+    # The gate binds contract:audience (not a plan version): each approval says so.
+    approvals = [line for line in text.splitlines() if line.startswith("- Approval: gate")]
+    assert approvals and all("(bound to contract:audience " in a for a in approvals)
+    assert "plan-vNone" not in text
 
 
 def test_narrative_reports_recoveries(run):

@@ -118,11 +118,13 @@ def history(f: Facts) -> list[Line]:
             seen[kind] += 1
             out += _change_claims(f, kind, p, cp)
         elif ev.kind == "approval.decided":
-            plan_n = (p.get("bound_object") or {}).get("plan_n")
+            from keepstep.engine.run.approvals import describe_bound_object
+
             out.append(Claim("history.approval", "- Approval: gate {gate} answered {choice} by "
-                             "{who} (bound to {plan}).",
+                             "{who} (bound to {bound}).",
                              {"gate": repr(p.get("gate")), "choice": repr(p.get("choice")),
-                              "who": str(p.get("who")), "plan": f"plan-v{plan_n}"}))
+                              "who": str(p.get("who")),
+                              "bound": describe_bound_object(p.get("bound_object") or {})}))
         elif ev.kind in ("approval.superseded", "approval.revoked"):
             why = ("its object changed, so the gate asked again" if ev.kind.endswith("superseded")
                    else f"revoked by {p.get('who')}: {p.get('reason')}")

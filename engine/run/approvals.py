@@ -78,6 +78,12 @@ def _when(ts: float) -> str:
     return readable_utc(ts, seconds=False)
 
 
+def describe_bound_object(obj: dict[str, Any]) -> str:
+    """What an approval is bound to, as a person reads it (``contract:audience 1a2b…``,
+    ``plan-v3, contract 1a2b…``, ``U07 artifact 1a2b…``)."""
+    return _describe(obj)
+
+
 def _describe(obj: dict[str, Any]) -> str:
     if "binds" in obj and isinstance(obj["binds"], dict):
         return ", ".join(_describe_ref(k, v) for k, v in obj["binds"].items()) or "nothing"
@@ -348,6 +354,7 @@ __all__ = [
     "GateStatus",
     "approval_applies",
     "decide",
+    "describe_bound_object",
     "gate_status",
     "hash_token",
     "pending_requests",
