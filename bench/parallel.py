@@ -68,14 +68,14 @@ def slot_bound(plan: Any, calls_per_unit: dict[str, int], slots: int) -> int:
     under its longest chain, so 8 slots cannot run them all at once."""
     import heapq
 
+    from keepstep.engine.core.decide import topo_order
+
     units = plan.unit_map()
     children: dict[str, list[str]] = {u: [] for u in units}
     for uid, unit in units.items():
         for d in unit.depends_on:
             children[d.unit].append(uid)
     rest: dict[str, int] = {}
-    from keepstep.engine.core.decide import topo_order
-
     for uid in reversed(topo_order(plan)):
         rest[uid] = calls_per_unit.get(uid, 0) + max((rest[c] for c in children[uid]),
                                                      default=0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from keepstep.engine.core.plan import Unit, UnitKind, outputs_of
@@ -167,24 +167,19 @@ def deps_writing(ctx: UnitContext, name: str, units: list[str] | None = None) ->
             and (not units or u.id in units)]
 
 
+def _deps_with(ctx: UnitContext, output_of: Callable[[Unit], str | None]
+               ) -> list[tuple[Unit, str]]:
+    return [(u, name) for u in dep_units(ctx) if (name := output_of(u))]
+
+
 def evidence_deps(ctx: UnitContext) -> list[tuple[Unit, str]]:
     """(dependency, its evidence output) for every evidence-producing dependency."""
-    out = []
-    for u in dep_units(ctx):
-        name = evidence_output(u)
-        if name:
-            out.append((u, name))
-    return out
+    return _deps_with(ctx, evidence_output)
 
 
 def verified_deps(ctx: UnitContext) -> list[tuple[Unit, str]]:
     """(dependency, its verified-evidence output) for every verification dependency."""
-    out = []
-    for u in dep_units(ctx):
-        name = verified_output(u)
-        if name:
-            out.append((u, name))
-    return out
+    return _deps_with(ctx, verified_output)
 
 
 # --- the pack's vocabulary (data/<name>.toml), as the prompts carry it ----------------------

@@ -81,10 +81,6 @@ def _when(ts: float) -> str:
 def describe_bound_object(obj: dict[str, Any]) -> str:
     """What an approval is bound to, as a person reads it (``contract:audience 1a2b…``,
     ``plan-v3, contract 1a2b…``, ``U07 artifact 1a2b…``)."""
-    return _describe(obj)
-
-
-def _describe(obj: dict[str, Any]) -> str:
     if "binds" in obj and isinstance(obj["binds"], dict):
         return ", ".join(_describe_ref(k, v) for k, v in obj["binds"].items()) or "nothing"
     if "plan_n" in obj:
@@ -135,7 +131,8 @@ def _what_changed(old: dict[str, Any], new: dict[str, Any]) -> str:
     if old.get("artifact") != new.get("artifact") and ("artifact" in old or "artifact" in new):
         parts.append("the approved artifact changed")
     if not parts:
-        parts.append(f"the approved object changed ({_describe(old)} → {_describe(new)})")
+        parts.append(f"the approved object changed ({describe_bound_object(old)} → "
+                     f"{describe_bound_object(new)})")
     return "; ".join(parts)
 
 
@@ -158,7 +155,7 @@ def approval_applies(approval: ApprovalRecord, *, current_bound_object: dict[str
                        f"{_what_changed(approval.bound_object, current_bound_object)}")
     expiry = f", until {_when(approval.expires_at)}" if approval.expires_at is not None else ""
     return True, (f"approved {approval.choice!r} by {approval.decided_by} for "
-                  f"{_describe(approval.bound_object)}{expiry}")
+                  f"{describe_bound_object(approval.bound_object)}{expiry}")
 
 
 def request_gate(
@@ -274,8 +271,9 @@ def decide(
                             hint="resume the run so the gate asks, then answer it")
     if canonical_json(request.bound_object) != canonical_json(bound_object):
         raise ApprovalError(
-            f"gate {gate_id!r}: the request asked about {_describe(request.bound_object)} but "
-            f"the run is now at {_describe(bound_object)}",
+            f"gate {gate_id!r}: the request asked about "
+            f"{describe_bound_object(request.bound_object)} but the run is now at "
+            f"{describe_bound_object(bound_object)}",
             hint="resume the run: the gate asks again about the current version")
     chosen = _match_choice(request, choice)
     expires_at = None if expires_days is None else now + expires_days * DAY

@@ -38,7 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from tests.support.http_json import JsonHandler
+from tests.support.http_json import JsonHandler, take_rule
 
 Behaviour = str | tuple[str, float]
 MODEL = "openai/fake-model"
@@ -146,14 +146,8 @@ class FakeProvider:
             self.arrivals.append(time.monotonic())
             self.requests.append(body)
             self.auth_headers.append(auth)
-            for rule in self.rules:
-                if any(payload.get(k) != v for k, v in rule["match"].items()):
-                    continue
-                left = rule.get("times")
-                if left is not None:
-                    if left <= 0:
-                        continue
-                    rule["times"] = left - 1
+            rule = take_rule(self.rules, payload)
+            if rule is not None:
                 self.faults[_key(payload)] += 1
                 return str(rule["do"])
             return self._queue.popleft() if self._queue else "ok"

@@ -2,7 +2,8 @@
 
 ``JsonHandler`` answers HTTP/1.1 keep-alive with TCP_NODELAY (without it a keep-alive answer
 waits ~40 ms for the delayed ACK), keeps pytest's output quiet, reads a request's JSON body
-and sends a JSON answer, ignoring a client that already gave up.
+and sends a JSON answer, ignoring a client that already gave up. ``take_rule`` picks the
+scripted rule a request's INPUT block matches.
 """
 
 from __future__ import annotations
@@ -50,4 +51,19 @@ class JsonHandler(BaseHTTPRequestHandler):
             pass  # the client gave up (a timeout, a killed worker)
 
 
-__all__ = ["JsonHandler"]
+def take_rule(rules: list[dict[str, Any]], payload: dict[str, Any]) -> dict[str, Any] | None:
+    """The first rule whose ``match`` the payload satisfies and whose ``times`` (None: every
+    time) is not used up; one use of it is counted. None when no rule applies."""
+    for rule in rules:
+        if any(payload.get(k) != v for k, v in rule["match"].items()):
+            continue
+        left = rule.get("times")
+        if left is not None:
+            if left <= 0:
+                continue
+            rule["times"] = left - 1
+        return rule
+    return None
+
+
+__all__ = ["JsonHandler", "take_rule"]

@@ -47,7 +47,7 @@ from typing import Any
 
 from keepstep.engine.gateway import offline_model
 from keepstep.engine.gateway.prompts import message_text, read_input_block
-from tests.support.http_json import JsonHandler
+from tests.support.http_json import JsonHandler, take_rule
 
 MODES = ("clean", "fenced", "prose", "invalid_once", "wrong_keys", "rate_limited", "slow",
          "mixed")
@@ -165,16 +165,8 @@ class ModelServer:
             return 200, "clean", {}
 
     def _rule_for(self, payload: dict[str, Any]) -> str | None:
-        for rule in self.rules:
-            if any(payload.get(k) != v for k, v in rule["match"].items()):
-                continue
-            left = rule.get("times")
-            if left is not None:
-                if left <= 0:
-                    continue
-                rule["times"] = left - 1
-            return str(rule["do"])
-        return None
+        rule = take_rule(self.rules, payload)
+        return None if rule is None else str(rule["do"])
 
     def requests_for(self, **match: Any) -> list[dict[str, Any]]:
         """Log entries whose INPUT block matches ``match`` (e.g. task="extract")."""
