@@ -5,10 +5,11 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 DEMO    := demo-output/market-entry
 JOBS    ?= auto
+PEERS   := .venv-peers
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export PYTHON_KEYRING_BACKEND ?= keyring.backends.null.Keyring
 
-.PHONY: demo test install clean lint typecheck
+.PHONY: demo test install clean lint typecheck bench-peers
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -36,5 +37,16 @@ typecheck: $(STAMP)
 	$(BIN)/python -m mypy --strict -p keepstep.storage
 	$(BIN)/python -m mypy -p keepstep.engine
 
+# keepstep against LangGraph on the ME-042 DAG. LangGraph lives only in $(PEERS), never in
+# keepstep's dependencies; bench/peers.py reads the DAG shape bench/parallel.py dumps.
+$(PEERS)/.installed:
+	test -x $(PEERS)/bin/python || $(PY) -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install -q langgraph==1.2.24 langgraph-checkpoint-sqlite==3.1.2
+	touch $@
+
+bench-peers: $(STAMP) $(PEERS)/.installed
+	$(BIN)/python bench/parallel.py --dump-shape $(PEERS)/shape.json
+	$(PEERS)/bin/python bench/peers.py $(PEERS)/shape.json
+
 clean:
-	rm -rf $(VENV) demo-output .pytest_cache .typecheck .mypy_cache
+	rm -rf $(VENV) $(PEERS) demo-output .pytest_cache .typecheck .mypy_cache

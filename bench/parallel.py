@@ -16,6 +16,7 @@ Three measurements, side by side in one run:
 
     python bench/parallel.py [--latency 0.3] [--sizes 36,1000,10000] [--short 1000]
                              [--long 20000] [--repeat 3] [--skip resume]
+    python bench/parallel.py --dump-shape PATH   # the pack's DAG shape for bench/peers.py
 
 Goals: wall ≤ 1.3 × critical path at --jobs 8; bookkeeping at 10,000 ≤ 1.5 × at 36;
 resume long/short ≤ 1.2. Not a test: figures vary by machine; the ratios are what to watch.
@@ -94,39 +95,51 @@ def slot_bound(plan: Any, calls_per_unit: dict[str, int], slots: int) -> int:
     return now
 
 
-def pack_wall(tmp: Path, latency: float, jobs_list: list[int], repeat: int = 1) -> list[str]:
-    from keepstep.engine.api import open_project
+def warm_up_models() -> None:
+    """litellm's import, its lazily loaded completion path and the tokenizer: paid once per
+    process, outside every timing (a run overlaps them with recovery in the background)."""
     from keepstep.engine.gateway.client import warm_up
+
+    warm_up(["openai/fake-model"])
+
+
+def run_pack(root: Path, provider: Any, jobs: int) -> tuple[Any, float, dict[str, int], Any]:
+    """One timed run of a fresh copy of the pack at ``root`` against ``provider``: the
+    status, the wall time of ``run.run()``, the calls per unit (call ledger), the plan."""
+    from keepstep.engine.api import open_project
+
+    shutil.copytree(PACK, root, ignore=shutil.ignore_patterns(".keepstep", "*.ipynb"))
+    cfg = tomllib.loads((root / "keepstep.toml").read_text())
+    cfg.update(default_model="openai/fake-model", api_base=provider.api_base)
+    (root / "keepstep.toml").write_text(tomli_w.dumps(cfg))
+    provider.stats(reset=True)
+    with open_project(root) as p:
+        run = p.start_run(RUN)
+        t0 = time.perf_counter()
+        status = run.run(jobs=jobs, approve=APPROVE)
+        wall = time.perf_counter() - t0
+        calls: dict[str, int] = {}
+        for c in run.calls():
+            calls[c.unit] = calls.get(c.unit, 0) + 1
+        return status, wall, calls, run.plan
+
+
+def pack_wall(tmp: Path, latency: float, jobs_list: list[int], repeat: int = 1) -> list[str]:
     from tests.support.fake_provider import provider_process
 
-    # litellm's import, its lazily loaded completion path and the tokenizer: paid once per
-    # process, outside every timing (a run overlaps them with recovery in the background).
-    warm_up(["openai/fake-model"])
+    warm_up_models()
     lines = []
     with provider_process(latency=latency, offline=True) as provider:
         figures: dict[int, Any] = {}
         walls: dict[int, list[float]] = {}
         for jobs, n in ((j, n) for n in range(repeat) for j in jobs_list):
-            root = tmp / f"pack-j{jobs}-{n}"
-            shutil.copytree(PACK, root, ignore=shutil.ignore_patterns(".keepstep", "*.ipynb"))
-            cfg = tomllib.loads((root / "keepstep.toml").read_text())
-            cfg.update(default_model="openai/fake-model", api_base=provider.api_base)
-            (root / "keepstep.toml").write_text(tomli_w.dumps(cfg))
-            provider.stats(reset=True)
-            with open_project(root) as p:
-                run = p.start_run(RUN)
-                t0 = time.perf_counter()
-                status = run.run(jobs=jobs, approve=APPROVE)
-                wall = time.perf_counter() - t0
-                calls: dict[str, int] = {}
-                for c in run.calls():
-                    calls[c.unit] = calls.get(c.unit, 0) + 1
-                cp = critical_path_calls(run.plan, calls)
-                bound = slot_bound(run.plan, calls, jobs)
-                walls.setdefault(jobs, []).append(wall)
-                figures[jobs] = (status.decision, sum(calls.values()), cp, bound,
-                                 max(provider.stats()["max_in_flight"],
-                                     figures.get(jobs, (0,) * 5)[4]))
+            status, wall, calls, plan = run_pack(tmp / f"pack-j{jobs}-{n}", provider, jobs)
+            cp = critical_path_calls(plan, calls)
+            bound = slot_bound(plan, calls, jobs)
+            walls.setdefault(jobs, []).append(wall)
+            figures[jobs] = (status.decision, sum(calls.values()), cp, bound,
+                             max(provider.stats()["max_in_flight"],
+                                 figures.get(jobs, (0,) * 5)[4]))
     for jobs, (decision, total, cp, bound, peak) in figures.items():
         crit, serial, best = cp * latency, total * latency, bound * latency
         wall = statistics.median(walls[jobs])
@@ -137,6 +150,27 @@ def pack_wall(tmp: Path, latency: float, jobs_list: list[int], repeat: int = 1) 
                      f"{wall / crit:.2f}×   best on {jobs} slots {bound} calls = {best:.2f} s → "
                      f"{wall / best:.2f}×   sum of calls {serial:.2f} s → {wall / serial:.2f}×")
     return lines
+
+
+def dump_shape(tmp: Path, latency: float, path: Path) -> tuple[str, dict[str, Any]]:
+    """Run the pack once at --jobs 4 and write its DAG shape for bench/peers.py: each unit's
+    dependencies and model calls (from the call ledger), the latency per call, the critical
+    path and the sum of calls (both in calls)."""
+    import json
+
+    from tests.support.fake_provider import provider_process
+
+    warm_up_models()
+    with provider_process(latency=latency, offline=True) as provider:
+        status, _wall, calls, plan = run_pack(tmp / "pack-shape", provider, 4)
+    units = {uid: {"deps": sorted({d.unit for d in unit.depends_on}),
+                   "calls": calls.get(uid, 0)} for uid, unit in plan.unit_map().items()}
+    shape = {"latency": latency, "units": units,
+             "critical_path_calls": critical_path_calls(plan, calls),
+             "total_calls": sum(calls.values())}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(shape, indent=1, sort_keys=True) + "\n")
+    return status.decision, shape
 
 
 # -- 2. bookkeeping per unit ------------------------------------------------------------------
@@ -277,9 +311,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip", action="append", default=[], choices=["wall", "book", "resume"])
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--dump-shape", metavar="PATH", default=None,
+                    help="run the pack once at --jobs 4, write its DAG shape (deps and calls "
+                         "per unit) as JSON to PATH for bench/peers.py, and exit")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="keepstep-parallel-", dir=args.dir) as tmp_name:
         tmp = Path(tmp_name)
+        if args.dump_shape:
+            decision, shape = dump_shape(tmp, args.latency, Path(args.dump_shape))
+            print(f"shape of {RUN} ({decision}): {len(shape['units'])} units, "
+                  f"{shape['total_calls']} calls, critical path "
+                  f"{shape['critical_path_calls']} calls → {args.dump_shape}")
+            return 0
         print(f"keepstep parallel bench — {os.cpu_count()} cores, load "
               + " ".join(f"{x:.2f}" for x in os.getloadavg()))
         if "wall" not in args.skip:
