@@ -365,7 +365,7 @@ class ProjectFiles(BaseModel):
 
     def source_text(self, source_id: str, *, cancel: threading.Event | None = None) -> str:
         """An approved source's converted text (Markdown; for .md and .txt, the text itself)."""
-        return self.converted_source(source_id, cancel=cancel).text
+        return self.converted_source(source_id, cancel=cancel).whole_text()
 
     def source_formats(self) -> dict[str, str]:
         """Approved source id -> detected format (``pdf``, ``md``…); a file that cannot be

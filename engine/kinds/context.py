@@ -77,8 +77,9 @@ class UnitContext(Protocol):
     def source_text(self, source_id: str) -> str:
         """Text of an approved source (read from the project folder, never copied to the DB):
         its converted text — Markdown for PDF, DOCX, XLSX, CSV, PPTX and HTML; the text itself
-        for Markdown and plain text. Refused for a source the unit reads only through
-        ``structure`` edges (its header lines): use ``source_header``."""
+        for Markdown and plain text, as one string (a large source's whole text in memory:
+        ``converted_source`` reads it by window). Refused for a source the unit reads only
+        through ``structure`` edges (its header lines): use ``source_header``."""
         ...
 
     def converted_source(self, source_id: str) -> ConvertedSource:

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from keepstep.engine.core.plan import UnitKind
 from keepstep.engine.files.convert import ConvertedSource
+from keepstep.engine.files.convert.spill import TextFile
 from keepstep.engine.gateway.answers import Problem, problem
 from keepstep.engine.kinds.common import (
     EVIDENCE_REQUIRED,
@@ -135,14 +136,15 @@ def paragraphs(text: str) -> list[str]:
     return out
 
 
-def _surely_fits(ctx: UnitContext, profile: Any, source_id: str, text: str,
+def _surely_fits(ctx: UnitContext, profile: Any, source_id: str, text: str | TextFile,
                  topics: dict[str, Any], schema: dict[str, Any] | None) -> bool:
     """Whether the whole text fits in one request, shown without a tokenizer: no tokenizer
     makes more tokens than a text has UTF-8 bytes (plus a few per message), so a request
     whose bytes fit fits. Most sources are far below any window, and counting them exactly
     (three renders and tokenizer passes of the whole source) was a large part of a unit's
     time; a source near the limit is counted exactly, as before."""
-    if len(text) > min(profile.input_tokens, profile.output_tokens):
+    if len(text) > min(profile.input_tokens, profile.output_tokens) or \
+            not isinstance(text, str):
         return False  # more characters than room: its bytes cannot show that it fits
     whole = {"task": "extract", "source_id": source_id, "text": text, **topics}
     messages, _schema, _sha = render_step(ctx, prompt=PROMPT, inputs=whole,
@@ -154,7 +156,7 @@ def _surely_fits(ctx: UnitContext, profile: Any, source_id: str, text: str,
     return bound <= profile.input_tokens and len(text.encode()) + _PER_MESSAGE_TOKENS <= room
 
 
-def _chunks(ctx: UnitContext, source_id: str, text: str,
+def _chunks(ctx: UnitContext, source_id: str, text: str | TextFile,
             schema: dict[str, Any] | None) -> list[Chunk]:
     """The text in one piece when its request fits, else chunks that each fit."""
     profile = ctx.model_profile()
@@ -168,7 +170,9 @@ def _chunks(ctx: UnitContext, source_id: str, text: str,
     # a source in one piece too: a window of a million tokens does not make an answer that
     # long possible.
     room = int(min(profile.input_tokens - overhead, profile.output_tokens) * _MARGIN)
-    if len(text) <= _CHARS_PER_TOKEN_BOUND * room:
+    # (A large source's text is on disk, millions of characters: it is chunked whatever the
+    # window, never rendered whole.)
+    if isinstance(text, str) and len(text) <= _CHARS_PER_TOKEN_BOUND * room:
         whole = {"task": "extract", "source_id": source_id, "text": text, **topics}
         if step_tokens(ctx, prompt=PROMPT, inputs=whole, schema=ExtractAnswer,
                        json_schema=schema) <= profile.input_tokens \
@@ -289,7 +293,9 @@ def run(ctx: UnitContext) -> KindOutcome:
         for c, chunk in enumerate(chunks, start=1):
             part = f" part {c}/{len(chunks)}" if len(chunks) > 1 else ""
             ctx.safe_point(f"extract {source.id}{part} ({n}/{len(sources)})")
-            text = chunk.text(conv.text) if len(chunks) > 1 else conv.text
+            # (A large source is read by window: its one chunk is its whole text anyway.)
+            text = chunk.text(conv.text) if len(chunks) > 1 or not isinstance(conv.text, str) \
+                else conv.text
             inputs: dict[str, Any] = {"task": "extract", "source_id": source.id, "text": text,
                                       **topic_inputs(ctx)}
             if len(chunks) > 1:

@@ -20,6 +20,8 @@ import re
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
+from keepstep.engine.files.convert.spill import TextFile
+
 _PIPE = re.compile(r" {0,3}\|")
 _SEPARATOR = re.compile(r" {0,3}\|?(\s*:?-+:?\s*\|)*\s*:?-+:?\s*\|?\s*$")
 _FENCE = ("```", "~~~")
@@ -33,7 +35,7 @@ class Chunk(NamedTuple):
     end: int
     prefix: str = ""
 
-    def text(self, source: str) -> str:
+    def text(self, source: str | TextFile) -> str:
         body = source[self.start:self.end]
         return self.prefix + body + ("" if body.endswith("\n") else "\n")
 
@@ -46,27 +48,30 @@ class Unit(NamedTuple):
     header: tuple[int, int] | None  # the header + separator lines of the row's table
 
 
-def _lines(text: str) -> Iterator[tuple[int, int]]:
-    pos, size = 0, len(text)
-    while pos < size:
-        nl = text.find("\n", pos)
-        end = size if nl < 0 else nl
-        yield pos, end
-        pos = end + 1
+def _lines(text: str | TextFile) -> Iterator[tuple[int, int, str]]:
+    """(start, end, line) of each line, its newline excluded."""
+    pieces = [(0, text)] if isinstance(text, str) else text.windows(lines=True)
+    for base, piece in pieces:  # a TextFile in whole-line pieces
+        pos, size = 0, len(piece)
+        while pos < size:
+            nl = piece.find("\n", pos)
+            end = size if nl < 0 else nl
+            yield base + pos, base + end, piece[pos:end]
+            pos = end + 1
 
 
-def units(text: str, *, check: Callable[[], None] | None = None) -> Iterator[Unit]:
+def units(text: str | TextFile, *, check: Callable[[], None] | None = None
+          ) -> Iterator[Unit]:
     """The text's paragraphs and table rows in order (see the module docstring)."""
     para: list[int] | None = None  # [start, end] of the paragraph being read
     fenced = False
     table: tuple[int, int] | None = None  # header span of the table being read
     pending_header: int | None = None  # start of a pipe line that may be a table header
     n = 0
-    for start, end in _lines(text):
+    for start, end, line in _lines(text):
         n += 1
         if check is not None and n % 20_000 == 0:
             check()
-        line = text[start:end]
         stripped = line.strip()
         if stripped.startswith(_FENCE):
             fenced = not fenced
@@ -98,7 +103,7 @@ def units(text: str, *, check: Callable[[], None] | None = None) -> Iterator[Uni
         yield Unit(para[0], para[1], None)
 
 
-def plan_chunks(text: str, room: int, count: Callable[[str], int], *,
+def plan_chunks(text: str | TextFile, room: int, count: Callable[[str], int], *,
                 too_large: Callable[[int, int], Exception],
                 check: Callable[[], None] | None = None) -> list[Chunk]:
     """Chunks of ``text`` whose pieces together stay within ``room`` tokens (``count`` gives

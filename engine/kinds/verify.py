@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from keepstep.engine.files.convert import ConvertedSource
+from keepstep.engine.files.convert.quotes import verbatim_matcher
 from keepstep.engine.gateway.answers import Problem, problem
 from keepstep.engine.kinds.common import (
     EVIDENCE_REQUIRED,
@@ -27,6 +29,7 @@ from keepstep.engine.kinds.common import (
     evidence_deps,
     natural_key,
     notices,
+    quote_cited,
     quote_in_text,
     result,
     structure_problems,
@@ -111,6 +114,53 @@ def passage_for(quote: str, text: str) -> str:
     return text
 
 
+# How far around an occurrence in a large source its paragraph is looked for.
+_PASSAGE_REACH = 20_000
+
+
+def passage_near(conv: ConvertedSource, quote: str) -> str:
+    """For a large source (its text read by window): the blank-line-separated paragraphs
+    around the quote's first verbatim occurrence, at most ``_PASSAGE_REACH`` characters on
+    either side; the quote itself when it does not occur."""
+    matcher = verbatim_matcher(quote)
+    found = None if matcher is None else matcher.search(conv.text)
+    if found is None:
+        return quote
+    lo = max(0, found[0] - _PASSAGE_REACH)
+    window = conv.text[lo:min(len(conv.text), found[1] + _PASSAGE_REACH)]
+    a, b = found[0] - lo, found[1] - lo
+    start = window.rfind("\n\n", 0, a)
+    end = window.find("\n\n", b)
+    return window[0 if start < 0 else start + 2:len(window) if end < 0 else end].strip()
+
+
+class _SourceTexts:
+    """The sources a verify unit checks quotes against, each read once: a source held in
+    memory as its text (the checks as they always were), a large one as its converted
+    source, searched by window (its whole text is never in memory)."""
+
+    def __init__(self, ctx: UnitContext) -> None:
+        self.ctx = ctx
+        self.held: dict[str, str | ConvertedSource] = {}
+
+    def _get(self, sid: str) -> str | ConvertedSource:
+        if sid not in self.held:
+            conv = self.ctx.converted_source(sid)
+            self.held[sid] = conv.text if isinstance(conv.text, str) else conv
+        return self.held[sid]
+
+    def holds(self, sid: str, quote: str) -> bool:
+        source = self._get(sid)
+        if isinstance(source, str):
+            return quote_in_text(quote, source)
+        return quote_cited(source, quote, None)
+
+    def passage(self, sid: str, quote: str) -> str:
+        source = self._get(sid)
+        return passage_for(quote, source) if isinstance(source, str) \
+            else passage_near(source, quote)
+
+
 def _batches(ctx: UnitContext, claims: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """The claims in one batch when the request fits, else consecutive batches that each do."""
     limit = ctx.model_profile().input_tokens
@@ -180,7 +230,7 @@ def _gather(ctx: UnitContext) -> tuple[list[tuple[dict[str, Any], set[str]]], li
 @register(SPEC)
 def run(ctx: UnitContext) -> KindOutcome:
     gathered, shape = _gather(ctx)
-    texts: dict[str, str] = {}
+    texts = _SourceTexts(ctx)
     candidates: list[dict[str, Any]] = []
     rejected: list[dict[str, str]] = []
 
@@ -198,9 +248,7 @@ def run(ctx: UnitContext) -> KindOutcome:
         if sid not in allowed:
             reject(item, "rule", f"cites {sid}, not a source its extraction unit was given")
             continue
-        if sid not in texts:
-            texts[sid] = ctx.source_text(sid)
-        if not quote_in_text(str(item["quote"]), texts[sid]):
+        if not texts.holds(sid, str(item["quote"])):
             reject(item, "rule", f"quote not found verbatim in {sid}")
             continue
         candidates.append({k: item[k] for k in _KEPT_FIELDS if k in item})
@@ -211,7 +259,7 @@ def run(ctx: UnitContext) -> KindOutcome:
     conflicts: list[dict[str, Any]] = []
     steps: list[StepResult] = []
     claims = [{"id": e["id"], "source_id": e["source_id"], "quote": e["quote"],
-               "passage": passage_for(str(e["quote"]), texts[e["source_id"]])}
+               "passage": texts.passage(str(e["source_id"]), str(e["quote"]))}
               for e in candidates]
     batches = _batches(ctx, claims) if claims else []
     for b, batch in enumerate(batches, start=1):
@@ -251,7 +299,7 @@ def run(ctx: UnitContext) -> KindOutcome:
         claim_problems.append(f"only {fraction:.0%} of {checked} statement(s) supported "
                               f"(minimum {minimum:.0%})")
     shape += structure_problems(supported, EVIDENCE_REQUIRED, "verified evidence")
-    own = {s.id for s in ctx.sources_for_unit()} or set(texts)
+    own = {s.id for s in ctx.sources_for_unit()} or set(texts.held)
     citations = [f"{e['id']} cites {e['source_id']}, not a source of {ctx.unit.id}"
                  for e in supported if e["source_id"] not in own]
 

@@ -172,7 +172,7 @@ class AttemptContext:
                 if sid in wanted or (s.group and s.group in groups)]
 
     def source_text(self, source_id: str) -> str:
-        return self.converted_source(source_id).text
+        return self.converted_source(source_id).whole_text()
 
     def converted_source(self, source_id: str) -> Any:
         # The file is hashed again (not the snapshot's sha256 taken on trust): a file edited

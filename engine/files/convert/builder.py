@@ -14,7 +14,9 @@ import threading
 from typing import NamedTuple
 
 from keepstep.engine.errors import RunCancelled
+from keepstep.engine.files.convert import spill
 from keepstep.engine.files.convert.model import Segment, SegmentKind
+from keepstep.engine.files.convert.spill import SpillWriter, TextFile
 
 _CHUNK_CHARS = 1 << 20
 _BLOCK_SYNTAX = re.compile(r"^(#{1,6}(\s|$)|\||```|~~~)")
@@ -24,7 +26,7 @@ class Converted(NamedTuple):
     """What a format converter hands back; ``has_text`` is False when the source yielded
     nothing but made-up labels (an empty workbook, a deck of pictures)."""
 
-    text: str
+    text: str | TextFile
     segments: list[Segment]
     has_text: bool
     pages: int | None = None
@@ -63,6 +65,8 @@ class MarkdownBuilder:
         self._what = what
         self._sections_on = sections
         self._chunks: list[str] = []
+        self._chunks_len = 0
+        self._spill: SpillWriter | None = None  # past spill.SPILL_CHARS: text goes to a file
         self._parts: list[str] = []
         self._parts_len = 0
         self.pos = 0
@@ -101,9 +105,22 @@ class MarkdownBuilder:
         else:
             self._newlines += len(s)
         if self._parts_len >= _CHUNK_CHARS:
-            self._chunks.append("".join(self._parts))
-            self._parts.clear()
-            self._parts_len = 0
+            self._flush_parts()
+
+    def _flush_parts(self) -> None:
+        chunk = "".join(self._parts)
+        self._parts.clear()
+        self._parts_len = 0
+        if self._spill is not None:
+            self._spill.write(chunk)
+            return
+        self._chunks.append(chunk)
+        self._chunks_len += len(chunk)
+        if self._chunks_len > spill.SPILL_CHARS:
+            self._spill = SpillWriter()
+            for piece in self._chunks:
+                self._spill.write(piece)
+            self._chunks.clear()
 
     def _start_block(self, *, list_item: bool = False) -> None:
         self.check_cancel()
@@ -275,11 +292,14 @@ class MarkdownBuilder:
         text, segments = self.finish()
         return Converted(text, segments, has_text, **extra)
 
-    def finish(self) -> tuple[str, list[Segment]]:
-        """The Markdown text (ending in one newline) and its segments, sorted by start."""
+    def finish(self) -> tuple[str | TextFile, list[Segment]]:
+        """The Markdown text (ending in one newline) and its segments, sorted by start; the
+        text is a ``TextFile`` when it grew past ``spill.SPILL_CHARS``."""
         self.end()
         self._close_run()
         self._close_sections(1)
+        if self._spill is not None:
+            return self._finish_spilled()
         # One join, the final newline included: stripping and appending after it would copy
         # the whole text twice more (a 50 MB Word file can hold 250 M characters).
         pieces = self._chunks + self._parts
@@ -294,8 +314,24 @@ class MarkdownBuilder:
             pieces = ["\n"]  # only blank lines: one newline, as before
         text = "".join(pieces)
         del pieces
+        return text, self._final_segments(len(text))
+
+    def _finish_spilled(self) -> tuple[TextFile, list[Segment]]:
+        # The same text as the joined one: up to the last character that is not a newline,
+        # then one newline (what follows that character is newlines only: one byte each).
+        assert self._spill is not None
+        if self._parts:
+            self._flush_parts()
+        written = self._spill.starts[-1]
+        if self._content_end >= written:
+            self._spill.write("\n")
+            written += 1
+        text = self._spill.finish(self._content_end + 1)
+        self._spill = None
+        return text, self._final_segments(len(text))
+
+    def _final_segments(self, size: int) -> list[Segment]:
         title = self._first_heading_h1 if self._h1_count == 1 else None
-        size = len(text)
         segments = []
         for locator, kind, start, end, line_locator, first in self._segments:
             if title is not None and kind in ("section", "table-row"):
@@ -307,7 +343,7 @@ class MarkdownBuilder:
                 locator=locator, kind=kind, start=min(start, size), end=min(end, size),
                 line_locator=line_locator, first_number=first))
         segments.sort(key=lambda s: (s.start, -s.end))
-        return text, segments
+        return segments
 
 
 def drop_title_prefix(locator: str, title: str) -> str:

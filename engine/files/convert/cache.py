@@ -13,10 +13,12 @@ import hashlib
 import json
 import os
 import threading
+from array import array
 from collections import OrderedDict
 from pathlib import Path
 
 from keepstep.engine.errors import RunCancelled
+from keepstep.engine.files.convert import spill
 from keepstep.engine.files.convert.conversion import (
     convert,
     converter_name,
@@ -24,9 +26,10 @@ from keepstep.engine.files.convert.conversion import (
 )
 from keepstep.engine.files.convert.detect import detect_format
 from keepstep.engine.files.convert.model import DEFAULT_MAX_BYTES, ConvertedSource, Segment
+from keepstep.engine.files.convert.spill import TextFile
 
 _WRITE_CHARS = 1 << 20
-_SCHEMA = 1
+_SCHEMA = 2  # 2: a large entry's block offsets ("blocks"), read by window, never whole
 # Text kept in memory across entries (the newest entry is kept whatever its size), so a run
 # over several large sources holds about one of them, not four.
 _MEMORY_CHARS = 32 << 20
@@ -136,7 +139,13 @@ class ConversionCache:
         hit = self.get(sha256, fmt)
         if hit is not None:
             return hit
-        conv = convert(path, max_bytes=max_bytes, cancel=cancel)
+        # A large text spills into this folder as it is converted: storing it is a rename.
+        token = spill.SPILL_FOLDER.set(self.folder)
+        try:
+            self._make_private()
+            conv = convert(path, max_bytes=max_bytes, cancel=cancel)
+        finally:
+            spill.SPILL_FOLDER.reset(token)
         key = (sha256, conv.converter, conv.converter_version)
         try:
             self._store(key, conv)
@@ -149,26 +158,38 @@ class ConversionCache:
         with self._lock:
             self._memory[key] = conv
             self._memory.move_to_end(key)
-            total = sum(len(c.text) for c in self._memory.values())
+            total = sum(c.in_memory() for c in self._memory.values())
             while self._memory and (len(self._memory) > self._memory_entries or (
                     total > self._memory_chars and len(self._memory) > 1)):
                 _, dropped = self._memory.popitem(last=False)
-                total -= len(dropped.text)
+                total -= dropped.in_memory()
 
-    def _store(self, key: tuple[str, str, str], conv: ConvertedSource) -> None:
+    def _make_private(self) -> None:
         # Every folder made on the way is private (the state folder may not exist yet).
         missing = [d for d in (self.folder, *self.folder.parents) if not d.exists()]
         for d in reversed(missing):
             d.mkdir(mode=0o700, exist_ok=True)
             os.chmod(d, 0o700)
         os.chmod(self.folder, 0o700)
+
+    def _store(self, key: tuple[str, str, str], conv: ConvertedSource) -> None:
+        self._make_private()
         meta_path, text_path = self._paths(key)
         text = conv.text
-        _write_atomic(text_path, (text[i:i + _WRITE_CHARS]
-                                  for i in range(0, len(text), _WRITE_CHARS)))
+        blocks = None
+        if isinstance(text, TextFile):
+            blocks = [list(text.starts), list(text.offsets)]
+            if text.owned() and text.path.parent == self.folder:
+                os.replace(text.path, text_path)  # written and fsynced by the converter
+                text.adopt(text_path)
+            else:
+                _write_atomic(text_path, (block for _, block in text.windows()))
+        else:
+            _write_atomic(text_path, (text[i:i + _WRITE_CHARS]
+                                      for i in range(0, len(text), _WRITE_CHARS)))
         meta = {
             "schema": _SCHEMA, "sha256": key[0], "converter": key[1], "converter_version": key[2],
-            "format": conv.format, "chars": len(text), "pages": conv.pages,
+            "format": conv.format, "chars": len(text), "blocks": blocks, "pages": conv.pages,
             "sheets": conv.sheets, "slides": conv.slides, "warnings": conv.warnings,
             "segments": [[s.locator, s.kind, s.start, s.end, s.line_locator, s.first_number]
                          for s in conv.segments],
@@ -183,9 +204,17 @@ class ConversionCache:
             if (meta.get("schema"), meta.get("sha256"), meta.get("converter"),
                     meta.get("converter_version")) != (_SCHEMA, *key):
                 return None
-            with open(text_path, encoding="utf-8", newline="") as fh:
-                text = fh.read()
-        except (OSError, ValueError):
+            text: str | TextFile
+            blocks = meta.get("blocks")
+            if blocks:  # a large text: read by window from the entry's file, never whole
+                starts, offsets = (array("q", b) for b in blocks)
+                if text_path.stat().st_size != offsets[-1]:
+                    return None
+                text = TextFile(text_path, starts, offsets)
+            else:
+                with open(text_path, encoding="utf-8", newline="") as fh:
+                    text = fh.read()
+        except (OSError, ValueError, TypeError):
             return None  # a missing or damaged entry is converted again
         if len(text) != meta.get("chars"):
             return None

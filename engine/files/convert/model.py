@@ -15,6 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from keepstep.engine.files.convert.spill import TextFile
+
 DEFAULT_MAX_SOURCE_MB = 100
 DEFAULT_MAX_BYTES = DEFAULT_MAX_SOURCE_MB * 1024 * 1024
 PREVIEW_CHARS = 600
@@ -100,9 +102,15 @@ class ConvertedSource(BaseModel):
     ``converter`` and ``converter_version`` identify the tool that made ``text``; a different
     version may make different text (the engine treats an upgrade as a typed ``tool`` change).
     ``pages`` is set for PDF, ``slides`` for PPTX, ``sheets`` for XLSX and CSV.
+
+    ``text`` is a ``str``, or for a large source (past ``spill.SPILL_CHARS``) a ``TextFile``
+    read by window: ``len``, slicing, ``find`` and ``count`` work on both; code that needs
+    the whole string at once calls ``whole_text()``.
     """
 
-    text: str
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    text: str | TextFile
     format: str
     converter: str
     converter_version: str
@@ -115,6 +123,14 @@ class ConvertedSource(BaseModel):
     _by_locator: dict[str, Segment] | None = PrivateAttr(default=None)
     _starts: list[int] | None = PrivateAttr(default=None)
     _run_lines: dict[int, array] = PrivateAttr(default_factory=dict)
+
+    def whole_text(self) -> str:
+        """The text as one string (for a large source this reads it all into memory)."""
+        return self.text if isinstance(self.text, str) else self.text.read()
+
+    def in_memory(self) -> int:
+        """Characters of text this object holds in memory (0 for a ``TextFile``)."""
+        return len(self.text) if isinstance(self.text, str) else 0
 
     def _segment_starts(self) -> list[int]:
         if self._starts is None or len(self._starts) != len(self.segments):

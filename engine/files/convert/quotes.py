@@ -14,6 +14,11 @@ from collections.abc import Iterator
 from functools import lru_cache
 
 from keepstep.engine.files.convert.model import ConvertedSource
+from keepstep.engine.files.convert.spill import TextFile
+
+# A quote searched in a TextFile piece by piece is found when it (with the separators inside
+# it) is shorter than this; quotes are sentences.
+_PIECE_OVERLAP = 1 << 16
 
 _IGNORED = re.compile(r"[*_`|\\]|&nbsp;")
 _SEPARATORS = frozenset("|*_`\\")
@@ -100,9 +105,11 @@ class QuoteMatcher:
             yield i
             i = text.find(token, i + 1, end)
 
-    def search(self, text: str, start: int = 0, end: int | None = None
+    def search(self, text: str | TextFile, start: int = 0, end: int | None = None
                ) -> tuple[int, int] | None:
         """(start, end) of the first occurrence within ``text[start:end]``, or None."""
+        if not isinstance(text, str):
+            return self._search_pieces(text, start, end)
         end = len(text) if end is None else min(end, len(text))
         lengths, k = self.lengths, self.anchor
         for a in self._anchors(text, start, end):
@@ -131,6 +138,16 @@ class QuoteMatcher:
                 first = before - lengths[j]
             if ok:
                 return first, pos
+        return None
+
+    def _search_pieces(self, text: TextFile, start: int, end: int | None
+                       ) -> tuple[int, int] | None:
+        # Pieces in order, each overlapping the next: the first piece holding an occurrence
+        # holds the first occurrence (one shorter than the overlap).
+        for base, piece in text.windows(start, end, overlap=_PIECE_OVERLAP):
+            found = self.search(piece)
+            if found is not None:
+                return base + found[0], base + found[1]
         return None
 
 

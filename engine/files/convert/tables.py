@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator
 
 from keepstep.engine.files.convert.model import ConvertedSource, TableRow
+from keepstep.engine.files.convert.spill import TextFile
 
 _PIPE_LINE = re.compile(r"(?m)^ {0,3}\|.*$")
 _SEPARATOR = re.compile(r"^ {0,3}\|?(\s*:?-+:?\s*\|)*\s*:?-+:?\s*\|?\s*$")
@@ -29,20 +30,29 @@ def split_row(line: str) -> list[str]:
     return [cell.strip().replace("\\|", "|") for cell in _SPLIT.split(body)]
 
 
-def iter_table_lines(text: str) -> Iterator[tuple[tuple[str, int, int],
-                                                   list[tuple[str, int, int]]]]:
+def _pipe_lines(text: str | TextFile) -> Iterator[tuple[str, int, int]]:
+    if isinstance(text, str):
+        for match in _PIPE_LINE.finditer(text):
+            yield match.group(0), match.start(), match.end()
+        return
+    for base, piece in text.windows(lines=True):  # whole lines: a line never spans pieces
+        for match in _PIPE_LINE.finditer(piece):
+            yield match.group(0), base + match.start(), base + match.end()
+
+
+def iter_table_lines(text: str | TextFile) -> Iterator[tuple[tuple[str, int, int],
+                                                              list[tuple[str, int, int]]]]:
     """Each table as (header line, data lines), every line given as (line, start, end).
 
     A table is a header line, a separator line, then every following pipe line that directly
     continues it (up to the next header + separator pair).
     """
     block: list[tuple[str, int, int]] = []
-    for match in _PIPE_LINE.finditer(text):
-        start, end = match.span()
+    for line, start, end in _pipe_lines(text):
         if block and start != block[-1][2] + 1:
             yield from _tables_in(block)
             block = []
-        block.append((match.group(0), start, end))
+        block.append((line, start, end))
     if block:
         yield from _tables_in(block)
 
