@@ -7,7 +7,9 @@ Markdown, CSV, HTML, DOCX and XLSX at ``--mb``, 50 MB by default; PDF and PPTX a
 50 MB text PDF would take minutes: real 50 MB PDFs are mostly images). Each measurement runs
 in a fresh child process that reports its own peak RSS (``ru_maxrss``):
 
-- convert: ``keepstep.engine.files.convert.convert(path)`` (the whole file, to Markdown);
+- convert: ``keepstep.engine.files.convert.convert(path)`` (the whole file, to Markdown; a
+  text past ``spill.SPILL_CHARS`` goes to a file as it is made and comes back as a
+  ``TextFile``, as in a run — its length is counted, it is not read back whole);
 - plain read: the same file's bytes read and decoded as text (Latin-1, which never fails);
 - baseline: the child with the converter imported and nothing read (the fixed cost).
 
