@@ -97,3 +97,22 @@ def test_cancel_from_another_thread_stops_within_two_seconds(tmp_path: Path, nam
     worker.join(timeout=2.0)
     assert not worker.is_alive(), "conversion did not stop within 2 s of cancel"
     assert len(outcome) == 1 and isinstance(outcome[0], RunCancelled)
+
+
+def test_a_sheet_without_dimensions_is_cancelled_while_openpyxl_scans_it(tmp_path: Path
+                                                                         ) -> None:
+    """openpyxl opens a sheet lacking ``<dimension>`` by parsing all of it before the first
+    row (35 s for 50 MB). The workbook is read through a file that checks the cancel event
+    on every read, so a Ctrl-C during that scan stops it there, inside ``load_workbook``."""
+    import traceback
+    import zipfile
+
+    path = write_large_xlsx(tmp_path / "big.xlsx", 3000)
+    with zipfile.ZipFile(path) as z:
+        sheet = z.read("xl/worksheets/sheet1.xml")
+    assert b"<dimension" not in sheet  # the case this test is about
+    cancel = CancelAfter(3)
+    with pytest.raises(RunCancelled) as info:
+        convert(path, cancel=cancel)
+    frames = [f.name for f in traceback.extract_tb(info.value.__traceback__)]
+    assert "load_workbook" in frames, frames
