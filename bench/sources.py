@@ -1,11 +1,13 @@
 """Source conversion: throughput (MB/s) per format and peak RSS, against reading the same
 bytes as plain text, side by side in one run.
 
-For each format a source of about the target size is generated in a temporary folder (text,
-Markdown, CSV, HTML, DOCX and XLSX at ``--mb``, 50 MB by default; PDF and PPTX at
-``--small-mb``, 5 MB by default, because pypdf extracts text-only pages at ~0.2 MB/s and a
-50 MB text PDF would take minutes: real 50 MB PDFs are mostly images). Each measurement runs
-in a fresh child process that reports its own peak RSS (``ru_maxrss``):
+For each format a source of about ``--mb`` (50 MB by default) is generated in a temporary
+folder — text only, no images, so it holds far more text than most real files of that size
+(a 50 MB Word file of prose is ~260 M characters). PDF and PPTX files are written directly
+(PDF syntax; slide XML cloned from a python-pptx deck): fpdf2 and python-pptx need many
+minutes for 50 MB. pypdf reads text-only pages at well under 1 MB/s, so a 50 MB text PDF takes
+minutes to convert (``--small-mb`` sets a smaller size for PDF and PPTX, e.g. for a quick look).
+Each measurement runs in a fresh child process that reports its own peak RSS (``ru_maxrss``):
 
 - convert: ``keepstep.engine.files.convert.convert(path)`` (the whole file, to Markdown; a
   text past ``spill.SPILL_CHARS`` goes to a file as it is made and comes back as a
@@ -82,9 +84,9 @@ def generate(fmt: str, folder: Path, megabytes: float) -> Path:
     if fmt == "xlsx":
         return _scaled(sf.write_large_xlsx, path, target, 20000)
     if fmt == "pdf":
-        return _scaled(sf.write_large_pdf, path, target, 20)
+        return sf.write_large_pdf_direct(path, megabytes)
     if fmt == "pptx":
-        return _scaled(sf.write_large_pptx, path, target, 50)
+        return sf.write_large_pptx_direct(path, megabytes)
     raise ValueError(fmt)
 
 
@@ -99,7 +101,8 @@ def measure(mode: str, path: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, default=50.0)
-    parser.add_argument("--small-mb", type=float, default=5.0)
+    parser.add_argument("--small-mb", type=float, default=None,
+                        help="size for PDF and PPTX (default: --mb)")
     parser.add_argument("--formats", default=",".join(FORMATS))
     parser.add_argument("--dir", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -109,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python {sys.version.split()[0]}; files in {folder}")
         rows = []
         for fmt in formats:
-            size_mb = args.small_mb if fmt in SMALL else args.mb
+            size_mb = args.small_mb if fmt in SMALL and args.small_mb else args.mb
             path = generate(fmt, folder, size_mb)
             mb = path.stat().st_size / (1024 * 1024)
             base = measure("baseline", path)

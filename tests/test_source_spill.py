@@ -28,6 +28,7 @@ from keepstep.engine.files.convert.quotes import find_occurrence, quote_at
 from keepstep.engine.files.convert.spill import SpillWriter, TextFile
 from keepstep.engine.kinds.common import quote_cited
 from tests.support.small_project import write_config
+from tests.support.source_files import write_large_pdf_direct, write_large_pptx_direct
 from tests.test_source_extraction import _project, _write_sources
 
 ALPHABET = "ab \n|é€x-"
@@ -198,3 +199,24 @@ def test_a_run_over_large_sources_never_reads_their_text_whole(
     assert sum(1 for uid, n in memory["calls"].items() if uid.startswith("E-") and n > 1) >= 5
     entries = list((root / ".keepstep" / "converted").glob("*.json"))
     assert sum(1 for e in entries if json.loads(e.read_text())["blocks"]) >= 5
+
+
+@pytest.mark.parametrize("name,make,count", [
+    ("big.pdf", write_large_pdf_direct, "pages"),
+    ("big.pptx", write_large_pptx_direct, "slides"),
+])
+def test_the_benchmarks_direct_pdf_and_pptx_convert_alike_in_memory_and_on_disk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, make: Any,
+        count: str) -> None:
+    """bench/sources.py writes its 50 MB PDF and PPTX as PDF syntax and cloned slide XML:
+    the readers open them page by page and slide by slide, and the spilled conversion is the
+    in-memory one."""
+    path = make(tmp_path / name, 0.2)
+    memory = convert(path)
+    assert (getattr(memory, count) or 0) > 50
+    assert ("# Chapter 1" if count == "pages" else "## Slide 1: Region 1") in memory.text
+    monkeypatch.setattr(spill, "SPILL_CHARS", 1000)
+    monkeypatch.setattr(builder, "_CHUNK_CHARS", 256)
+    disk = convert(path)
+    assert isinstance(disk.text, TextFile)
+    assert disk.whole_text() == memory.text and disk.segments == memory.segments

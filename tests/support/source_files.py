@@ -448,9 +448,113 @@ def write_large_pdf(path: Path, pages: int) -> Path:
     return write_pdf(path, blocks)
 
 
+def write_large_pdf_direct(path: Path, megabytes: float) -> Path:
+    """About ``megabytes`` of a text PDF written as PDF syntax directly (fpdf2 needs minutes
+    for a 50 MB file): pages of a heading and five paragraphs in Helvetica, each page's
+    content stream Flate-compressed as writers do, one xref table."""
+    import zlib
+
+    target = int(megabytes * 1024 * 1024)
+    offsets: list[int] = []
+    with open(path, "wb") as fh:
+        def obj(body: bytes) -> int:
+            offsets.append(fh.tell())
+            fh.write(f"{len(offsets)} 0 obj\n".encode() + body + b"\nendobj\n")
+            return len(offsets)
+
+        fh.write(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
+        obj(b"<< /Type /Catalog /Pages 2 0 R >>")
+        offsets.append(0)  # 2: the page tree, written last (it lists every page)
+        obj(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")  # 3
+        pages: list[int] = []
+        n = 0
+        while fh.tell() < target:
+            lines = [f"BT /F1 18 Tf 50 790 Td (Chapter {len(pages) + 1}) Tj ET"]
+            y = 760
+            for _ in range(5):
+                words = " ".join(varied_sentence(n + j) for j in range(4)).split()
+                n += 4
+                for k in range(0, len(words), 12):
+                    text = " ".join(words[k:k + 12]).replace("(", "[").replace(")", "]")
+                    lines.append(f"BT /F1 10 Tf 50 {y} Td ({text}) Tj ET")
+                    y -= 13
+                y -= 9
+            data = zlib.compress("\n".join(lines).encode("latin-1"))
+            content = obj(f"<< /Length {len(data)} /Filter /FlateDecode >>\nstream\n"
+                          .encode() + data + b"\nendstream")
+            pages.append(obj(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] "
+                             f"/Resources << /Font << /F1 3 0 R >> >> /Contents {content} 0 R >>"
+                             .encode()))
+        offsets[1] = fh.tell()
+        kids = " ".join(f"{p} 0 R" for p in pages)
+        fh.write(f"2 0 obj\n<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>\nendobj\n"
+                 .encode())
+        xref = fh.tell()
+        fh.write(f"xref\n0 {len(offsets) + 1}\n0000000000 65535 f \n".encode())
+        fh.write("".join(f"{o:010d} 00000 n \n" for o in offsets).encode())
+        fh.write(f"trailer\n<< /Size {len(offsets) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n"
+                 "%%EOF\n".encode())
+    return path
+
+
+def write_large_pptx_direct(path: Path, megabytes: float) -> Path:
+    """About ``megabytes`` of a deck: a one-slide deck made by python-pptx (title, four
+    bullets) whose slide is then written again and again straight into the zip with new text
+    (python-pptx needs many minutes for tens of thousands of slides)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        seed = write_pptx(Path(tmp) / "seed.pptx", [
+            {"title": "TITLE-SLOT", "bullets": [f"BULLET-SLOT-{k}" for k in range(4)]}])
+        with zipfile.ZipFile(seed) as z:
+            parts = {name: z.read(name) for name in z.namelist()}
+    slide = parts.pop("ppt/slides/slide1.xml").decode()
+    slide_rels = parts.pop("ppt/slides/_rels/slide1.xml.rels")
+    pres_rels = parts["ppt/_rels/presentation.xml.rels"].decode()
+    [rid] = re.findall(r'Id="(rId\d+)"[^>]*Target="slides/slide1.xml"', pres_rels) or \
+        re.findall(r'Target="slides/slide1.xml"[^>]*Id="(rId\d+)"', pres_rels)
+    target = int(megabytes * 1024 * 1024)
+    count = 0
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as out:
+        while count == 0 or path.stat().st_size < target:
+            for _ in range(200):
+                count += 1
+                xml = slide.replace("TITLE-SLOT", f"Region {count}")
+                for k in range(4):
+                    xml = xml.replace(f"BULLET-SLOT-{k}",
+                                      html.escape(varied_sentence(count * 4 + k)))
+                out.writestr(f"ppt/slides/slide{count}.xml", xml)
+                out.writestr(f"ppt/slides/_rels/slide{count}.xml.rels", slide_rels)
+            out.fp.flush()  # type: ignore[union-attr]
+        ids = "".join(f'<p:sldId id="{256 + i}" r:id="rIdS{i}"/>' for i in range(1, count + 1))
+        pres = re.sub(r"<p:sldIdLst>.*?</p:sldIdLst>", f"<p:sldIdLst>{ids}</p:sldIdLst>",
+                      parts.pop("ppt/presentation.xml").decode(), flags=re.S)
+        rel_type = re.search(r'Type="([^"]+/slide)"', pres_rels).group(1)  # type: ignore[union-attr]
+        rels = re.sub(rf'<Relationship[^>]*Id="{rid}"[^>]*/>', "", pres_rels)
+        rels = rels.replace("</Relationships>", "".join(
+            f'<Relationship Id="rIdS{i}" Type="{rel_type}" Target="slides/slide{i}.xml"/>'
+            for i in range(1, count + 1)) + "</Relationships>")
+        types = parts.pop("[Content_Types].xml").decode()
+        slide_type = re.search(r'PartName="/ppt/slides/slide1.xml" ContentType="([^"]+)"',
+                               types).group(1)  # type: ignore[union-attr]
+        types = types.replace('<Override PartName="/ppt/slides/slide1.xml" ContentType="'
+                              f'{slide_type}"/>', "")
+        types = types.replace("</Types>", "".join(
+            f'<Override PartName="/ppt/slides/slide{i}.xml" ContentType="{slide_type}"/>'
+            for i in range(1, count + 1)) + "</Types>")
+        parts.pop("ppt/_rels/presentation.xml.rels")
+        out.writestr("ppt/presentation.xml", pres)
+        out.writestr("ppt/_rels/presentation.xml.rels", rels)
+        out.writestr("[Content_Types].xml", types)
+        for name, data in parts.items():
+            out.writestr(name, data)
+    return path
+
+
 __all__ = ["FIXED_TIME", "LOREM", "Block", "Bold", "Percent", "Thousands", "normalise_zip",
            "varied_sentence",
            "write_csv", "write_docx", "write_html", "write_large_csv", "write_large_docx",
-           "write_large_html", "write_large_pdf", "write_large_pptx", "write_large_text",
+           "write_large_html", "write_large_pdf", "write_large_pdf_direct", "write_large_pptx",
+           "write_large_pptx_direct", "write_large_text",
            "write_large_xlsx", "write_markdown", "write_pdf", "write_pptx",
            "write_scanned_pdf", "write_xlsx"]
