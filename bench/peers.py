@@ -9,7 +9,7 @@ standard library and langgraph only, never keepstep.
    one StateGraph node per unit whose body sleeps the latency once per call (a unit's calls
    are sequential), an edge from each dependency (a node with several runs once after all of
    them: the list-form join edge), the SQLite checkpointer on a file, a thread_id. Run with
-   the default executor and with max_concurrency 16; wall time of ``invoke()`` is printed
+   the default executor and with max_concurrency 8 and 16; wall time of ``invoke()`` is printed
    against the critical path (critical_path_calls × latency), against the sum of calls and
    against the superstep bound: LangGraph runs in Pregel supersteps, so a node waits for
    every node of its dependencies' superstep, not only for its dependencies. Every run
@@ -184,6 +184,7 @@ def pack_wall(tmp: Path, shape: Shape, repeat: int) -> list[str]:
     lines = []
     for label, extra, slots in (
             (f"default executor ({default_workers} threads)", {}, default_workers),
+            ("max_concurrency 8", {"max_concurrency": 8}, 8),
             ("max_concurrency 16", {"max_concurrency": 16}, 16)):
         walls, waits, peak = [], [], 0
         for n in range(repeat):

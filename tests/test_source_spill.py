@@ -220,3 +220,21 @@ def test_the_benchmarks_direct_pdf_and_pptx_convert_alike_in_memory_and_on_disk(
     disk = convert(path)
     assert isinstance(disk.text, TextFile)
     assert disk.whole_text() == memory.text and disk.segments == memory.segments
+
+
+def test_what_a_killed_conversion_left_is_swept_when_nobody_writes_it(
+        sources: dict[str, Path], tmp_path: Path) -> None:
+    """A SIGKILL mid-conversion leaves its spill; the next conversion removes one untouched
+    for 15 minutes and leaves one still being written (another executor's)."""
+    import os
+    import time
+
+    folder = tmp_path / "converted"
+    folder.mkdir()
+    old, fresh = folder / ".spill-old.md", folder / ".spill-fresh.md"
+    for path in (old, fresh):
+        path.write_text("half a text")
+    hour_ago = time.time() - 3600
+    os.utime(old, (hour_ago, hour_ago))
+    ConversionCache(folder).get_or_convert(sources["M1"])
+    assert not old.exists() and fresh.exists()

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 from array import array
 from collections import OrderedDict
 from pathlib import Path
@@ -33,6 +34,7 @@ _SCHEMA = 2  # 2: a large entry's block offsets ("blocks"), read by window, neve
 # Text kept in memory across entries (the newest entry is kept whatever its size), so a run
 # over several large sources holds about one of them, not four.
 _MEMORY_CHARS = 32 << 20
+_STALE_SECONDS = 15 * 60
 
 
 def file_sha256(path: Path, cancel: threading.Event | None = None) -> str:
@@ -143,6 +145,7 @@ class ConversionCache:
         token = spill.SPILL_FOLDER.set(self.folder)
         try:
             self._make_private()
+            self._sweep()
             conv = convert(path, max_bytes=max_bytes, cancel=cancel)
         finally:
             spill.SPILL_FOLDER.reset(token)
@@ -163,6 +166,19 @@ class ConversionCache:
                     total > self._memory_chars and len(self._memory) > 1)):
                 _, dropped = self._memory.popitem(last=False)
                 total -= dropped.in_memory()
+
+    def _sweep(self) -> None:
+        """Remove what a killed process left half-written (a spill, a temporary file): the
+        ones nobody has written to for ``_STALE_SECONDS`` (a conversion in progress, maybe
+        another executor's, writes to its file all the time)."""
+        cutoff = time.time() - _STALE_SECONDS
+        for path in self.folder.glob(".*"):
+            try:
+                if (path.name.startswith(".spill-") or path.name.endswith(".tmp")) and \
+                        path.stat().st_mtime < cutoff:
+                    path.unlink()
+            except OSError:
+                continue
 
     def _make_private(self) -> None:
         # Every folder made on the way is private (the state folder may not exist yet).
