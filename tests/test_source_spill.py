@@ -238,3 +238,14 @@ def test_what_a_killed_conversion_left_is_swept_when_nobody_writes_it(
     os.utime(old, (hour_ago, hour_ago))
     ConversionCache(folder).get_or_convert(sources["M1"])
     assert not old.exists() and fresh.exists()
+
+
+def test_a_cache_folder_that_cannot_be_made_still_converts(
+        sources: dict[str, Path], tiny_spill: None, tmp_path: Path) -> None:
+    """The cache is an optimisation: when its folder cannot be made (here its parent is a
+    file), a large text spills to the system's temporary folder and the conversion works."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    conv = ConversionCache(blocker / "converted").get_or_convert(sources["W1"])
+    assert isinstance(conv.text, TextFile) and conv.text.owned()
+    assert "Premium | NVK 7 | 4.1%" in conv.whole_text()

@@ -142,10 +142,8 @@ class ConversionCache:
         if hit is not None:
             return hit
         # A large text spills into this folder as it is converted: storing it is a rename.
-        token = spill.SPILL_FOLDER.set(self.folder)
+        token = spill.SPILL_FOLDER.set(self._spill_folder())
         try:
-            self._make_private()
-            self._sweep()
             conv = convert(path, max_bytes=max_bytes, cancel=cancel)
         finally:
             spill.SPILL_FOLDER.reset(token)
@@ -166,6 +164,16 @@ class ConversionCache:
                     total > self._memory_chars and len(self._memory) > 1)):
                 _, dropped = self._memory.popitem(last=False)
                 total -= dropped.in_memory()
+
+    def _spill_folder(self) -> Path | None:
+        """This folder, made private and swept; None (the system's temporary folder) when it
+        cannot be made: the cache is an optimisation, a read-only disk still converts."""
+        try:
+            self._make_private()
+            self._sweep()
+        except OSError:
+            return None
+        return self.folder
 
     def _sweep(self) -> None:
         """Remove what a killed process left half-written (a spill, a temporary file): the

@@ -32,7 +32,7 @@ SPILL_CHARS = 8 << 20
 # Where a conversion in this context spills (the conversion cache's folder, so that the cache
 # takes the file over by renaming it); None: the system's temporary folder.
 SPILL_FOLDER: ContextVar[Path | None] = ContextVar("keepstep_spill_folder", default=None)
-_KEEP_BLOCKS = 6  # decoded blocks kept per file (a block is about 1 M characters)
+_KEEP_BLOCKS = 3  # decoded blocks kept per file (a block is about 1 M characters)
 
 
 class TextFile:
