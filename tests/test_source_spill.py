@@ -249,3 +249,22 @@ def test_a_cache_folder_that_cannot_be_made_still_converts(
     conv = ConversionCache(blocker / "converted").get_or_convert(sources["W1"])
     assert isinstance(conv.text, TextFile) and conv.text.owned()
     assert "Premium | NVK 7 | 4.1%" in conv.whole_text()
+
+
+def test_verify_takes_the_paragraphs_around_a_quote_from_a_large_text(tmp_path: Path) -> None:
+    """passage_near (a verify unit's passage for a quote in a large source): the paragraph
+    holding the quote's first occurrence, the adjacent ones when the quote runs across them,
+    the quote itself when the text lacks it; the same passage passage_for finds in memory."""
+    from keepstep.engine.files.convert import from_markdown
+    from keepstep.engine.kinds.verify import passage_for, passage_near
+
+    markdown = ("# Study\n\nFirst paragraph, about meters.\n\nThe list price is NVK 1,150 "
+                "per unit.\nIt falls in 2027.\n\nChurn is 6.2% for Basic.\n")
+    text, _ = _text_file([markdown[i:i + 7] for i in range(0, len(markdown), 7)], tmp_path)
+    conv = from_markdown(markdown).model_copy(update={"text": text})
+    for quote in ("NVK 1,150 per unit. It falls", "Churn is 6.2%",
+                  "about meters. The list price"):
+        assert passage_near(conv, quote) == passage_for(quote, markdown), quote
+    assert passage_near(conv, "The list price is NVK 1,150") == \
+        "The list price is NVK 1,150 per unit.\nIt falls in 2027."
+    assert passage_near(conv, "not in the text at all") == "not in the text at all"

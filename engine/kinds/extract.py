@@ -293,7 +293,7 @@ def run(ctx: UnitContext) -> KindOutcome:
         for c, chunk in enumerate(chunks, start=1):
             part = f" part {c}/{len(chunks)}" if len(chunks) > 1 else ""
             ctx.safe_point(f"extract {source.id}{part} ({n}/{len(sources)})")
-            # (A large source is read by window: its one chunk is its whole text anyway.)
+            # A large source's text is never read whole: even a single chunk is cut from it.
             text = chunk.text(conv.text) if len(chunks) > 1 or not isinstance(conv.text, str) \
                 else conv.text
             inputs: dict[str, Any] = {"task": "extract", "source_id": source.id, "text": text,
