@@ -116,3 +116,18 @@ def test_a_sheet_without_dimensions_is_cancelled_while_openpyxl_scans_it(tmp_pat
         convert(path, cancel=cancel)
     frames = [f.name for f in traceback.extract_tb(info.value.__traceback__)]
     assert "load_workbook" in frames, frames
+
+
+def test_a_long_pdf_is_cancelled_while_pypdf_reads_its_page_tree(tmp_path: Path) -> None:
+    """pypdf reads a PDF's cross-reference table and page tree before the first page (5 s
+    for 50 MB); the file it reads checks the cancel event, so a Ctrl-C stops it there."""
+    import traceback
+
+    from tests.support.source_files import write_large_pdf_direct
+
+    path = write_large_pdf_direct(tmp_path / "big.pdf", 0.3)
+    with pytest.raises(RunCancelled) as info:
+        convert(path, cancel=CancelAfter(3))
+    frames = traceback.extract_tb(info.value.__traceback__)
+    assert any(f.name == "__init__" and "pypdf" in f.filename for f in frames), \
+        [(f.filename, f.name) for f in frames]

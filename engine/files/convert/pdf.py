@@ -21,6 +21,7 @@ from keepstep.engine.files.convert.errors import (
     NoTextError,
     UnreadableSourceError,
 )
+from keepstep.engine.files.convert.reading import CancelOnRead
 
 _BULLET = re.compile(r"^\s*(?:[\u2022\u25cf\u25aa\u25e6\u2023\u2219\u00b7*\u2013-])\s+")
 _HEADING_RATIO = 1.12
@@ -134,7 +135,10 @@ def convert_pdf(path: Path, *, cancel: threading.Event | None
     builder = MarkdownBuilder(cancel, sections=False, what=f"converting {path}")
     with open(path, "rb") as fh:
         try:
-            reader = pypdf.PdfReader(fh, strict=False)
+            # Through a file that checks the cancel event: pypdf reads a long PDF's
+            # cross-reference table and page tree (seconds) before the first page.
+            reader = pypdf.PdfReader(CancelOnRead(fh, cancel, f"converting {path}"),
+                                     strict=False)
             if reader.is_encrypted:
                 try:  # "owner password only" PDFs open like this
                     opened = bool(reader.decrypt(""))

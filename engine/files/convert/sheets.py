@@ -16,9 +16,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from keepstep.engine.errors import RunCancelled
 from keepstep.engine.files.convert.builder import Converted, MarkdownBuilder
 from keepstep.engine.files.convert.errors import UnreadableSourceError
+from keepstep.engine.files.convert.reading import CancelOnRead
 
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _CANCEL_ROWS = 500
@@ -80,35 +80,19 @@ def _is_heading(cell, text: str) -> bool:
     return bold and len(text) <= 120 and not text.rstrip().endswith((".", ":", ";"))
 
 
-class _CancelOnRead:
-    """The workbook file, checking the cancel event on every read (zipfile reads a few KB at
-    a time). openpyxl opens a sheet that lacks a ``<dimension>`` element (files some writers
-    make) by parsing all of it once, before the first row: 35 s for 50 MB, with no other
-    point at which a Ctrl-C could be noticed."""
-
-    def __init__(self, fh: Any, cancel: threading.Event | None, what: str) -> None:
-        self._fh, self._cancel, self._what = fh, cancel, what
-
-    def read(self, n: int = -1) -> bytes:
-        if self._cancel is not None and self._cancel.is_set():
-            raise RunCancelled(f"{self._what} cancelled")
-        return self._fh.read(n)
-
-    def __getattr__(self, name: str) -> Any:  # seek, tell, seekable, close…
-        return getattr(self._fh, name)
-
-
 def convert_xlsx(path: Path, *, cancel: threading.Event | None
                  ) -> Converted:
     """A workbook, sheet by sheet, row by row."""
     import openpyxl  # imported here: only a workbook needs it
 
+    # Read through a file that checks the cancel event: openpyxl opens a sheet without a
+    # <dimension> element by parsing all of it, with no other point to notice a Ctrl-C.
     with open(path, "rb") as fh:
-        return _convert_workbook(openpyxl, path, _CancelOnRead(fh, cancel,
-                                                               f"converting {path}"), cancel)
+        return _convert_workbook(openpyxl, path, CancelOnRead(fh, cancel,
+                                                              f"converting {path}"), cancel)
 
 
-def _convert_workbook(openpyxl: Any, path: Path, source: _CancelOnRead,
+def _convert_workbook(openpyxl: Any, path: Path, source: CancelOnRead,
                       cancel: threading.Event | None) -> Converted:
     try:
         wb = openpyxl.load_workbook(source, read_only=True, data_only=True)
