@@ -14,6 +14,7 @@ from tests.support.source_files import (
     write_large_docx,
     write_large_html,
     write_large_pdf,
+    write_large_pptx_direct,
     write_large_text,
     write_large_xlsx,
 )
@@ -130,4 +131,23 @@ def test_a_long_pdf_is_cancelled_while_pypdf_reads_its_page_tree(tmp_path: Path)
         convert(path, cancel=CancelAfter(3))
     frames = traceback.extract_tb(info.value.__traceback__)
     assert any(f.name == "__init__" and "pypdf" in f.filename for f in frames), \
+        [(f.filename, f.name) for f in frames]
+
+
+@pytest.mark.parametrize("name,make", [
+    ("big.pptx", lambda p: write_large_pptx_direct(p, 0.3)),
+    ("big.docx", lambda p: write_large_docx(p, 3000)),
+])
+def test_an_office_package_is_cancelled_while_its_zip_is_read(tmp_path: Path, name: str,
+                                                               make) -> None:
+    """A deck of 60,000 slides spends seconds in its zip directory, content types and
+    relationships before slide 1; the package is read through the cancel-checking file, so
+    a Ctrl-C stops it inside zipfile, before any slide or paragraph."""
+    import traceback
+
+    path = make(tmp_path / name)
+    with pytest.raises(RunCancelled) as info:
+        convert(path, cancel=CancelAfter(2))
+    frames = traceback.extract_tb(info.value.__traceback__)
+    assert any(f.filename.endswith("zipfile.py") for f in frames), \
         [(f.filename, f.name) for f in frames]

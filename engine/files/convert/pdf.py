@@ -14,6 +14,7 @@ import re
 import threading
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from keepstep.engine.files.convert.builder import Converted, MarkdownBuilder, clean
 from keepstep.engine.files.convert.errors import (
@@ -137,8 +138,8 @@ def convert_pdf(path: Path, *, cancel: threading.Event | None
         try:
             # Through a file that checks the cancel event: pypdf reads a long PDF's
             # cross-reference table and page tree (seconds) before the first page.
-            reader = pypdf.PdfReader(CancelOnRead(fh, cancel, f"converting {path}"),
-                                     strict=False)
+            source: Any = CancelOnRead(fh, cancel, f"converting {path}")  # a binary file
+            reader = pypdf.PdfReader(source, strict=False)
             if reader.is_encrypted:
                 try:  # "owner password only" PDFs open like this
                     opened = bool(reader.decrypt(""))

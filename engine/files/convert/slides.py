@@ -125,7 +125,7 @@ def convert_pptx(path: Path, *, cancel: threading.Event | None, max_bytes: int
                  ) -> Converted:
     """A presentation, slide by slide."""
     builder = MarkdownBuilder(cancel, sections=False, what=f"converting {path}")
-    with Package(path, "pptx", max_bytes) as pkg:
+    with Package(path, "pptx", max_bytes, cancel) as pkg:
         main = "ppt/presentation.xml"
         if main not in pkg.names:
             raise UnreadableSourceError(path, "pptx", "no ppt/presentation.xml part")

@@ -145,7 +145,7 @@ def convert_docx(path: Path, *, cancel: threading.Event | None, max_bytes: int
                  ) -> Converted:
     """A Word document, block by block."""
     builder = MarkdownBuilder(cancel, what=f"converting {path}")
-    with Package(path, "docx", max_bytes) as pkg:
+    with Package(path, "docx", max_bytes, cancel) as pkg:
         main = "word/document.xml"
         if main not in pkg.names:
             raise UnreadableSourceError(path, "docx", "no word/document.xml part")
