@@ -97,7 +97,8 @@ def slot_bound(plan: Any, calls_per_unit: dict[str, int], slots: int) -> int:
 
 def warm_up_models() -> None:
     """litellm's import, its lazily loaded completion path and the tokenizer: paid once per
-    process, outside every timing (a run overlaps them with recovery in the background)."""
+    process, outside every timing (a run imports litellm in the background from its first
+    claim on)."""
     from keepstep.engine.gateway.client import warm_up
 
     warm_up(["openai/fake-model"])

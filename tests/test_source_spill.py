@@ -65,6 +65,14 @@ def test_a_text_file_reads_like_the_string(tmp_path_factory: pytest.TempPathFact
             assert full[base:base + len(piece)] == piece
 
 
+def test_find_sees_a_needle_across_a_block_shorter_than_it(tmp_path: Path) -> None:
+    """"a\nb" over the blocks "aaa" | "\n" | "b": the middle block is shorter than the
+    needle, so the characters kept from before it must include the previous block's."""
+    text, full = _text_file(["aaa", "\n", "b"], tmp_path)
+    assert text.find("a\nb") == full.find("a\nb") == 2
+    assert text.find("aa\nb", 1) == full.find("aa\nb", 1) == 1
+
+
 def test_a_spill_is_cut_to_its_last_newline_and_private(tmp_path: Path) -> None:
     writer = SpillWriter(tmp_path)
     for part in ["# T\n\n", "body é\n", "\n\n", "\n"]:

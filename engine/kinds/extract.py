@@ -143,8 +143,9 @@ def _surely_fits(ctx: UnitContext, profile: Any, source_id: str, text: str | Tex
     whose bytes fit fits. Most sources are far below any window, and counting them exactly
     (three renders and tokenizer passes of the whole source) was a large part of a unit's
     time; a source near the limit is counted exactly, as before."""
-    if len(text) > min(profile.input_tokens, profile.output_tokens) or \
-            not isinstance(text, str):
+    if not isinstance(text, str):
+        return False  # a large source on disk: always chunked
+    if len(text) > min(profile.input_tokens, profile.output_tokens):
         return False  # more characters than room: its bytes cannot show that it fits
     whole = {"task": "extract", "source_id": source_id, "text": text, **topics}
     messages, _schema, _sha = render_step(ctx, prompt=PROMPT, inputs=whole,

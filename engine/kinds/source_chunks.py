@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from keepstep.engine.files.convert.spill import TextFile
+from keepstep.engine.files.convert.spill import TextFile, line_pieces
 
 _PIPE = re.compile(r" {0,3}\|")
 _SEPARATOR = re.compile(r" {0,3}\|?(\s*:?-+:?\s*\|)*\s*:?-+:?\s*\|?\s*$")
@@ -50,8 +50,7 @@ class Unit(NamedTuple):
 
 def _lines(text: str | TextFile) -> Iterator[tuple[int, int, str]]:
     """(start, end, line) of each line, its newline excluded."""
-    pieces = [(0, text)] if isinstance(text, str) else text.windows(lines=True)
-    for base, piece in pieces:  # a TextFile in whole-line pieces
+    for base, piece in line_pieces(text):
         pos, size = 0, len(piece)
         while pos < size:
             nl = piece.find("\n", pos)

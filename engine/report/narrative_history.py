@@ -22,6 +22,7 @@ from keepstep.engine.report.narrative_claims import (
     plural,
 )
 from keepstep.engine.report.status import run_status
+from keepstep.engine.run.approvals import describe_bound_object
 
 if TYPE_CHECKING:
     from keepstep.engine.run.handle import RunHandle
@@ -118,8 +119,6 @@ def history(f: Facts) -> list[Line]:
             seen[kind] += 1
             out += _change_claims(f, kind, p, cp)
         elif ev.kind == "approval.decided":
-            from keepstep.engine.run.approvals import describe_bound_object
-
             out.append(Claim("history.approval", "- Approval: gate {gate} answered {choice} by "
                              "{who} (bound to {bound}).",
                              {"gate": repr(p.get("gate")), "choice": repr(p.get("choice")),

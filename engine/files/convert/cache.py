@@ -142,16 +142,18 @@ class ConversionCache:
         if hit is not None:
             return hit
         # A large text spills into this folder as it is converted: storing it is a rename.
-        token = spill.SPILL_FOLDER.set(self._spill_folder())
+        folder = self._spill_folder()
+        token = spill.SPILL_FOLDER.set(folder)
         try:
             conv = convert(path, max_bytes=max_bytes, cancel=cancel)
         finally:
             spill.SPILL_FOLDER.reset(token)
         key = (sha256, conv.converter, conv.converter_version)
-        try:
-            self._store(key, conv)
-        except OSError:
-            pass  # a read-only or full disk: the cache is an optimisation, the text is right
+        if folder is not None:
+            try:
+                self._store(key, conv)
+            except OSError:
+                pass  # a full disk: the cache is an optimisation, the text is right
         self._remember(key, conv)
         return conv
 
@@ -197,7 +199,7 @@ class ConversionCache:
         os.chmod(self.folder, 0o700)
 
     def _store(self, key: tuple[str, str, str], conv: ConvertedSource) -> None:
-        self._make_private()
+        """Write an entry (the folder is made by ``_spill_folder`` first)."""
         meta_path, text_path = self._paths(key)
         text = conv.text
         blocks = None

@@ -13,11 +13,11 @@ import posixpath
 import threading
 import zipfile
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 from xml.etree import ElementTree as ET
 
 from keepstep.engine.files.convert.errors import SourceTooLargeError, UnreadableSourceError
-from keepstep.engine.files.convert.reading import CancelOnRead
+from keepstep.engine.files.convert.reading import cancellable
 
 NS = {
     "w": "http://schemas.openxmlformats.org/wordprocessingml/2006/main",
@@ -50,8 +50,7 @@ class Package:
         self._file: IO[bytes] | None = None
         try:
             self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
-            source: Any = CancelOnRead(self._file, cancel, f"converting {path}")  # a file
-            self.zip = zipfile.ZipFile(source)
+            self.zip = zipfile.ZipFile(cancellable(self._file, cancel, path))
         except (zipfile.BadZipFile, OSError) as exc:
             self._close_file()
             raise UnreadableSourceError(path, fmt, f"not a valid {fmt.upper()} package: "

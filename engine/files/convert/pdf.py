@@ -14,7 +14,6 @@ import re
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 from keepstep.engine.files.convert.builder import Converted, MarkdownBuilder, clean
 from keepstep.engine.files.convert.errors import (
@@ -22,7 +21,7 @@ from keepstep.engine.files.convert.errors import (
     NoTextError,
     UnreadableSourceError,
 )
-from keepstep.engine.files.convert.reading import CancelOnRead
+from keepstep.engine.files.convert.reading import cancellable
 
 _BULLET = re.compile(r"^\s*(?:[\u2022\u25cf\u25aa\u25e6\u2023\u2219\u00b7*\u2013-])\s+")
 _HEADING_RATIO = 1.12
@@ -138,8 +137,7 @@ def convert_pdf(path: Path, *, cancel: threading.Event | None
         try:
             # Through a file that checks the cancel event: pypdf reads a long PDF's
             # cross-reference table and page tree (seconds) before the first page.
-            source: Any = CancelOnRead(fh, cancel, f"converting {path}")  # a binary file
-            reader = pypdf.PdfReader(source, strict=False)
+            reader = pypdf.PdfReader(cancellable(fh, cancel, path), strict=False)
             if reader.is_encrypted:
                 try:  # "owner password only" PDFs open like this
                     opened = bool(reader.decrypt(""))

@@ -44,4 +44,10 @@ class CancelOnRead:
         return getattr(self._fh, name)
 
 
-__all__ = ["CancelOnRead"]
+def cancellable(fh: Any, cancel: threading.Event | None, path: Any) -> Any:
+    """``fh`` wrapped so that its reads stop a conversion of ``path`` once ``cancel`` is set,
+    typed as the binary file the reader libraries take (it quacks like one)."""
+    return CancelOnRead(fh, cancel, f"converting {path}")
+
+
+__all__ = ["CancelOnRead", "cancellable"]

@@ -21,7 +21,7 @@ from typing import Any
 
 from keepstep.engine.files.convert.builder import Converted, MarkdownBuilder
 from keepstep.engine.files.convert.errors import UnreadableSourceError
-from keepstep.engine.files.convert.reading import CancelOnRead
+from keepstep.engine.files.convert.reading import cancellable
 
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _CANCEL_ROWS = 500
@@ -90,9 +90,8 @@ def convert_xlsx(path: Path, *, cancel: threading.Event | None
 
     # Read through a file that checks the cancel event: openpyxl opens a sheet without a
     # <dimension> element by parsing all of it, with no other point to notice a Ctrl-C.
-    with open(path, "rb") as fh:
-        return _convert_workbook(openpyxl, path, CancelOnRead(fh, cancel,
-                                                              f"converting {path}"), cancel)
+    with open(path, "rb") as fh, _no_full_collections():
+        return _read_workbook(openpyxl, path, cancellable(fh, cancel, path), cancel)
 
 
 _gc_lock = threading.Lock()
@@ -135,13 +134,7 @@ def _collect(builder: MarkdownBuilder) -> None:
     builder.check_cancel()
 
 
-def _convert_workbook(openpyxl: Any, path: Path, source: CancelOnRead,
-                      cancel: threading.Event | None) -> Converted:
-    with _no_full_collections():
-        return _read_workbook(openpyxl, path, source, cancel)
-
-
-def _read_workbook(openpyxl: Any, path: Path, source: CancelOnRead,
+def _read_workbook(openpyxl: Any, path: Path, source: Any,
                    cancel: threading.Event | None) -> Converted:
     try:
         wb = openpyxl.load_workbook(source, read_only=True, data_only=True)

@@ -87,7 +87,8 @@ class TextFile:
             found = block.find(sub, a, b)
             if found >= 0:
                 return base + found
-            tail = block[max(a, b - (len(sub) - 1)):b] if len(sub) > 1 else ""
+            if len(sub) > 1:  # a block shorter than that keeps some of the previous tail
+                tail = (tail + block[max(a, b - (len(sub) - 1)):b])[-(len(sub) - 1):]
         return -1
 
     def count(self, sub: str, start: int = 0, end: int | None = None) -> int:
@@ -109,18 +110,6 @@ class TextFile:
     def read(self) -> str:
         """The whole text as one string (it costs the whole text in memory)."""
         return self[0:len(self)]
-
-    def __str__(self) -> str:
-        return self.read()
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, TextFile):
-            return self.path == other.path or self.read() == other.read()
-        if isinstance(other, str):
-            return len(other) == len(self) and self.read() == other
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # equal to a str it cannot hash like
 
     # --- pieces ---------------------------------------------------------------------------
     def windows(self, start: int = 0, end: int | None = None, *, overlap: int = 0,
@@ -185,6 +174,15 @@ class TextFile:
         return self._finalizer is not None and self._finalizer.alive
 
 
+def line_pieces(text: str | TextFile) -> Iterator[tuple[int, str]]:
+    """(offset, piece) covering the text in whole lines: a string is one piece, a TextFile
+    comes in pieces of about a block that each end after a newline."""
+    if isinstance(text, str):
+        yield 0, text
+    else:
+        yield from text.windows(lines=True)
+
+
 def _unlink(path: str) -> None:
     try:
         os.unlink(path)
@@ -243,4 +241,4 @@ def _close_and_unlink(fh, path: str) -> None:
     _unlink(path)
 
 
-__all__ = ["SPILL_CHARS", "SPILL_FOLDER", "SpillWriter", "TextFile"]
+__all__ = ["SPILL_CHARS", "SPILL_FOLDER", "SpillWriter", "TextFile", "line_pieces"]

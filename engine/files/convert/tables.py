@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 
 from keepstep.engine.files.convert.model import ConvertedSource, TableRow
-from keepstep.engine.files.convert.spill import TextFile
+from keepstep.engine.files.convert.spill import TextFile, line_pieces
 
 _PIPE_LINE = re.compile(r"(?m)^ {0,3}\|.*$")
 _SEPARATOR = re.compile(r"^ {0,3}\|?(\s*:?-+:?\s*\|)*\s*:?-+:?\s*\|?\s*$")
@@ -31,11 +31,7 @@ def split_row(line: str) -> list[str]:
 
 
 def _pipe_lines(text: str | TextFile) -> Iterator[tuple[str, int, int]]:
-    if isinstance(text, str):
-        for match in _PIPE_LINE.finditer(text):
-            yield match.group(0), match.start(), match.end()
-        return
-    for base, piece in text.windows(lines=True):  # whole lines: a line never spans pieces
+    for base, piece in line_pieces(text):  # whole lines: a line never spans pieces
         for match in _PIPE_LINE.finditer(piece):
             yield match.group(0), base + match.start(), base + match.end()
 
