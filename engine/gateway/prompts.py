@@ -35,6 +35,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from keepstep.engine.errors import ProjectError
+from keepstep.engine.files.confine import project_file
 from keepstep.storage.hashing import sha256_hex
 
 PROJECT_PROMPTS_DIR = "prompts"
@@ -79,7 +80,7 @@ def _read(name: str, root: Path | None) -> tuple[bytes, str]:
         raise ProjectError(f"prompt name {name!r} is not valid",
                            hint="prompt names are lowercase words, e.g. extract or verify")
     if root is not None:
-        own = Path(root) / PROJECT_PROMPTS_DIR / f"{name}.md"
+        own = project_file(root, PROJECT_PROMPTS_DIR, f"{name}.md", what="prompt")
         if own.is_file():
             return own.read_bytes(), str(own)
     shipped = _package_dir().joinpath(f"{name}.md")

@@ -36,6 +36,7 @@ from keepstep.engine.errors import (
     RunCancelled,
     UnitTimedOut,
 )
+from keepstep.engine.files.confine import project_file
 from keepstep.engine.files.project import ProjectFiles
 from keepstep.engine.kinds.context import KindOutcome
 from keepstep.engine.kinds.model_step import DEFAULT_REVISE_ROUNDS, CheckedAnswer, StepCall
@@ -207,7 +208,7 @@ class AttemptContext:
     def data(self, name: str) -> dict[str, Any]:
         import tomllib
 
-        path = self.files.root / "data" / f"{name}.toml"
+        path = project_file(self.files.root, "data", f"{name}.toml", what="data file")
         try:
             return _parsed_toml(path)
         except FileNotFoundError:
@@ -242,7 +243,7 @@ class AttemptContext:
         return json.loads(self.dep_bytes(unit_id, name))
 
     def template_text(self, name: str) -> str:
-        path = self.files.root / "templates" / f"{name}.md"
+        path = project_file(self.files.root, "templates", f"{name}.md", what="template")
         if not path.is_file():
             raise KeepstepError(f"{self.unit.id}: template {name!r} is missing ({path})",
                                 hint="add the template file or fix the unit's template input")

@@ -41,6 +41,7 @@ from keepstep.engine.core.presets import (
 )
 from keepstep.engine.core.templates import layout, placeholders, syntax_error
 from keepstep.engine.errors import PlanValidationError
+from keepstep.engine.files.confine import confinement_problems, unsafe_file
 from keepstep.engine.files.sources import check_sources
 
 TEMPLATES_DIR, DATA_DIR = "templates", "data"
@@ -81,6 +82,8 @@ def _render_problems(root: Path, plan: Plan, unit: Any) -> list[PlanProblem]:
     except ValidationError:
         return []  # reported by the plan's own checks
     out = []
+    if unsafe_file(root, TEMPLATES_DIR, f"{params.template}.md"):  # confinement_problems says it
+        return []
     path = root / TEMPLATES_DIR / f"{params.template}.md"
     if not path.is_file():
         return [unit_problem(unit.id, "params.template", f"template file {TEMPLATES_DIR}/"
@@ -147,7 +150,7 @@ def _columns(text: str) -> list[str]:
 def file_problems(files: Any) -> list[PlanProblem]:
     """The plan's problems that need the project folder (``files``: ``ProjectFiles``)."""
     root, plan, config = Path(files.root), files.plan, files.config
-    out: list[PlanProblem] = []
+    out: list[PlanProblem] = confinement_problems(files)
     approved = files.approved_sources()
     data_seen: set[str] = set()
     for unit in plan.units:
@@ -187,7 +190,7 @@ def file_problems(files: Any) -> list[PlanProblem]:
             out += _prompt_problems(root, unit)
     for name in sorted(data_seen):
         path = root / DATA_DIR / f"{name}.toml"
-        if path.is_file():
+        if path.is_file() and not unsafe_file(root, DATA_DIR, f"{name}.toml"):
             try:
                 tomllib.loads(path.read_text(encoding="utf-8"))
             except tomllib.TOMLDecodeError as exc:
