@@ -14,6 +14,7 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
+from keepstep.engine.files.convert.archive import check_package
 from keepstep.engine.files.convert.builder import Converted
 from keepstep.engine.files.convert.detect import detect_format
 from keepstep.engine.files.convert.errors import (
@@ -32,6 +33,7 @@ from keepstep.engine.files.convert.model import (
     SourceInfo,
 )
 
+ZIP_FORMATS = ("docx", "xlsx", "pptx")
 # Bump a format's revision whenever keepstep's own code for it would turn the same bytes into
 # different text or locators: the version string changes, so cached conversions are redone
 # and the engine sees a `tool` change for units that read that format.
@@ -134,6 +136,8 @@ def convert(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES,
     path = Path(path)
     check_file(path, max_bytes)
     fmt = detect_format(path)
+    if fmt in ZIP_FORMATS:  # before any parser: a zip bomb or entity expansion is refused here
+        check_package(path, fmt, max_bytes, cancel)
     func = _dispatch(fmt)
     kwargs: dict = {"cancel": cancel}
     if fmt in ("docx", "pptx"):

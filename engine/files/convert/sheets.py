@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from keepstep.engine.files.convert.archive import EntityExpansionError
 from keepstep.engine.files.convert.builder import Converted, MarkdownBuilder
 from keepstep.engine.files.convert.errors import UnreadableSourceError
 from keepstep.engine.files.convert.reading import cancellable
@@ -139,7 +140,7 @@ def _read_workbook(openpyxl: Any, path: Path, source: Any,
     try:
         wb = openpyxl.load_workbook(source, read_only=True, data_only=True)
     except Exception as exc:  # openpyxl raises zip, KeyError and its own errors
-        raise UnreadableSourceError(path, "xlsx", type(exc).__name__) from None
+        raise _refusal(path, exc) from None
     builder = MarkdownBuilder(cancel, sections=False, what=f"converting {path}")
     names: list[str] = []
     warnings: list[str] = []
@@ -152,10 +153,27 @@ def _read_workbook(openpyxl: Any, path: Path, source: Any,
             _convert_sheet(ws, builder)
         _collect(builder)
     except Exception as exc:
-        raise UnreadableSourceError(path, "xlsx", type(exc).__name__) from None
+        raise _refusal(path, exc) from None
     finally:
         wb.close()
     return builder.result(sheets=names, warnings=warnings)
+
+
+def _refusal(path: Path, exc: Exception) -> Exception:
+    """What to raise for a library error: entity declarations (defusedxml, used by openpyxl
+    when installed, refuses them) name the limit; anything else is an unreadable workbook."""
+    try:
+        from defusedxml import DefusedXmlException  # openpyxl's optional XML guard
+    except ImportError:  # pragma: no cover - defusedxml absent: check_package caught them
+        DefusedXmlException = ()  # noqa: N806
+    cause: BaseException | None = exc
+    for _ in range(8):  # openpyxl wraps it in a plain ValueError: follow the chain
+        if cause is None:
+            break
+        if DefusedXmlException and isinstance(cause, DefusedXmlException):
+            return EntityExpansionError(path, "a workbook part")
+        cause = cause.__cause__ or cause.__context__
+    return UnreadableSourceError(path, "xlsx", type(exc).__name__)
 
 
 def _convert_sheet(ws, builder: MarkdownBuilder) -> None:
