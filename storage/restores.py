@@ -59,6 +59,8 @@ class RestoreReport(BaseModel):
     units_to_redo: dict[str, list[str]] = Field(default_factory=dict)  # "run/branch" -> units
     historical_missing: list[str] = Field(default_factory=list)  # no longer current: harmless
     missing: list[str] = Field(default_factory=list)
+    # Files the backup holds that its manifest does not list: not restored, never read.
+    unlisted: list[str] = Field(default_factory=list)
     tampered: list[str] = Field(default_factory=list)
     chain_problems: list[str] = Field(default_factory=list)
     replaced: str | None = None  # where a forced restore moved the old state folder
@@ -91,6 +93,20 @@ class Source:
         if self.zip is not None:
             self.zip.close()
 
+    def sizes(self) -> dict[str, int]:
+        """Every file the backup holds -> its declared size (the zip directory, or lstat for
+        a folder), read without opening any file. A symbolic link in a folder is listed
+        with size -1: it is never followed."""
+        if self.zip is not None:
+            return {i.filename: i.file_size for i in self.zip.infolist() if not i.is_dir()}
+        out: dict[str, int] = {}
+        for folder, _dirs, files in os.walk(self.path, followlinks=False):
+            for name in files:
+                full = Path(folder) / name
+                rel = full.relative_to(self.path).as_posix()
+                out[rel] = -1 if full.is_symlink() else full.lstat().st_size
+        return out
+
     def exists(self, rel: str) -> bool:
         if self.zip is not None:
             try:
@@ -110,13 +126,21 @@ def read_manifest(src: Source) -> BackupManifest:
     if not src.exists(MANIFEST):
         raise StorageError(f"{src.path} is not a keepstep backup (no {MANIFEST})",
                            hint="pass a folder or .zip written by `keepstep backup`")
+    declared = src.sizes().get(MANIFEST, 0)
+    if declared > MANIFEST_LIMIT or declared < 0:
+        raise StorageError(f"{src.path}: {MANIFEST} declares {declared} bytes (over the "
+                           f"{MANIFEST_LIMIT // (1024 * 1024)} MB limit, or a link); not read",
+                           hint="this is not a keepstep backup, or it was edited")
     with src.open(MANIFEST) as fh:
-        data = json.loads(fh.read().decode("utf-8"))
+        data = json.loads(fh.read(MANIFEST_LIMIT + 1).decode("utf-8"))
     manifest = BackupManifest.model_validate(data)
     if manifest.format != FORMAT or manifest.format_version > FORMAT_VERSION:
         raise StorageError(f"{src.path}: unsupported backup format {manifest.format} "
                            f"v{manifest.format_version}", hint="upgrade keepstep")
     return manifest
+
+
+MANIFEST_LIMIT = 64 * 1024 * 1024
 
 
 def _refuse(report: RestoreReport, message: str, hint: str) -> RestoreRefused:
@@ -203,12 +227,20 @@ def restore(backup_path: Path, into_dir: Path, *, force: bool = False) -> Restor
                  + ", ".join(b.units_to_redo) for b in report.baselines if b.units_to_redo]
         report.message = "the database and the artifacts come from different moments: " \
                          + "; ".join(parts) + " — resuming the run redoes them"
+    if report.unlisted:
+        report.message += (f"; {len(report.unlisted)} file(s) in the backup are not in its "
+                           f"manifest and were not restored: {_listed(report.unlisted)}")
     return report
 
 
 def _stage_files(src: Source, manifest: BackupManifest, staging: Path,
                  report: RestoreReport) -> None:
-    """Copy every listed file into ``staging`` while hashing it; record what fails."""
+    """Copy every listed file into ``staging`` while hashing it (never past its listed
+    size); record what fails. A file whose declared size differs from the manifest's is
+    tampered without being read; files the manifest does not list are named, never read."""
+    sizes = src.sizes()
+    listed = {f.path for f in manifest.files}
+    report.unlisted = sorted(n for n in sizes if n not in listed and n != MANIFEST)
     for f in manifest.files:
         rel = safe_rel(f.path)
         if rel.parts[0] not in (DB_NAME, "artifacts"):
@@ -216,6 +248,9 @@ def _stage_files(src: Source, manifest: BackupManifest, staging: Path,
                           "this is not a keepstep backup, or it was edited")
         if not src.exists(f.path):
             report.missing.append(f.path)
+            continue
+        if sizes.get(f.path, f.size) != f.size:
+            report.tampered.append(f.path)
             continue
         dst = staging.joinpath(*rel.parts)
         with src.open(f.path) as fh:

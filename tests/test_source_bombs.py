@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from keepstep.engine.files.convert import SourceTooLargeError, convert
+from keepstep.engine.files.convert import ConversionError, SourceTooLargeError, convert
 from keepstep.engine.files.convert import archive
 from keepstep.engine.files.convert.archive import EntityExpansionError, ZipBombError
 from tests.support.bombs import billion_laughs, declare_size, small_office, zip_bomb
@@ -41,15 +41,23 @@ def test_a_real_xlsx_zip_bomb_is_refused_by_the_total_limit(tmp_path: Path,
         convert(path)
 
 
-@pytest.mark.parametrize("fmt", ["xlsx", "docx", "pptx"])
-def test_billion_laughs_is_refused_naming_the_limit(tmp_path: Path, fmt: str) -> None:
-    """Nested entity declarations are refused naming the part and the limit, not as
-    'could not be read as XLSX (ValueError)'."""
-    path = billion_laughs(tmp_path / f"laughs.{fmt}", fmt)
+def test_xlsx_billion_laughs_is_refused_naming_the_limit(tmp_path: Path) -> None:
+    """Nested entity declarations in a workbook are refused naming the part and the limit,
+    not as 'could not be read as XLSX (ValueError)'."""
+    path = billion_laughs(tmp_path / "laughs.xlsx", "xlsx")
     with pytest.raises(EntityExpansionError) as err:
         convert(path)
     text = str(err.value)
-    assert str(path) in text and "0 entity declarations" in text and "ValueError" not in text
+    assert str(path) in text and "xl/worksheets/sheet1.xml" in text
+    assert "0 entity declarations" in text and "ValueError" not in text
+
+
+@pytest.mark.parametrize("fmt", ["docx", "pptx"])
+def test_docx_pptx_billion_laughs_is_refused_by_expats_limit(tmp_path: Path, fmt: str) -> None:
+    """DOCX and PPTX parts go through expat, whose amplification limit refuses them."""
+    path = billion_laughs(tmp_path / f"laughs.{fmt}", fmt)
+    with pytest.raises(ConversionError, match="amplification factor"):
+        convert(path)
 
 
 def test_openpyxl_entity_refusal_also_names_the_limit(tmp_path: Path, monkeypatch) -> None:

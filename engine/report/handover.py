@@ -443,67 +443,160 @@ class BundleReport(BaseModel):
         return "\n".join(lines)
 
 
+# Bounds for a bundle received from someone else: verify_bundle never reads a file the
+# manifest does not list, never reads more than the manifest declares for a file, and hashes
+# in blocks, so a bomb costs neither time nor memory.
+MANIFEST_LIMIT = 64 * 1024 * 1024
+FILE_LIMIT = 1024 * 1024 * 1024  # one listed file
+SCAN_LIMIT = 16 * 1024 * 1024  # a file larger than this is scanned for keys block by block
+_BLOCK = 1024 * 1024
+
+
+class _Bundle:
+    """A bundle folder or zip: its files with their sizes (from the zip directory or lstat,
+    no file read) and bounded streams over them. Symbolic links in a folder are not
+    followed: they are listed as problems."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.zip: zipfile.ZipFile | None = None
+        self.sizes: dict[str, int] = {}
+        self.links: list[str] = []
+        if path.is_dir():
+            for folder, dirs, files in os.walk(path, followlinks=False):
+                for name in dirs + files:
+                    full = Path(folder) / name
+                    rel = full.relative_to(path).as_posix()
+                    st = full.lstat()
+                    if full.is_symlink():
+                        self.links.append(rel)
+                    elif name in files and full.is_file():
+                        self.sizes[rel] = st.st_size
+            return
+        self.zip = zipfile.ZipFile(path)
+        for info in self.zip.infolist():
+            if not info.is_dir():
+                self.sizes[info.filename] = info.file_size
+
+    def close(self) -> None:
+        if self.zip is not None:
+            self.zip.close()
+
+    def open(self, rel: str):  # noqa: ANN201 - a binary stream
+        if self.zip is not None:
+            return self.zip.open(rel)
+        return open(self.path / rel, "rb")  # noqa: SIM115 - the caller closes it
+
+    def read(self, rel: str, limit: int) -> bytes:
+        """At most ``limit`` bytes of ``rel`` (the caller checked the declared size)."""
+        with self.open(rel) as fh:
+            return fh.read(limit)
+
+    def blocks(self, rel: str, limit: int) -> Iterator[bytes]:
+        """``rel``'s bytes in blocks, stopping after ``limit`` + 1 bytes."""
+        left = limit + 1
+        with self.open(rel) as fh:
+            while left > 0:
+                block = fh.read(min(_BLOCK, left))
+                if not block:
+                    return
+                left -= len(block)
+                yield block
+
+
 @contextmanager
 def _opened(path: Path) -> Iterator[tuple[list[str], Callable[[str], bytes]]]:
-    """(file names, read(name) -> bytes) of a bundle folder or zip."""
-    if path.is_dir():
-        names = [p.relative_to(path).as_posix() for p in sorted(path.rglob("*")) if p.is_file()]
-        yield names, lambda rel: (path / rel).read_bytes()
-        return
-    with zipfile.ZipFile(path) as zf:
-        yield [n for n in zf.namelist() if not n.endswith("/")], zf.read
+    """(file names, read(name) -> bytes) of a bundle folder or zip (each read bounded)."""
+    bundle = _Bundle(path)
+    try:
+        yield sorted(bundle.sizes), lambda rel: bundle.read(rel, FILE_LIMIT)
+    finally:
+        bundle.close()
 
 
 def verify_bundle(path: str | Path) -> BundleReport:
     """Check every file against manifest.json (folder or zip): missing and changed files,
-    files the manifest does not list, key-like strings, and the deliverables' artifact hashes."""
+    files the manifest does not list, key-like strings, and the deliverables' artifact hashes.
+
+    Safe on a bundle from anyone: a file the manifest does not list is reported without
+    being read, a declared size (zip directory, or the file's size) that differs from the
+    manifest's is a change found without reading, and listed files are hashed in blocks up
+    to their declared size, so a zip bomb is refused in seconds with bounded memory."""
     path = Path(path)
     report = BundleReport(path=str(path), ok=False)
     if not path.exists():
         report.problems.append("no such file or folder")
         return report
     try:
-        with _opened(path) as (names, read):
-            _check(report, names, read)
-    except zipfile.BadZipFile:
+        bundle = _Bundle(path)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError):
         report.problems.append("not a folder and not a zip file")
+        return report
+    try:
+        _check(report, bundle)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
+            NotImplementedError, RuntimeError) as exc:
+        report.problems.append(f"the bundle is damaged ({type(exc).__name__})")
+    finally:
+        bundle.close()
     report.ok = report.files_ok and not report.unverified_chain
     return report
 
 
-def _check(report: BundleReport, names: list[str], read: Callable[[str], bytes]) -> None:
-    if MANIFEST not in names:
+def _read_manifest(report: BundleReport, bundle: _Bundle) -> dict[str, Any] | None:
+    size = bundle.sizes.get(MANIFEST)
+    if size is None:
         report.problems.append("manifest.json is missing")
-        return
+        return None
+    if size > MANIFEST_LIMIT:
+        report.problems.append(f"manifest.json declares {size} bytes, over the "
+                               f"{MANIFEST_LIMIT // (1024 * 1024)} MB limit; not read")
+        return None
     try:
-        manifest = json.loads(read(MANIFEST))
-        files = {f["path"]: f for f in manifest["files"]}
+        manifest = json.loads(bundle.read(MANIFEST, MANIFEST_LIMIT))
+        manifest["files"] = {str(f["path"]): f for f in manifest["files"]}
     except (ValueError, KeyError, TypeError) as exc:
         report.problems.append(f"manifest.json is unreadable: {exc}")
+        return None
+    return manifest
+
+
+def _check(report: BundleReport, bundle: _Bundle) -> None:
+    report.problems += [f"{rel} is a symbolic link (not followed)" for rel in bundle.links]
+    manifest = _read_manifest(report, bundle)
+    if manifest is None:
         return
+    files: dict[str, dict[str, Any]] = manifest["files"]
     if manifest.get("format") != BUNDLE_FORMAT:
         report.problems.append(f"unknown bundle format {manifest.get('format')!r}")
-    present = set(names)
+    present = set(bundle.sizes)
+    report.unlisted = sorted(n for n in present - set(files) - {MANIFEST}
+                             if not n.split("/")[-1].startswith(".")
+                             and not n.startswith("__MACOSX/"))
     for rel, entry in sorted(files.items()):
         if rel not in present:
             report.missing.append(rel)
             continue
-        data = read(rel)
+        expected = entry.get("size")
+        declared = bundle.sizes[rel]
+        if not isinstance(expected, int) or declared != expected or declared > FILE_LIMIT:
+            if isinstance(expected, int) and declared > FILE_LIMIT:
+                report.problems.append(f"{rel} declares {declared} bytes, over the "
+                                       f"{FILE_LIMIT // (1024 * 1024)} MB limit; not read")
+            report.changed.append(FileProblem(
+                path=rel, problem="changed", expected_sha256=str(entry.get("sha256")),
+                actual_sha256=f"(not read: {declared} bytes, manifest says {expected})"))
+            continue
         report.checked += 1
-        actual = _sha256(data)
-        if actual != entry.get("sha256") or len(data) != entry.get("size"):
+        actual, size, found = _hash_and_scan(bundle, rel, expected)
+        report.secrets += [f"{rel}: {name}" for name in found]
+        if actual != entry.get("sha256") or size != expected:
             report.changed.append(FileProblem(path=rel, problem="changed",
                                               expected_sha256=str(entry.get("sha256")),
                                               actual_sha256=actual))
-    report.unlisted = sorted(n for n in present - set(files) - {MANIFEST}
-                             if not n.split("/")[-1].startswith(".")
-                             and not n.startswith("__MACOSX/"))
-    for rel in sorted(present):
-        try:
-            text = read(rel).decode("utf-8")
-        except UnicodeDecodeError:
-            continue
-        report.secrets += [f"{rel}: {name}" for name in find_secrets(text)]
+    if MANIFEST in present:
+        report.secrets += [f"{MANIFEST}: {name}"
+                           for name in _scan(bundle.read(MANIFEST, MANIFEST_LIMIT))]
     chain = manifest.get("chain") or {}
     if chain.get("verified") is False:
         report.unverified_chain = [str(p) for p in chain.get("problems", [])] or ["(no detail)"]
@@ -511,6 +604,38 @@ def _check(report: BundleReport, names: list[str], read: Callable[[str], bytes])
         rel = row.get("bundle_path")
         if rel and rel in files and files[rel].get("sha256") != row.get("sha256"):
             report.problems.append(f"{rel} does not have the committed artifact's sha256")
+
+
+def _hash_and_scan(bundle: _Bundle, rel: str, limit: int) -> tuple[str, int, list[str]]:
+    """sha256 and size of ``rel`` read in blocks (at most ``limit`` + 1 bytes), and the
+    key-like patterns in it (a small file as a whole, a large one block by block)."""
+    h = hashlib.sha256()
+    size = 0
+    kept: list[bytes] = []
+    found: set[str] = set()
+    tail = b""
+    for block in bundle.blocks(rel, limit):
+        h.update(block)
+        size += len(block)
+        if limit <= SCAN_LIMIT:
+            kept.append(block)
+        else:
+            found.update(_scan(tail + block, strict=False))
+            tail = block[-4096:]
+    if kept:
+        found.update(_scan(b"".join(kept)))
+    return h.hexdigest(), size, sorted(found)
+
+
+def _scan(data: bytes, *, strict: bool = True) -> list[str]:
+    """Key-like patterns in ``data`` as UTF-8 text (none for binary data when ``strict``)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        if strict:
+            return []
+        text = data.decode("utf-8", errors="replace")
+    return find_secrets(text)
 
 
 def bundle_files(path: str | Path) -> list[str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO
 from xml.etree import ElementTree as ET
 
+from keepstep.engine.files.convert.archive import check_zip
 from keepstep.engine.files.convert.errors import SourceTooLargeError, UnreadableSourceError
 from keepstep.engine.files.convert.reading import cancellable
 
@@ -57,6 +58,11 @@ class Package:
                                         f"{type(exc).__name__}") from None
         except BaseException:
             self._close_file()
+            raise
+        try:  # a zip bomb is refused from the directory, before any part is read
+            check_zip(self.zip, path, fmt, max_bytes, prologs=False)
+        except BaseException:
+            self.close()
             raise
         self.names = set(self.zip.namelist())
         self.budget = min(max(path.stat().st_size * EXPANSION_LIMIT, EXPANSION_FLOOR),

@@ -15,13 +15,15 @@ import datetime as dt
 import gc
 import re
 import threading
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from keepstep.engine.files.convert.archive import EntityExpansionError
+from keepstep.engine.files.convert.archive import EntityExpansionError, check_zip
 from keepstep.engine.files.convert.builder import Converted, MarkdownBuilder
 from keepstep.engine.files.convert.errors import UnreadableSourceError
+from keepstep.engine.files.convert.model import DEFAULT_MAX_BYTES
 from keepstep.engine.files.convert.reading import cancellable
 
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
@@ -84,15 +86,23 @@ def _is_heading(cell, text: str) -> bool:
     return bold and len(text) <= 120 and not text.rstrip().endswith((".", ":", ";"))
 
 
-def convert_xlsx(path: Path, *, cancel: threading.Event | None
-                 ) -> Converted:
-    """A workbook, sheet by sheet, row by row."""
+def convert_xlsx(path: Path, *, cancel: threading.Event | None,
+                 max_bytes: int = DEFAULT_MAX_BYTES) -> Converted:
+    """A workbook, sheet by sheet, row by row (refused first if its zip is a bomb or a part
+    declares XML entities: ``archive.check_zip``)."""
     import openpyxl  # imported here: only a workbook needs it
 
     # Read through a file that checks the cancel event: openpyxl opens a sheet without a
     # <dimension> element by parsing all of it, with no other point to notice a Ctrl-C.
     with open(path, "rb") as fh, _no_full_collections():
-        return _read_workbook(openpyxl, path, cancellable(fh, cancel, path), cancel)
+        source = cancellable(fh, cancel, path)
+        try:  # bounded (the directory, a few KB per XML part): no cancel point needed
+            with zipfile.ZipFile(fh) as zf:
+                check_zip(zf, path, "xlsx", max_bytes, prologs=True)
+        except zipfile.BadZipFile:
+            raise UnreadableSourceError(path, "xlsx", "the ZIP package is damaged") from None
+        fh.seek(0)
+        return _read_workbook(openpyxl, path, source, cancel)
 
 
 _gc_lock = threading.Lock()
