@@ -73,10 +73,32 @@ def describe_error(exc: BaseException) -> tuple[int, str] | None:
         return EXIT_RUNTIME, str(exc)
     if isinstance(exc, RunCancelled):
         return EXIT_CANCELLED, "cancelled at the next safe point"
+    if isinstance(exc, PermissionError):
+        return EXIT_RUNTIME, permission_message(exc)
     if isinstance(exc, LeaseLost):
         return EXIT_RUNTIME, ("this executor lost its lease to another one; its output is left "
                               "as an orphan\n  → check `keepstep status`, then resume")
     return None
+
+
+def permission_message(exc: PermissionError) -> str:
+    """Which permission is missing on which path, and the command that grants it (an
+    unreadable state folder is the user's to fix, not a bug in keepstep)."""
+    path = Path(exc.filename) if exc.filename else None
+    if path is None:
+        return f"permission denied ({exc.strerror or exc})\n  → check that your user may " \
+               "read and write the project folder and its .keepstep state folder"
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    folder = probe if probe.is_dir() else probe.parent
+    missing = [name for flag, name in ((os.R_OK, "read"), (os.W_OK, "write"))
+               if not os.access(probe, flag)]
+    if folder.is_dir() and not os.access(folder, os.X_OK):
+        missing.append("enter (execute)")
+    what = " and ".join(missing) or "read and write"
+    return (f"permission denied: your user may not {what} {probe}\n  → give it back with "
+            f"`chmod -R u+rwX {folder}` (or run keepstep as the folder's owner)")
 
 
 def print_error(message: str) -> None:

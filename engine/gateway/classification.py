@@ -23,6 +23,7 @@ from keepstep.engine.errors import (
     RateLimited,
     TransientModelError,
 )
+from keepstep.engine.gateway.redaction import body_line
 
 _MESSAGE_LIMIT = 200
 
@@ -61,7 +62,7 @@ def _safe_detail(exc: BaseException, secrets: Iterable[str | None]) -> str:
     if not isinstance(detail, str) or not detail:
         detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
     detail = _LITELLM_PREFIX.sub("", str(detail).strip().splitlines()[0] if detail.strip() else "")
-    detail = scrub(detail, secrets)
+    detail = body_line(scrub(detail, secrets), _MESSAGE_LIMIT)  # first line; no body
     if len(detail) > _MESSAGE_LIMIT:
         detail = detail[: _MESSAGE_LIMIT - 1] + "…"
     return detail or type(exc).__name__

@@ -7,6 +7,7 @@ this is the second line: the handover bundle and the narrative pass every string
 
 from __future__ import annotations
 
+import json
 import re
 
 SECRET_PATTERNS = (
@@ -32,4 +33,38 @@ def redact(text: str) -> str:
     return text
 
 
-__all__ = ["SECRET_PATTERNS", "find_secrets", "redact"]
+BODY_LINE_LIMIT = 160
+_BODY_START = re.compile(r"[{\[<]")
+
+
+def body_line(text: str, limit: int = BODY_LINE_LIMIT) -> str:
+    """What may be kept of a provider's error body: its first line, and of a JSON body only
+    its ``message`` (an HTML or other markup body is dropped), redacted, at most ``limit``
+    characters. The status and the error class are kept by the caller; the rest of the
+    body (echoed prompts, request ids, account details) is never stored or printed."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    line = lines[0] if lines else ""
+    match = _BODY_START.search(line)
+    if match:
+        head, body = line[:match.start()].rstrip(" -:"), line[match.start():]
+        message = _json_message(body)
+        line = f"{head}: {message}" if head and message else (message or head)
+    line = redact(line)
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
+def _json_message(body: str) -> str:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return ""
+    for _ in range(3):  # {"error": {"message": ...}} or {"message": ...}
+        if not isinstance(data, dict):
+            return ""
+        if isinstance(data.get("message"), str):
+            return data["message"].strip().splitlines()[0] if data["message"].strip() else ""
+        data = data.get("error")
+    return ""
+
+
+__all__ = ["BODY_LINE_LIMIT", "SECRET_PATTERNS", "body_line", "find_secrets", "redact"]

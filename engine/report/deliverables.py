@@ -24,7 +24,9 @@ from pydantic import BaseModel, Field
 
 from keepstep.engine.core.timefmt import iso_utc
 from keepstep.engine.errors import KeepstepError
+from keepstep.engine.files.confine import check_name
 from keepstep.engine.report.views import DELIVERABLE_KINDS
+from keepstep.storage import ChainBroken
 from keepstep.storage.hashing import sha256_hex
 
 if TYPE_CHECKING:
@@ -140,6 +142,14 @@ def export_deliverables(run: RunHandle, out: str | Path | None = None) -> Delive
     Raises KeepstepError (nothing written) when a file no longer matches its record, or when
     ``out`` holds something that is not an earlier export."""
     folder = Path(out) if out is not None else default_folder(run)
+    chain = run.store.verify_chain(run.run_id, run.branch_id)
+    if not chain.ok:  # as resume and handover do: never hand out what cannot be trusted
+        where = "; ".join(f"checkpoint {p.version}: {p.problem}" for p in chain.problems[:3])
+        raise ChainBroken(
+            f"run {run.run_id} ({run.branch_id}): the checkpoint chain does not verify "
+            f"({where}); its deliverables cannot be trusted, so nothing was exported",
+            hint=f"see where it breaks with `keepstep verify {run.project.root} --run "
+            f"{run.run_id}` and restore from a backup (`keepstep restore`)")
     if folder.exists() and (not folder.is_dir() or (any(folder.iterdir())
                                                     and not _is_export(folder))):
         raise KeepstepError(f"{folder} exists and is not an earlier deliverables export",
@@ -163,6 +173,7 @@ def export_deliverables(run: RunHandle, out: str | Path | None = None) -> Delive
     try:
         for unit_id, name, attempt, data in rows:
             file = f"{unit_id}-{name}" if names.count(name) > 1 else name
+            check_name(file, "deliverable")  # validate refuses it too; the plan may be old
             (staging / file).write_bytes(data)
             files.append(ExportedFile(unit=unit_id, name=name, file=file, attempt=attempt,
                                       sha256=sha256_hex(data), size=len(data)))
