@@ -79,3 +79,53 @@ def test_export_refuses_a_run_whose_chain_is_broken(tmp_path: Path) -> None:
     result = RUNNER.invoke(app, ["export", str(root), "--run", RUN, "--out", str(out)])
     assert result.exit_code != 0 and "checkpoint 3" in result.output
     assert not out.exists()
+
+
+def test_keys_test_inside_a_project_calls_the_projects_api_base(tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    """Run inside a project whose keepstep.toml points api_base at a local server,
+    `keys test openai` (no --project) calls that server; `keys status` shows it too."""
+    from tests.support.model_server import running_server
+    from tests.support.small_project import write_config
+
+    for var in ("OPENAI_API_BASE", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-keepstep-SECRET-0123456789")
+    root = make_small_project(tmp_path / "p")
+    with running_server("clean") as server:
+        write_config(root, default_model="openai/gpt-4o-mini", api_base=server.api_base)
+        monkeypatch.chdir(root / "sources")
+        result = RUNNER.invoke(app, ["keys", "test", "openai"])
+        assert result.exit_code == 0, result.output
+        assert len(server.log) == 1
+        assert f"answered at {server.api_base} (keepstep.toml)" in result.output
+        status = RUNNER.invoke(app, ["keys", "status"])
+        assert f"openai: key environment OPENAI_API_KEY · calls go to {server.api_base} " \
+               "(keepstep.toml)" in status.output
+
+
+def test_keys_test_never_sends_a_key_to_an_unnamed_address_unasked(tmp_path: Path,
+                                                                    monkeypatch) -> None:
+    """Outside any project, an OPENAI_API_BASE that is neither OpenAI's nor this machine's
+    is named and refused before any call; --yes sends it."""
+    import keepstep.engine.gateway.client as client
+
+    calls: list[dict] = []
+
+    def completion(**kwargs):
+        calls.append(kwargs)
+        raise ConnectionError("no network in tests")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-keepstep-SECRET-0123456789")
+    monkeypatch.setenv("OPENAI_API_BASE", "http://collector.example.test/v1")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    litellm = client._litellm()
+    monkeypatch.setattr(litellm, "completion", completion)
+    monkeypatch.chdir(tmp_path)
+    refused = RUNNER.invoke(app, ["keys", "test", "openai"])
+    assert refused.exit_code == 2, refused.output
+    assert "http://collector.example.test/v1" in refused.output and "nothing was sent" in \
+        refused.output and "--yes" in refused.output
+    assert calls == []
+    sent = RUNNER.invoke(app, ["keys", "test", "openai", "--yes"])
+    assert calls, sent.output  # (a connection error is retried)
+    assert "http://collector.example.test/v1 (environment OPENAI_API_BASE)" in sent.output

@@ -17,20 +17,35 @@ import typer
 
 from keepstep.app.cli import output as out
 from keepstep.app.cli.common import EXIT_RUNTIME, JsonOpt, UsageProblem, add_command, check_dir
+from keepstep.app.cli.output import find_project
 
 if TYPE_CHECKING:
     from keepstep.engine import KeyStatus
 
 ProviderArg = Annotated[str, typer.Argument(help="e.g. openai, anthropic.")]
 ProjectOpt = Annotated[Path | None, typer.Option(
-    "--project", help="A project folder: also list the providers its models use, at the "
-    "addresses its keepstep.toml sets.")]
+    "--project", help="A project folder (default: the one holding the working directory, "
+    "as for every command): also list the providers its models use, at the addresses its "
+    "keepstep.toml sets.")]
 
 
-def _rows(root: Path | None) -> list[KeyStatus]:
-    from keepstep.engine import key_statuses, load_config
+def _project_root(root: Path | None) -> Path | None:
+    """``--project``, else the project the working directory is in (like every other
+    command), else None."""
+    return check_dir(root) if root is not None else find_project()
 
-    return key_statuses(load_config(check_dir(root)) if root is not None else None)
+
+def _config(root: Path | None):  # noqa: ANN202 - engine.ProjectConfig, imported lazily
+    from keepstep.engine import load_config
+
+    found = _project_root(root)
+    return load_config(found) if found is not None else None
+
+
+def _rows(root: Path | None, *, project: bool = True) -> list[KeyStatus]:
+    from keepstep.engine import key_statuses
+
+    return key_statuses(_config(root) if project else None)
 
 
 def keys_status(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
@@ -56,7 +71,7 @@ def keys_status(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
 
 def keys_list(as_json: JsonOpt = False) -> None:
     """The providers that have a key, and where it comes from (never the key)."""
-    rows = [r for r in _rows(None) if r.key not in ("missing", "not needed")]
+    rows = [r for r in _rows(None, project=False) if r.key not in ("missing", "not needed")]
     if as_json:
         typer.echo(out.to_json([{"provider": r.provider, "key": r.key} for r in rows]))
         return
@@ -81,14 +96,17 @@ def keys_test(provider: ProviderArg,
               model: Annotated[str | None, typer.Option(
                   "--model", help="The model to ask (default: the project's, or a small one "
                   "of the provider).")] = None,
-              project: ProjectOpt = None) -> None:
+              project: ProjectOpt = None,
+              yes: Annotated[bool, typer.Option(
+                  "--yes", help="Send the key even to an address neither the provider nor "
+                  "the project names (e.g. from an environment variable).")] = False) -> None:
     """Make one tiny call with the provider's key and say whether it answered (costs a
-    fraction of a cent on a paid provider; nothing is recorded in any run)."""
-    from keepstep.engine import KeepstepError, check_key, load_config
+    fraction of a cent on a paid provider; nothing is recorded in any run). Inside a
+    project, the call goes to the address its keepstep.toml sets."""
+    from keepstep.engine import KeepstepError, check_key
 
     try:
-        result = check_key(provider, model=model,
-                           config=load_config(check_dir(project)) if project else None)
+        result = check_key(provider, model=model, config=_config(project), send_anywhere=yes)
     except KeepstepError as exc:
         raise UsageProblem(exc.message, exc.hint) from None
     if not result.ok:

@@ -167,10 +167,14 @@ class _NoLedger:
 
 
 def check_key(provider: str, *, model: str | None = None,
-              config: ProjectConfig | None = None) -> KeyCheck:
+              config: ProjectConfig | None = None, send_anywhere: bool = False) -> KeyCheck:
     """Make one tiny call with the provider's key and say whether it answered (costs a
-    fraction of a cent on a paid provider; nothing is recorded in any run). Raises
-    KeepstepError when no model to test with is known."""
+    fraction of a cent on a paid provider; nothing is recorded in any run). The address is
+    the project's (``config``: its ``api_bases``/``api_base``), else the environment's, else
+    litellm's default. Raises KeepstepError when no model to test with is known, and — the
+    key is never sent where nobody named it — when the key would go to an address that is
+    neither the provider's own, nor this machine, nor named by the project's keepstep.toml,
+    unless ``send_anywhere``."""
     from keepstep.engine.errors import KeepstepError, ModelError
     from keepstep.engine.gateway.client import CallContext, ModelGateway, ModelRequest
     from keepstep.engine.gateway.prompts import input_block
@@ -180,7 +184,17 @@ def check_key(provider: str, *, model: str | None = None,
     if model is None:
         raise KeepstepError(f"no model to test {provider} with", hint="pass --model "
                             "PROVIDER/MODEL")
+    if configured is None and config is not None:  # a provider none of its models use
+        configured = config.api_base_for(f"{provider}/{model.split('/', 1)[-1]}")
     address, origin = keys.provider_address(provider, configured=configured)
+    if not send_anywhere and origin != "keepstep.toml" and keys.key_source(provider) and \
+            keys.unexpected_address(provider, address):
+        namer = "no project" if config is None else "not the project"
+        raise KeepstepError(
+            f"the {provider} key would be sent to {address} ({origin}): not {provider}'s own "
+            f"address, not this machine, and {namer} names it; nothing was sent",
+            hint="set api_base in the project's keepstep.toml if that address is intended, or "
+            "pass --yes to send the key there once")
     request = ModelRequest(
         model=model, max_tokens=16, timeout_s=30, api_base=configured,
         messages=[{"role": "system", "content": "Answer with one JSON object."},
