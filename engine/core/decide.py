@@ -139,7 +139,7 @@ def budget_blocked(facts: RunFacts) -> bool:
 
 # The budget, the provider's quota and the API key are shared by every unit that calls a
 # model: while one of them blocks a unit, the others would only open more blocked attempts.
-RUN_WIDE_BLOCKS = ("budget", "quota", "auth")
+RUN_WIDE_BLOCKS = ("budget", "quota", "auth", "provider_outage")
 
 
 def model_calls_blocked(facts: RunFacts) -> bool:

@@ -306,6 +306,7 @@ _BLOCKED_HINTS = {
     "budget": "record a budget decision to raise the limit, then resume",
     "quota": "top up the provider account or switch model, then resume",
     "auth": "fix the provider key (`keepstep keys set PROVIDER`), then resume",
+    "provider_outage": "check the provider's status or your network, then resume",
 }
 
 

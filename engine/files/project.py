@@ -149,6 +149,10 @@ class ProjectConfig(BaseModel):
     # Largest source file accepted (add, validate, run start); also caps what a DOCX or PPTX
     # may expand to when unpacked.
     max_source_mb: float = Field(default=DEFAULT_MAX_SOURCE_MB, gt=0)
+    # How long a provider may keep failing with transient errors (429, 5xx, timeouts, dropped
+    # connections) before the units waiting for it are blocked; until then they wait and no
+    # attempt is used up (engine.gateway.outage).
+    provider_outage_minutes: float = Field(default=10.0, gt=0)
 
     @property
     def max_source_bytes(self) -> int:

@@ -41,6 +41,7 @@ from keepstep.engine.gateway.classification import (  # noqa: F401 - part of thi
     retry_after_seconds,
     scrub,
 )
+from keepstep.engine.gateway.outage import OutageClock, ProviderOutage, report_wait, wait_text
 
 OFFLINE_MODEL = offline_provider.MODEL
 OUTCOME_OK = "ok"
@@ -277,8 +278,13 @@ class ModelGateway:
         api_key_lookup: Callable[[str], str | None] = keys.get_api_key,
         cancel_event: threading.Event | None = None,
         limits: Any | None = None,
+        outage_limit_s: float | None = None,
     ) -> None:
         self._ledger = ledger
+        # With a limit, transient provider trouble waits (up to the limit) instead of using
+        # up the unit's tries (gateway.outage); None: the bounded retries below only.
+        self._outage_limit_s = outage_limit_s
+        self._outages = OutageClock()
         # Provider-wide concurrency, rate limits and 429 back-off (gateway.limits); None: none.
         self._limits = limits
         self._policy = policy or RetryPolicy()
@@ -311,9 +317,12 @@ class ModelGateway:
         reserve_retry = getattr(self._ledger, "reserve_retry", None)
 
         limiter = self._limits.limiter(provider) if self._limits is not None else None
-        for attempt in range(1, attempts + 1):
+        attempt, waiting = 0, False
+        while attempt < attempts:
+            # A wait for the provider is not one of the unit's tries (nor a budgeted retry).
+            attempt += 0 if waiting else 1
             self._check_cancelled()
-            if attempt > 1 and reserve_retry is not None:
+            if attempt > 1 and not waiting and reserve_retry is not None:
                 reserve_retry(ctx)
             reserve_kwargs: dict[str, Any] = {"est_tokens": est_tokens}
             if est_cost:
@@ -333,9 +342,12 @@ class ModelGateway:
                 except Exception as exc:  # noqa: BLE001 - every provider failure is classified
                     error = classify(exc, secrets=(api_key,))
                     retry_after = error.retry_after if isinstance(error, RateLimited) else None
-                    delay = self._policy.delay(attempt, self._rng, retry_after)
-                    if limiter is not None and isinstance(error, RateLimited):
-                        # Before the slot is given back: the provider said 429 to everyone.
+                    waiting = self._outage_limit_s is not None and \
+                        isinstance(error, TransientModelError | RateLimited)
+                    delay = self._wait_delay(provider, retry_after) if waiting else \
+                        self._policy.delay(attempt, self._rng, retry_after)
+                    if limiter is not None and (waiting or isinstance(error, RateLimited)):
+                        # Before the slot is given back: the provider is down for everyone.
                         limiter.back_off(delay)
             if error is not None:
                 self._ledger.settle(
@@ -343,14 +355,32 @@ class ModelGateway:
                     latency_ms=self._elapsed_ms(started), outcome=error.error_class,
                     error_class=type(error).__name__, safe_message=_message_of(error),
                 )
+                if waiting:
+                    down_s = self._outages.failed(provider, self._clock())
+                    limit = float(self._outage_limit_s or 0.0)
+                    if down_s + delay > limit:
+                        raise ProviderOutage(provider, max(down_s, limit),
+                                             _message_of(error)) from None
+                    report_wait(wait_text(provider, error, delay))
+                    self._pause(delay)
+                    continue
                 retryable = isinstance(error, TransientModelError | RateLimited)
                 if not retryable or attempt == attempts:
                     raise error from None
                 self._pause(delay)
                 continue
+            self._outages.answered(provider)
             return self._settle_success(call_id, request, rhash, response, started,
                                         retries=attempt - 1, secrets=(api_key,))
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+
+    def _wait_delay(self, provider: str, retry_after: float | None) -> float:
+        """How long to back a failing provider off: Retry-After when it says (up to the
+        outage limit), else the policy's back-off grown with the failures so far."""
+        if retry_after is not None:
+            return max(0.0, min(retry_after, float(self._outage_limit_s or 0.0)))
+        failures = self._outages.failures(provider)
+        return self._policy.delay(min(failures, 16), self._rng)
 
     # -- helpers --------------------------------------------------------------------------
 

@@ -187,6 +187,7 @@ ERROR_ACTIONS = {
     "quota": "top up the provider account or switch the model, then resume",
     "auth": "store a valid key with `keepstep keys set` and the provider's name, then resume",
     "rate_limited": "wait, or lower the request rate; resume retries",
+    "provider_outage": "check the provider's status or your network, then resume",
     "storage": "free disk space where the project lies, then resume",
     "effect": "settle the external action with `keepstep effects settle` and its key",
     "expert": "when the expert has looked, release the unit with a takeover rerun",

@@ -38,6 +38,7 @@ from keepstep.engine.errors import (
 )
 from keepstep.engine.files.confine import project_file
 from keepstep.engine.files.project import ProjectFiles
+from keepstep.engine.gateway.outage import reporting
 from keepstep.engine.kinds.context import KindOutcome
 from keepstep.engine.kinds.model_step import DEFAULT_REVISE_ROUNDS, CheckedAnswer, StepCall
 from keepstep.engine.run.call_reuse import ReuseIndex
@@ -362,9 +363,10 @@ class AttemptContext:
             else:
                 crash_point("unit.before_call")
                 est_out = profile.output_tokens
-                result = self.gateway.complete(
-                    ctx, request, est_tokens=tokens_in + est_out,
-                    est_cost=profile.estimate_cost(tokens_in, est_out))
+                with reporting(lambda text: setattr(self, "progress", text)):  # provider waits
+                    result = self.gateway.complete(
+                        ctx, request, est_tokens=tokens_in + est_out,
+                        est_cost=profile.estimate_cost(tokens_in, est_out))
                 crash_point("unit.after_call")
                 content = result.content
                 self.model_calls += 1
@@ -521,6 +523,8 @@ def blocked_reason(exc: BaseException) -> tuple[str, str, dict[str, Any]]:
             details["raise"] = command
             reason += f"; raise with `{command}`"
         return "blocked", reason, details
+    if isinstance(exc, QuotaExhausted) and exc.error_class != "quota_exhausted":  # an outage
+        return "blocked", str(exc).splitlines()[0], {"kind": exc.error_class}
     if isinstance(exc, QuotaExhausted):
         return "blocked", "provider quota exhausted", {"kind": "quota"}
     if isinstance(exc, AuthError):

@@ -463,8 +463,9 @@ class RunHandle:
                     from keepstep.engine.gateway.client import ModelGateway
                     from keepstep.engine.gateway.limits import ProviderLimits
 
+                    config = self.project.files.config
                     self._gateway = ModelGateway(ledger=ledger, limits=ProviderLimits(
-                        self.project.files.config.providers))
+                        config.providers), outage_limit_s=config.provider_outage_minutes * 60)
             return self._gateway
 
     def preload_model_client(self) -> threading.Thread | None:

@@ -9,7 +9,8 @@ gateway makes real HTTP calls over loopback and nothing else. What a request get
 - else the next **behaviour** of the queue (``behaviours``, ``script``); an empty queue
   answers ``ok``.
 
-Behaviours and rule actions: ``"ok"``, ``"rate_limited"`` (429, ``Retry-After: 1``),
+Behaviours and rule actions: ``"ok"``, ``"rate_limited"`` (429, ``Retry-After: 1``;
+``("rate_limited", N)``: ``Retry-After: N``), ``"reset"`` (the connection dropped),
 ``"server_error"`` (500), ``("slow", seconds)`` (sleep, then ok), ``"insufficient_quota"``
 (429 with OpenAI's quota body), ``"unauthorized"`` (401), ``"bad_request"`` (400),
 ``"malformed"`` (200, content that is not JSON), ``"check_fails"`` (the offline answer with
@@ -228,7 +229,12 @@ class FakeProvider:
                         provider.rate_limited += 1
                     self.send_json(429, _error_body("Rate limit reached for requests",
                                                 "requests", "rate_limit_exceeded"),
-                               {"Retry-After": "1"})
+                               {"Retry-After": str(int(arg) or 1)})
+                elif name == "reset":  # the connection dropped, no answer at all
+                    import socket
+
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
                 elif name == "server_error":
                     self.send_json(500, _error_body("The server had an error", "server_error",
                                                     None))
