@@ -134,3 +134,23 @@ def test_unsafe_output_and_deliverable_names_are_refused_at_validate(tmp_path: P
         assert any(p["code"] == "unsafe_name" and bad in p["message"]
                    and "unsafe name" in p["message"] for p in problems), (bad, problems)
     assert unsafe_name("report.md") == "" and unsafe_name("sub/report.md") == ""
+
+
+def test_a_template_cannot_reach_python_or_build_huge_values() -> None:
+    """Templates are rendered in a bounded sandbox: no private attributes (no way to a
+    shell), no ``'x' * 10**10``; each refusal is a TemplateRefused naming the template."""
+    import pytest
+    from jinja2.exceptions import SecurityError, UndefinedError
+
+    from keepstep.engine.files.sandbox import TemplateRefused
+    from keepstep.engine.kinds.render import render_text
+
+    escape = "{{ cycler.__init__.__globals__.os.popen('echo pwned').read() }}"
+    with pytest.raises((TemplateRefused, SecurityError, UndefinedError)) as err:
+        render_text(escape, {})
+    assert "pwned" not in str(err.value)
+    with pytest.raises((TemplateRefused, SecurityError, UndefinedError)):
+        render_text("{{ ''.__class__.__mro__[1].__subclasses__() }}", {})
+    with pytest.raises(TemplateRefused, match="the template tried something"):
+        render_text("{{ 'x' * 10000000000 }}", {})
+    assert render_text("# {{ title }}\n", {"title": "Pricing"}) == "# Pricing\n"

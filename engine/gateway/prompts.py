@@ -240,8 +240,10 @@ def message_text(content: Any) -> str:
 def _env() -> Any:
     import jinja2
 
-    return jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
-                              autoescape=False, trim_blocks=True, lstrip_blocks=True)
+    from keepstep.engine.files.sandbox import template_env  # a project's prompt is untrusted
+
+    return template_env(undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
+                        trim_blocks=True, lstrip_blocks=True)
 
 
 @functools.lru_cache(maxsize=128)
@@ -254,8 +256,11 @@ def _compiled(source: str) -> Any:
 def _render(prompt: Prompt, section: str, values: Mapping[str, Any]) -> str:
     import jinja2
 
+    from keepstep.engine.files.sandbox import render_bounded
+
     try:
-        return _compiled(getattr(prompt, section)).render(**values).strip() + "\n"
+        return render_bounded(_compiled(getattr(prompt, section)), values,
+                              what=f"{prompt.origin}: the {section} section").strip() + "\n"
     except jinja2.TemplateError as exc:
         where = prompt.origin if prompt.origin != "package" else f"packaged prompt {prompt.name}"
         raise ProjectError(f"{where}: the {section} section does not render: {exc}",

@@ -168,9 +168,10 @@ def render_text(template: str, values: dict[str, str]) -> str:
     """The template rendered with ``values`` (Jinja2, no escaping, trailing newline kept)."""
     import jinja2
 
-    env = jinja2.Environment(keep_trailing_newline=True, autoescape=False,
-                             undefined=jinja2.StrictUndefined)
-    return env.from_string(template).render(**values)
+    from keepstep.engine.files.sandbox import render_bounded, template_env  # jinja2: lazy
+
+    env = template_env(keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    return render_bounded(env.from_string(template), values, what="the template")
 
 
 @register(SPEC)
