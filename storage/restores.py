@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 from typing import IO
 
@@ -141,6 +142,10 @@ def read_manifest(src: Source) -> BackupManifest:
 
 
 MANIFEST_LIMIT = 64 * 1024 * 1024
+# What reading a damaged zip or manifest raises (ValueError covers JSON, pydantic and a
+# manifest that is not UTF-8).
+_DAMAGED = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError,
+            NotImplementedError, KeyError, OSError)
 
 
 def _refuse(report: RestoreReport, message: str, hint: str) -> RestoreRefused:
@@ -174,13 +179,23 @@ def restore(backup_path: Path, into_dir: Path, *, force: bool = False) -> Restor
         raise _refuse(report, f"{target} is not empty",
                       "restore into a new folder, or pass --force (the old state folder is "
                       "moved aside, not deleted)")
-    src = Source(source)
+    try:
+        src = Source(source)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as exc:
+        raise _refuse(report, f"{source} is a damaged zip ({type(exc).__name__})",
+                      "use another backup; nothing was restored") from None
     into.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f"{STATE_DIR}.restoring-", dir=into))
     try:
-        manifest = read_manifest(src)
-        report.heads = manifest.heads
-        _stage_files(src, manifest, staging, report)
+        try:
+            manifest = read_manifest(src)
+            report.heads = manifest.heads
+            _stage_files(src, manifest, staging, report)
+        except _DAMAGED as exc:
+            # A backup from elsewhere may be truncated or edited: refused, never a crash.
+            raise _refuse(report, f"the backup {source} is damaged: {type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0][:200] if str(exc) else ''}",
+                          "use another backup; nothing was restored") from None
         if report.missing or report.tampered:
             what = []
             if report.missing:

@@ -420,7 +420,12 @@ def parse_plan(text: str, *, origin: str = "plan.toml") -> Plan:
 def load_plan(path: Path) -> Plan:
     if not path.is_file():
         raise ProjectError(f"{path} is missing", hint="create it with `keepstep init DIR`")
-    return parse_plan(path.read_text(encoding="utf-8"), origin=str(path))
+    try:  # a plan from someone else may not be UTF-8: a named error, not a crash
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProjectError(f"{path} is not valid UTF-8 text (byte {exc.start})",
+                           hint="save it as UTF-8, then validate again") from None
+    return parse_plan(text, origin=str(path))
 
 
 # -- validation ---------------------------------------------------------------------------------

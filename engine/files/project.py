@@ -188,10 +188,33 @@ def _read_toml(path: Path, what: str) -> dict[str, Any]:
         raise ProjectError(f"{path} is missing", hint=f"every project needs {what}; "
                            "`keepstep init DIR` creates a working example")
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(read_project_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise ProjectError(f"{path} is not valid TOML: {exc}",
                            hint="fix the line it names") from exc
+
+
+MAX_PROJECT_FILE_BYTES = 16 * 1024 * 1024  # keepstep.toml, contract.md, sources.toml, plan.toml
+
+
+def read_project_text(path: Path) -> str:
+    """A project file's text; ProjectError naming it when it is not UTF-8, too large or
+    unreadable (never a raw UnicodeDecodeError or OSError)."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_PROJECT_FILE_BYTES:
+            raise ProjectError(f"{path} is {size} bytes, over the "
+                               f"{MAX_PROJECT_FILE_BYTES // (1024 * 1024)} MB limit for a "
+                               "project file", hint="a project file is hand-written text; "
+                               "check that this is the right file")
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProjectError(f"{path} is not valid UTF-8 text (byte {exc.start})",
+                           hint="save it as UTF-8 (in most editors: Save as → Encoding → "
+                           "UTF-8)") from None
+    except OSError as exc:
+        raise ProjectError(f"{path} cannot be read: {exc.strerror or exc}",
+                           hint="check the file's permissions") from None
 
 
 def _shape_errors(path: Path, exc: ValidationError) -> str:
@@ -263,7 +286,7 @@ def load_contract(root: Path) -> Contract:
     if not path.is_file():
         raise ProjectError(f"{path} is missing",
                            hint="write the task contract (audience, goal) in contract.md")
-    return parse_contract(path.read_text(encoding="utf-8"), origin=str(path))
+    return parse_contract(read_project_text(path), origin=str(path))
 
 
 def write_contract(root: Path, contract: Contract) -> None:
