@@ -87,6 +87,10 @@ class Source:
         self.zip: zipfile.ZipFile | None = None
         if path.is_file() and zipfile.is_zipfile(path):
             self.zip = zipfile.ZipFile(path)
+        elif path.is_file():
+            raise StorageError(f"{path} is not a zip file (damaged or cut short?)",
+                               hint="pass a backup folder or a complete .zip written by "
+                               "`keepstep backup`")
         elif not path.is_dir():
             raise NotFound(f"no backup at {path}", hint="pass a backup folder or .zip")
 
