@@ -154,3 +154,21 @@ def test_a_template_cannot_reach_python_or_build_huge_values() -> None:
     with pytest.raises(TemplateRefused, match="the template tried something"):
         render_text("{{ 'x' * 10000000000 }}", {})
     assert render_text("# {{ title }}\n", {"title": "Pricing"}) == "# Pricing\n"
+
+
+def test_a_source_swapped_for_an_outside_link_is_refused_at_use(tmp_path: Path) -> None:
+    """An approved source replaced by a link to an outside file after validate: reading it
+    is refused naming the source, and validate names it too."""
+    import pytest
+
+    from keepstep.engine.errors import SourceError
+    from keepstep.engine.files.project import load_project_files
+
+    root = make_small_project(tmp_path / "p")
+    files = load_project_files(root)
+    sid, entry = next(iter(files.approved_sources().items()))
+    (root / entry.path).unlink()
+    (root / entry.path).symlink_to(_outside_secret(tmp_path))
+    with pytest.raises(SourceError, match=f"source {sid}.*outside the project"):
+        files.source_text(sid)
+    assert any("outside the project" in p["message"] for p in _problems(root))

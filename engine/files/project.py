@@ -18,10 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from keepstep.engine.core.inputs import Contract, InputSnapshot, SourceEntry, source_hashes
 from keepstep.engine.core.plan import Plan, load_plan
 from keepstep.engine.errors import ConfigError, PlanValidationError, ProjectError, SourceError
+from keepstep.engine.files.confine import unsafe_file
 from keepstep.engine.files.convert import (
     DEFAULT_MAX_SOURCE_MB,
     ConversionCache,
-    ConversionError,
     ConvertedSource,
     detect_format,
 )
@@ -367,6 +367,10 @@ class ProjectFiles(BaseModel):
         entry = self.approved_sources().get(source_id)
         if entry is None:
             raise SourceError(f"source {source_id} is not approved")
+        why = unsafe_file(self.root, entry.path, what=f"source {source_id}")
+        if why:  # validate refuses it too; the folder may have changed since
+            raise SourceError(why, hint="keep sources inside the project (sources/...), as "
+                              "copies, not links")
         return self.root / entry.path
 
     def conversion_cache(self) -> ConversionCache:
@@ -401,7 +405,7 @@ class ProjectFiles(BaseModel):
         for sid in self.approved_sources():
             try:
                 out[sid] = detect_format(self.source_path(sid))
-            except (ConversionError, OSError):
+            except (SourceError, OSError):  # ConversionError is a SourceError
                 continue
         return out
 
