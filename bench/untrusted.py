@@ -184,8 +184,6 @@ def build(folder: Path, bomb_mb: int) -> list[tuple[str, str, Path]]:
 
 # -- fuzzing, longer ----------------------------------------------------------------------------
 def fuzz(n: int) -> None:
-    from hypothesis import HealthCheck, given, settings
-
     from tests.support import fuzz_targets as ft
 
     targets = []
@@ -211,21 +209,27 @@ def fuzz(n: int) -> None:
         failures: list[str] = []
         start = time.perf_counter()
 
-        @settings(max_examples=n, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))
-        @given(data=strategy)
-        def run(data: bytes, target=target, tried=tried, failures=failures) -> None:
-            tried[0] += 1
-            try:
-                target(data)
-            except Exception as exc:  # noqa: BLE001 - reported, the campaign goes on
-                failures.append(f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}")
-        run()
+        _campaign(strategy, target, tried, failures, n)()
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"{name:32} {tried[0]:>6} {len(failures):>9} "
               f"{time.perf_counter() - start:>8.1f} {rss:>7.0f} MB")
         for failure in sorted(set(failures))[:5]:
             print(f"    found: {failure}")
+
+
+def _campaign(strategy, target, tried: list[int], failures: list[str], n: int):  # noqa: ANN001, ANN202
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=n, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(data=strategy)
+    def run(data: bytes) -> None:
+        tried[0] += 1
+        try:
+            target(data)
+        except Exception as exc:  # noqa: BLE001 - reported, the campaign goes on
+            failures.append(f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}")
+    return run
 
 
 def main() -> None:

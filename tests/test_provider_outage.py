@@ -87,7 +87,8 @@ def test_an_outage_past_the_limit_blocks_naming_how_long(tmp_path: Path) -> None
         status, _events, _time, attempts = _run(_project(tmp_path, provider), limit_s=30)
     finally:
         provider.stop()
-    assert status.decision == "blocked", (status.decision, status.reasons, {k: (u.state, u.reason) for k, u in status.units.items()})
+    states = {k: (u.state, u.reason) for k, u in status.units.items()}
+    assert status.decision == "blocked", (status.decision, status.reasons, states)
     blocked = [u for u in status.units.values() if u.state == "blocked"]
     assert blocked and not [u for u in status.units.values() if u.state == "failed"]
     assert "the provider has been down for 0.5 minutes" in (blocked[0].reason or "")

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from keepstep.engine.files.convert import ConversionError, SourceTooLargeError, convert
-from keepstep.engine.files.convert import archive
+from keepstep.engine.files.convert import ConversionError, SourceTooLargeError, archive, convert
 from keepstep.engine.files.convert.archive import EntityExpansionError, ZipBombError
 from tests.support.bombs import billion_laughs, declare_size, small_office, zip_bomb
 
