@@ -140,3 +140,20 @@ def test_restore_refuses_a_listed_file_declaring_another_size(backup_zip,
     with pytest.raises(RestoreRefused) as info:
         restore(bomb, _fresh(root, tmp_path / "dest"))
     assert info.value.report.tampered == [victim]
+
+
+def test_a_corrupt_deflate_stream_is_reported_not_raised(bundle_zip: Path,
+                                                         tmp_path: Path) -> None:
+    """Found by fuzzing: damaged compressed bytes of a listed member raised zlib.error out
+    of verify_bundle; the report now says the bundle is damaged (or the file changed)."""
+    bad = tmp_path / "bad.zip"
+    data = bytearray(bundle_zip.read_bytes())
+    with zipfile.ZipFile(bundle_zip) as zf:
+        info = zf.getinfo("narrative.md")
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+    for i in range(start + 2, start + 40):
+        data[i] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    report = verify_bundle(bad)
+    assert not report.ok
+    assert report.problems or report.changed

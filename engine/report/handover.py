@@ -27,6 +27,7 @@ import secrets
 import shutil
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -535,8 +536,8 @@ def verify_bundle(path: str | Path) -> BundleReport:
         return report
     try:
         _check(report, bundle)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
-            NotImplementedError, RuntimeError) as exc:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, OSError, EOFError,
+            ValueError, NotImplementedError, RuntimeError) as exc:
         report.problems.append(f"the bundle is damaged ({type(exc).__name__})")
     finally:
         bundle.close()
