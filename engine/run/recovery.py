@@ -26,6 +26,7 @@ from keepstep.engine.run.baseline import (
     inputs_state,
     plan_state,
     template_hashes,
+    template_headings,
     template_layouts,
 )
 from keepstep.engine.run.effects import reconcile
@@ -398,6 +399,8 @@ def detect(run: RunHandle, *, sources: Any = None, plan: Plan | None = None) -> 
         old_layouts=old_plan_info.get("template_layouts"),
         new_layouts=template_layouts(files.root),
         old_data=old_plan_info.get("data"), new_data=data_hashes(files.root),
+        old_headings=old_plan_info.get("template_headings"),
+        new_headings=template_headings(files.root),
     )
     groups = {**old_inputs.get("groups", {}), **snapshot.groups}
     return Detected(changes=changes, files=files, snapshot=snapshot, templates=templates,
