@@ -588,5 +588,5 @@ def detect_changes(
 
 __all__ = ["CONVERTED_TEXT_KINDS", "CONVERTER_PREFIX", "COSMETIC_FIELDS",
            "Change", "ChangeKind", "artifact_lost", "converted_refs", "converter_changes",
-           "data_refs", "detect_changes", "heading_edits", "natural_key", "prompt_refs", "tool_refs",
-           "unit_output_changed"]
+           "data_refs", "detect_changes", "heading_edits", "natural_key", "prompt_refs",
+           "tool_refs", "unit_output_changed"]

@@ -33,7 +33,8 @@ SOURCES_FILE = "sources.toml"
 PLAN_FILE = "plan.toml"
 STATE_DIR = ".keepstep"
 CONVERTED_DIR = "converted"  # under STATE_DIR: the conversion cache (derived, never copied)
-FRONT_MATTER = "+++"
+FRONT_MATTER = "+++"  # TOML front matter (what keepstep writes)
+YAML_FRONT_MATTER = "---"  # YAML front matter (most Markdown tools' convention), also read
 
 
 class BudgetLimits(BaseModel):
@@ -230,23 +231,58 @@ def _check_adapter_types(path: Path, adapters: Any) -> None:
                 f"under [adapters.{name}]")
 
 
+def _yaml_fields(text: str, origin: str) -> dict[str, Any]:
+    """YAML front matter as plain values (safe loader; dates as ISO text, like TOML's)."""
+    import datetime as _dt
+
+    import yaml  # PyYAML: only a YAML contract needs it
+
+    try:
+        loaded = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as exc:
+        raise ProjectError(f"{origin}: front matter is not valid YAML: "
+                           f"{str(exc).splitlines()[0]}",
+                           hint="write one 'name: value' per line between the '---' lines"
+                           ) from exc
+    if not isinstance(loaded, dict):
+        raise ProjectError(f"{origin}: YAML front matter is not a set of 'name: value' fields",
+                           hint="write one 'name: value' per line between the '---' lines")
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, _dt.date):
+            return value.isoformat()
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        if isinstance(value, dict):
+            return {str(k): plain(v) for k, v in value.items()}
+        return value
+
+    return {str(k): plain(v) for k, v in loaded.items() if v is not None}
+
+
 def parse_contract(text: str, *, origin: str = CONTRACT_FILE) -> Contract:
-    lines = text.splitlines(keepends=True)
-    if not lines or lines[0].strip() != FRONT_MATTER:
+    """contract.md: TOML (``+++``) or YAML (``---``) front matter, then the body."""
+    lines = text.lstrip("\ufeff").splitlines(keepends=True)
+    fence = lines[0].strip() if lines else ""
+    if fence not in (FRONT_MATTER, YAML_FRONT_MATTER):
         raise ProjectError(
             f"{origin} has no front matter",
             hint=f"start it with a '{FRONT_MATTER}' line, TOML fields such as audience = \"...\" "
-            f"and goal = \"...\", then a closing '{FRONT_MATTER}' line",
+            f"and goal = \"...\", then a closing '{FRONT_MATTER}' line (or the same fields as "
+            f"YAML between two '{YAML_FRONT_MATTER}' lines)",
         )
     try:
-        end = next(i for i in range(1, len(lines)) if lines[i].strip() == FRONT_MATTER)
+        end = next(i for i in range(1, len(lines)) if lines[i].strip() == fence)
     except StopIteration:
         raise ProjectError(f"{origin}: front matter is not closed",
-                           hint=f"add a '{FRONT_MATTER}' line after the fields") from None
-    try:
-        fields = tomllib.loads("".join(lines[1:end]))
-    except tomllib.TOMLDecodeError as exc:
-        raise ProjectError(f"{origin}: front matter is not valid TOML: {exc}") from exc
+                           hint=f"add a '{fence}' line after the fields") from None
+    if fence == YAML_FRONT_MATTER:
+        fields = _yaml_fields("".join(lines[1:end]), origin)
+    else:
+        try:
+            fields = tomllib.loads("".join(lines[1:end]))
+        except tomllib.TOMLDecodeError as exc:
+            raise ProjectError(f"{origin}: front matter is not valid TOML: {exc}") from exc
     for required in ("audience", "goal"):
         if not str(fields.get(required, "")).strip():
             raise ProjectError(f"{origin}: front matter needs a non-empty {required!r}",

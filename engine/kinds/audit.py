@@ -58,6 +58,7 @@ from keepstep.engine.kinds.context import (
     register,
 )
 from keepstep.engine.kinds.synthesize import figures_of
+from keepstep.engine.run.approvals import binding_note
 from keepstep.storage.hashing import sha256_hex
 
 AUDIT = KindSpec(
@@ -372,9 +373,8 @@ def _note(kind: str, unit: str | None, p: dict[str, Any]) -> tuple[str, list[str
     if kind == "approval.decided":
         gate = p.get("gate") or p.get("gate_id") or unit
         bound = p.get("bound_object") or {}
-        plan = f" for plan-v{bound['plan_n']}" if "plan_n" in bound else ""
         return (f"Approval: gate {gate} answered {p.get('choice')!r}{_by(p)}",
-                [f"Applies{plan} while the contract is unchanged"
+                [binding_note(bound)
                  + (f" (via {p['via']})." if p.get("via") not in (None, "direct") else ".")])
     if kind == "approval.revoked":
         return (f"Approval revoked: gate {p.get('gate') or p.get('gate_id') or unit}{_by(p)}",
@@ -398,7 +398,10 @@ def _note(kind: str, unit: str | None, p: dict[str, Any]) -> tuple[str, list[str
             lines.append(f"Redone: {_redone(p['invalidated'])}.")
         if p.get("reused") is not None:
             lines.append(f"Reused: {p['reused']} units.")
-        return "Recovered after an interruption", lines
+        interrupted = p.get("orphans") or p.get("fenced")
+        return ("Recovered after an interruption" if interrupted else
+                "Resumed: " + ("applied what changed" if p.get("changes") or p.get("invalidated")
+                               else "settled what was pending")), lines
     if kind == "decision.recovery_reset":
         return (f"Recovery reset{_by(p)}", [f"Why: {p.get('reason') or 'no reason given'}."])
     details = _plain({k: v for k, v in p.items() if k != "who"})

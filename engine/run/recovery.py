@@ -29,7 +29,7 @@ from keepstep.engine.run.baseline import (
     template_headings,
     template_layouts,
 )
-from keepstep.engine.run.effects import reconcile
+from keepstep.engine.run.effects import reconcile, settle_waiting
 from keepstep.storage import BudgetLimitReached, CheckpointConflict, EventIn, StorageError
 from keepstep.storage.hashing import file_sha256
 
@@ -410,7 +410,9 @@ def detect(run: RunHandle, *, sources: Any = None, plan: Plan | None = None) -> 
 def reconcile_effects(run: RunHandle) -> list[str]:
     """Ask the adapters about intents without receipts (see ``engine.run.effects``)."""
     results = reconcile(run.store, run.project.effect_adapters, run.run_id)
-    return [f"{r.key}: {r.outcome}" for r in results]
+    settled = settle_waiting(run.store, run.project.effect_adapters, run.run_id)
+    return [f"{r.key}: {r.outcome}" for r in results if r.outcome != "waiting"] + [
+        f"{r.key}: settled as {r.outcome} by lookup" for r in settled if r.by == "lookup"]
 
 
 def recover(run: RunHandle,
