@@ -115,8 +115,55 @@ class WebhookConfig(BaseModel):
         return value
 
 
-AdapterConfig = Annotated[FileDropConfig | WebhookConfig, Field(discriminator="type")]
-ADAPTER_TYPES = ("file_drop", "webhook")
+class FolderConfig(BaseModel):
+    """``[adapters.NAME] type = "folder"``: a synced client folder. Each delivered file
+    appears atomically under a content-hash name (``memo-1a2b3c4d5e6f.md``), so delivering
+    the same bytes again changes nothing: idempotent by construction. ``target_dir`` must lie
+    outside the project (a relative one resolves against the project root)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["folder"]
+    target_dir: str
+
+    def target(self, root: Path) -> Path:
+        return (Path(root) / Path(self.target_dir).expanduser()).resolve()
+
+
+class EmailConfig(BaseModel):
+    """``[adapters.NAME] type = "email"``: each delivered file is mailed as an attachment over
+    SMTP with STARTTLS (required unless ``host`` is this machine and ``starttls = false``);
+    its Message-ID is the idempotency key. The password is never here: store it with
+    ``keepstep keys set smtp-NAME`` (or the environment variable ``SMTP_NAME_API_KEY``)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    type: Literal["email"]
+    host: str = Field(description="the SMTP server's name or address")
+    port: int = Field(default=587, ge=1, le=65535, description="submission port (STARTTLS)")
+    sender: str = Field(alias="from", description="the From address")
+    to: list[str] = Field(min_length=1, description="the recipients")
+    subject: str = Field(default="Delivery: {name}", description="the subject; {name} is the "
+                         "file's name")
+    username: str | None = Field(default=None, description="the SMTP login (password from "
+                                 "`keepstep keys set smtp-NAME`)")
+    starttls: bool = Field(default=True, description="upgrade with STARTTLS before sending "
+                           "anything; only a server on this machine may turn it off")
+    ca_file: str | None = Field(default=None, description="a CA bundle to trust for this "
+                                "server (e.g. a company's own CA), relative to the project")
+    timeout_s: float = Field(default=30.0, gt=0)
+
+    @field_validator("starttls")
+    @classmethod
+    def _tls_off_only_here(cls, value: bool, info: Any) -> bool:
+        host = str(info.data.get("host", ""))
+        if not value and host not in ("localhost", "127.0.0.1", "::1"):
+            raise ValueError(f"starttls = false is refused for {host!r}: a password and the "
+                             "documents would cross the network unencrypted")
+        return value
+
+
+AdapterConfig = Annotated[FileDropConfig | WebhookConfig | FolderConfig | EmailConfig,
+                          Field(discriminator="type")]
+ADAPTER_TYPES = ("file_drop", "webhook", "folder", "email")
 
 
 class ProjectConfig(BaseModel):
@@ -206,7 +253,7 @@ def load_config(root: Path) -> ProjectConfig:
                           hint="see README.md for the keys keepstep.toml accepts") from exc
     project = Path(root).resolve()
     for name, adapter in config.adapters.items():
-        if isinstance(adapter, FileDropConfig):
+        if isinstance(adapter, FileDropConfig | FolderConfig):
             target = adapter.target(project)
             if target == project or project in target.parents:
                 raise ConfigError(
@@ -227,8 +274,9 @@ def _check_adapter_types(path: Path, adapters: Any) -> None:
             raise ConfigError(
                 f"{path}: adapter {name!r} has type {kind!r}; allowed types: "
                 f"{', '.join(ADAPTER_TYPES)}",
-                hint=f'set type = "file_drop" (with target_dir) or type = "webhook" (with url) '
-                f"under [adapters.{name}]")
+                hint=f'set type = "webhook" (with url), "folder" (with target_dir), "email" '
+                f'(with host, from, to) or "file_drop" (with target_dir) under '
+                f"[adapters.{name}]; see docs/delivery.md")
 
 
 def _yaml_fields(text: str, origin: str) -> dict[str, Any]:
