@@ -256,6 +256,16 @@ def _file_change(old: dict[str, str], new: dict[str, str], name: str) -> str:
     return f"changed (sha256 {_short(old[name])} → {_short(new[name])})"
 
 
+def same_substance(old: str, new: str) -> bool:
+    """Whether two renderings of a document differ only in presentation — heading wording,
+    whitespace, emphasis, list/table formatting (``core.templates.fixed_text``): no sentence,
+    figure, link or word added, removed or changed outside the headings, and no figure or
+    link in a heading. What lets an audit's verdict on the old bytes stand for the new."""
+    from keepstep.engine.core.templates import fixed_text
+
+    return fixed_text(old) == fixed_text(new)
+
+
 def heading_edits(old: list[str], new: list[str]) -> list[str]:
     """Each heading whose wording changed, ``'old' → 'new'`` (paired by position when the
     count is the same; else the removed and the added ones)."""
@@ -589,4 +599,4 @@ def detect_changes(
 __all__ = ["CONVERTED_TEXT_KINDS", "CONVERTER_PREFIX", "COSMETIC_FIELDS",
            "Change", "ChangeKind", "artifact_lost", "converted_refs", "converter_changes",
            "data_refs", "detect_changes", "heading_edits", "natural_key", "prompt_refs",
-           "tool_refs", "unit_output_changed"]
+           "same_substance", "tool_refs", "unit_output_changed"]

@@ -115,6 +115,8 @@ _LIST_MARK_RE = re.compile(r"^[ \t]*(?:[-*+]|\d+[.)])[ \t]+")
 _QUOTE_MARK_RE = re.compile(r"^[ \t]*>[ \t]?")
 _RULE_RE = re.compile(r"^[ \t]*([-*_])([ \t]*\1){2,}[ \t]*$")
 _PLACEHOLDER_RE = re.compile(r"\{\{-?\s*(.*?)\s*-?\}\}", re.DOTALL)
+# What a heading may not gain or lose in a presentation edit: figures, links, placeholders.
+_HEADING_FACTS_RE = re.compile(r"\{\{.*?\}\}|https?://\S+|\]\([^)]*\)|\d[\d.,]*")
 # Emphasis and inline-code marks: *, _, ~ and ` runs at a word's edge (snake_case survives).
 _EMPHASIS_RE = re.compile(r"(?<![\w])[*_~`]+|[*_~`]+(?![\w])")
 
@@ -130,7 +132,8 @@ def headings(text: str) -> list[str]:
 
 
 def fixed_text(text: str) -> str:
-    """The substance of a template's fixed text: every line but headings, section markers,
+    """The substance of a template's (or a rendered document's) fixed text: every line but
+    headings (of which only figures, links and placeholders count), section markers,
     horizontal rules and table rule rows, with list/quote markers, table pipes, emphasis and
     whitespace taken out, joined with single spaces. Two templates whose edit is only heading
     wording, whitespace, emphasis or list/table formatting give the same string; a sentence,
@@ -138,7 +141,14 @@ def fixed_text(text: str) -> str:
     kept: list[str] = []
     lines = text.splitlines()
     for n, line in enumerate(lines):
-        if _HEADING_RE.match(line) or SECTION_RE.match(line) or _TABLE_RULE_RE.match(line):
+        heading = _HEADING_RE.match(line)
+        if heading:
+            # A heading's wording is presentation, but not a figure, link or placeholder in it.
+            facts = _HEADING_FACTS_RE.findall(heading.group(1))
+            if facts:
+                kept.append("#[" + " ".join(re.sub(r"\s+", "", f) for f in facts) + "]")
+            continue
+        if SECTION_RE.match(line) or _TABLE_RULE_RE.match(line):
             continue
         if _RULE_RE.match(line) or _SETEXT_RE.match(line):
             continue
