@@ -227,7 +227,25 @@ def _short(h: str | None) -> str:
 
 # -- detection ------------------------------------------------------------------------------
 
-def _contract_changes(old_fields: dict[str, str], contract: Contract) -> list[Change]:
+def _contract_changes(old_fields: dict[str, str], contract: Contract,
+                      template_fields: dict[str, list[str]] | None = None) -> list[Change]:
+    """Per changed field; a field (other than the audience) that a template names also
+    changes that template's rendering: a ``template`` change per such template, so the
+    documents that render it are redone without a contract intake dependency."""
+    out = _contract_field_changes(old_fields, contract)
+    for change in list(out):
+        name = change.origin.partition(":")[2]
+        if change.kind != ChangeKind.contract_field:
+            continue
+        for tname, names in sorted((template_fields or {}).items()):
+            if name in names:
+                out.append(Change(kind=ChangeKind.template, origin=f"template:{tname}",
+                                  detail=f"template {tname!r} names contract field {name!r}, "
+                                  f"which changed", old=change.old, new=change.new))
+    return out
+
+
+def _contract_field_changes(old_fields: dict[str, str], contract: Contract) -> list[Change]:
     if not old_fields:
         return []
     new_fields = contract.field_hashes()
@@ -570,6 +588,7 @@ def detect_changes(
     new_data: dict[str, str] | None = None,
     old_headings: dict[str, list[str]] | None = None,
     new_headings: dict[str, list[str]] | None = None,
+    template_fields: dict[str, list[str]] | None = None,
 ) -> list[Change]:
     """Every change between the recorded baseline and the project now.
 
@@ -578,11 +597,13 @@ def detect_changes(
     are template name -> ``core.templates.layout_hash`` (None: not recorded, every template
     edit is a ``template`` change); ``*_data`` pack data file name -> sha256 (None: not
     recorded); ``*_headings`` template name -> its headings (a rename is named in the
-    detail). Ordered by kind (the ``ChangeKind`` declaration order), then origin in natural
-    order (U7 before U10), then detail — the same inputs always give the same list.
+    detail); ``template_fields`` template name -> the names it reads (a contract field it
+    names reaches its documents). Ordered by kind (the ``ChangeKind`` declaration order),
+    then origin in natural order (U7 before U10), then detail — the same inputs always give
+    the same list.
     """
     changes = (
-        _contract_changes(old_contract_fields, new_contract)
+        _contract_changes(old_contract_fields, new_contract, template_fields)
         + _template_changes(old_templates, new_templates, old_layouts, new_layouts,
                             old_headings, new_headings)
         + _data_changes(old_data, new_data)

@@ -308,6 +308,22 @@ def _yaml_fields(text: str, origin: str) -> dict[str, Any]:
     return {str(k): plain(v) for k, v in loaded.items() if v is not None}
 
 
+# keepstep's own templates for the standard documents; a project's templates/<name>.md wins.
+DEFAULT_TEMPLATES_DIR = Path(__file__).resolve().parent / "default_templates"
+DEFAULT_TEMPLATES = ("appendix", "change-notes", "evidence-table", "risk-register")
+
+
+def template_file(root: Path, name: str) -> Path | None:
+    """The file of template ``name``: the project's ``templates/<name>.md`` when it exists,
+    else keepstep's built-in one for a standard document (``DEFAULT_TEMPLATES``), else None."""
+    own = Path(root) / "templates" / f"{name}.md"
+    if own.is_file():
+        return own
+    if name in DEFAULT_TEMPLATES:
+        return DEFAULT_TEMPLATES_DIR / f"{name}.md"
+    return None
+
+
 def parse_contract(text: str, *, origin: str = CONTRACT_FILE) -> Contract:
     """contract.md: TOML (``+++``) or YAML (``---``) front matter, then the body."""
     lines = text.lstrip("\ufeff").splitlines(keepends=True)

@@ -114,6 +114,9 @@ class _Documents:
         inv = deps_writing(ctx, "inventory.json")
         self.inventory = ({s["id"]: s for s in ctx.dep_json(inv[0].id, "inventory.json")
                            .get("sources", [])} if inv else None)
+        # Each approved source's group as sources.toml says (the run's input snapshot): no
+        # dependency on an inventory unit is needed to know it.
+        self.groups = dict(ctx.snapshot.groups or {})
 
     def is_table(self, doc: str) -> bool:
         return doc in self.units and document_format(self.units[doc]) == "csv"
@@ -132,6 +135,8 @@ class _Documents:
     def group_of(self, source_id: str) -> str:
         if self.inventory and source_id in self.inventory:
             return str(self.inventory[source_id].get("group", ""))
+        if self.groups.get(source_id):
+            return str(self.groups[source_id])
         found = next((e for e in self.evidence.values() if e.get("source_id") == source_id), None)
         return str(found.get("group", "")) if found else ""
 

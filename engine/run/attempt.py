@@ -242,7 +242,9 @@ class AttemptContext:
         return json.loads(self.dep_bytes(unit_id, name))
 
     def template_text(self, name: str) -> str:
-        path = self.files.root / "templates" / f"{name}.md"
+        from keepstep.engine.files.project import template_file
+
+        path = template_file(self.files.root, name) or self.files.root / "templates" / f"{name}.md"
         if not path.is_file():
             raise KeepstepError(f"{self.unit.id}: template {name!r} is missing ({path})",
                                 hint="add the template file or fix the unit's template input")

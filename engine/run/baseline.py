@@ -54,6 +54,17 @@ def template_headings(root: Path) -> dict[str, list[str]]:
             for p in sorted(tdir.glob("*.md"))}
 
 
+def template_fields(root: Path) -> dict[str, list[str]]:
+    """template name -> the placeholders it reads (a contract field it names reaches it)."""
+    from keepstep.engine.core.templates import placeholders
+
+    tdir = root / "templates"
+    if not tdir.is_dir():
+        return {}
+    return {p.stem: placeholders(p.read_text(encoding="utf-8", errors="replace"))
+            for p in sorted(tdir.glob("*.md"))}
+
+
 def data_hashes(root: Path) -> dict[str, str]:
     """pack data file name -> sha256 of ``data/<name>.toml``."""
     ddir = root / "data"
@@ -115,4 +126,5 @@ def create_run(workspace: Workspace, run_id: str, *, branch_id: str = "main") ->
 
 
 __all__ = ["PRODUCER_VERSION", "PROMPT_VERSION", "create_run", "data_hashes", "inputs_state",
-           "plan_state", "template_hashes", "template_headings", "template_layouts"]
+           "plan_state", "template_fields", "template_hashes", "template_headings",
+           "template_layouts"]

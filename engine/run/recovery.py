@@ -25,6 +25,7 @@ from keepstep.engine.run.baseline import (
     data_hashes,
     inputs_state,
     plan_state,
+    template_fields,
     template_hashes,
     template_headings,
     template_layouts,
@@ -401,6 +402,7 @@ def detect(run: RunHandle, *, sources: Any = None, plan: Plan | None = None) -> 
         old_data=old_plan_info.get("data"), new_data=data_hashes(files.root),
         old_headings=old_plan_info.get("template_headings"),
         new_headings=template_headings(files.root),
+        template_fields=template_fields(files.root),
     )
     groups = {**old_inputs.get("groups", {}), **snapshot.groups}
     return Detected(changes=changes, files=files, snapshot=snapshot, templates=templates,
