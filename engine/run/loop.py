@@ -135,9 +135,12 @@ def _same_failure_before(store: Any, run: Any, unit_id: str, tries: list[Any], a
     said = [e for e in store.events(run.run_id, branch_id=run.branch_id,
                                     kinds=["attempt.failed"], unit=unit_id)
             if e.attempt_id == prev.attempt_id]
-    old = said[-1].payload.get("diagnosis") if said else None
-    return prev.attempt_id if canonical_json(old or {}) == canonical_json(diagnosis or {}) \
-        else None
+    old = (said[-1].payload.get("diagnosis") if said else None) or {}
+
+    def what(d: dict[str, Any]) -> str:  # the failure itself, not where its files lie
+        return canonical_json({k: d.get(k) for k in ("validators", "problems")})
+
+    return prev.attempt_id if what(old) == what(diagnosis or {}) else None
 
 
 class WorkerPool:
