@@ -2,7 +2,8 @@
 that only applied changes is not logged as an interruption; contract.md's YAML (or TOML)
 front matter; a contract field a template names reaches that template's documents; the
 built-in templates are overridable; a memo without a contract title uses the plan's title;
-a validator failure that repeats identically is not retried."""
+a validator failure that repeats identically is not retried (and `status` shows no orphans
+after it)."""
 
 from __future__ import annotations
 
@@ -126,6 +127,8 @@ def test_a_validator_failure_that_repeats_identically_is_not_retried(tmp_path: P
         with open_project(root) as p:
             status = p.start_run(RUN).run()
             attempts = [a for a in p.store.attempts(RUN, "U03")]
+            # Two ordinary validation failures leave their diagnosis files, not orphans.
+            assert p.get_run(RUN).status().counts["orphans"] == 0
     assert status.decision == "blocked"
     assert len(attempts) == 2, [a.attempt_id for a in attempts]
     reason = next(r for r in status.reasons if r.startswith("U03"))
