@@ -58,7 +58,6 @@ from keepstep.engine.kinds.context import (
     register,
 )
 from keepstep.engine.kinds.synthesize import figures_of
-from keepstep.engine.run.approvals import binding_note
 from keepstep.storage.hashing import sha256_hex
 
 AUDIT = KindSpec(
@@ -349,6 +348,42 @@ def _by(p: dict[str, Any]) -> str:
 def _redone(units: Any) -> str:
     ids = sorted(units or [], key=natural_key)
     return compact_ids(ids) if ids else ""
+
+
+def binding_note(bound: dict[str, Any]) -> str:
+    """What an approval applies to, for the change notes: each thing its decision binds
+    (``gates.bound_object``), e.g. "Applies while the audience is 'CFO' and the delivered
+    files are the ones approved (memo.md sha256 1a2b3c4d5e6f)"."""
+    if "binds" not in bound:
+        if "artifact_unit" in bound:
+            return f"Applies while {bound['artifact_unit']}'s output is unchanged"
+        plan = f" for plan-v{bound['plan_n']}" if "plan_n" in bound else ""
+        return f"Applies{plan} while the contract is unchanged"
+    parts: list[str] = []
+    for ref, value in (bound.get("binds") or {}).items():
+        kind, _, name = str(ref).partition(":")
+        if ref == "plan":
+            parts.append(f"the plan is plan-v{value}")
+        elif ref == "contract":
+            parts.append("the contract is unchanged")
+        elif kind == "contract":
+            parts.append(f"the contract's {name} is {value!r}")
+        elif kind == "artifact":
+            parts.append(f"{name}'s output is unchanged")
+        elif kind == "verdict":
+            passed = isinstance(value, dict) and value.get("passed")
+            parts.append(f"{name}'s verdict is {'passed' if passed else 'not passed'}")
+        elif kind == "deliver":
+            files = ", ".join(f"{f.partition(':')[2] or f} sha256 {str(h)[:12]}"
+                              for f, h in (value or {}).items()) if isinstance(value, dict) \
+                else ""
+            parts.append(f"{name} delivers the same bytes" + (f" ({files})" if files else ""))
+        elif kind == "audited":
+            parts.append(f"the audit passed on the bytes {name} delivers")
+        else:
+            parts.append(f"{ref} is unchanged")
+    return "Applies while " + ("; ".join(parts) if parts else "nothing it binds changes")
+
 
 
 def _note(kind: str, unit: str | None, p: dict[str, Any]) -> tuple[str, list[str]] | None:

@@ -345,43 +345,7 @@ def gate_status(
     return GateStatus(open=False, reason=f"{reason}; asked again", request=new)
 
 
-def binding_note(bound: dict[str, Any]) -> str:
-    """What an approval applies to, for the change notes: each thing its decision binds
-    (``gates.bound_object``), e.g. "Applies while the audience is 'CFO' and the delivered
-    files are the ones approved (memo.md sha256 1a2b3c4d5e6f)"."""
-    if "binds" not in bound:
-        if "artifact_unit" in bound:
-            return f"Applies while {bound['artifact_unit']}'s output is unchanged"
-        plan = f" for plan-v{bound['plan_n']}" if "plan_n" in bound else ""
-        return f"Applies{plan} while the contract is unchanged"
-    parts: list[str] = []
-    for ref, value in (bound.get("binds") or {}).items():
-        kind, _, name = str(ref).partition(":")
-        if ref == "plan":
-            parts.append(f"the plan is plan-v{value}")
-        elif ref == "contract":
-            parts.append("the contract is unchanged")
-        elif kind == "contract":
-            parts.append(f"the contract's {name} is {value!r}")
-        elif kind == "artifact":
-            parts.append(f"{name}'s output is unchanged")
-        elif kind == "verdict":
-            passed = isinstance(value, dict) and value.get("passed")
-            parts.append(f"{name}'s verdict is {'passed' if passed else 'not passed'}")
-        elif kind == "deliver":
-            files = ", ".join(f"{f.partition(':')[2] or f} sha256 {str(h)[:12]}"
-                              for f, h in (value or {}).items()) if isinstance(value, dict) \
-                else ""
-            parts.append(f"{name} delivers the same bytes" + (f" ({files})" if files else ""))
-        elif kind == "audited":
-            parts.append(f"the audit passed on the bytes {name} delivers")
-        else:
-            parts.append(f"{ref} is unchanged")
-    return "Applies while " + ("; ".join(parts) if parts else "nothing it binds changes")
-
-
 __all__ = [
-    "binding_note",
     "TOKEN_TTL_SECONDS",
     "ApprovalOption",
     "ApprovalRequest",

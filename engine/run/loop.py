@@ -103,7 +103,7 @@ from keepstep.storage import (
     crash_point,
 )
 from keepstep.storage.errors import mount_point
-from keepstep.storage.hashing import canonical_json
+from keepstep.storage.hashing import canonical_json, file_sha256
 
 if TYPE_CHECKING:
     from keepstep.engine.kinds.model_step import CheckedAnswer, StepCall
@@ -122,8 +122,9 @@ def _same_failure_before(store: Any, run: Any, unit_id: str, tries: list[Any], a
                          error_class: str, message: str,
                          diagnosis: dict[str, Any] | None) -> str | None:
     """The previous attempt (since the unit's last success) that failed its validators with
-    the same message and the same diagnosis, when this one did too — else None. Only
-    validator failures count: a timeout or a provider error may pass next time."""
+    the same message, the same problems and byte-identical rejected model answers, when this
+    one did too — else None: deterministic on the same inputs, so a retry would fail the same
+    way. Only validator failures count: a timeout or a provider error may pass next time."""
     if error_class != "invalid_output":
         return None
     before = [a for a in tries if a.attempt_id != aid and a.error_class == error_class]
@@ -138,7 +139,14 @@ def _same_failure_before(store: Any, run: Any, unit_id: str, tries: list[Any], a
     old = (said[-1].payload.get("diagnosis") if said else None) or {}
 
     def what(d: dict[str, Any]) -> str:  # the failure itself, not where its files lie
-        return canonical_json({k: d.get(k) for k in ("validators", "problems")})
+        answers = []
+        for path in d.get("answers") or []:
+            try:  # what the model said, byte for byte: a different answer may pass next time
+                answers.append(file_sha256(str(store.artifacts.root / str(path))))
+            except OSError:
+                answers.append(f"unreadable:{path}")
+        return canonical_json({**{k: d.get(k) for k in ("validators", "problems")},
+                               "answers": answers})
 
     return prev.attempt_id if what(old) == what(diagnosis or {}) else None
 
