@@ -199,7 +199,7 @@ def reaudit(run: RunHandle, facts: RunFacts, stale: list[AuditOfBytes]) -> list[
     from keepstep.engine.core.invalidation import invalidate
 
     records = facts.records
-    changes = {}
+    changes: dict[str, Change] = {}
     for item in stale:
         dep = item.file.partition(":")[0]
         changes.setdefault(item.file, Change(
