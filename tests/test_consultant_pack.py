@@ -118,3 +118,51 @@ def test_the_pack_runs_and_each_receiver_gets_the_audited_bytes_once(
                 for part in m.iter_attachments()]
     assert sorted(attached) == sorted(audited.values())
     assert len({m["Message-ID"] for m in mail.messages}) == 2
+
+
+def test_a_failed_audit_sends_nothing_and_a_fixed_memo_goes_out_once_everywhere(
+        tmp_path: Path, receivers, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the first release: the memo template loses its findings section (the audit's
+    group check fails) — no receiver gets anything and the release gate is not asked; then
+    the section comes back with one more sentence — the audit runs on the new bytes and
+    passes, the gate asks again, and each receiver gets the new memo once (the unchanged
+    register is not sent again)."""
+    hook, mail, share = receivers
+    root = install(tmp_path, hook, mail, share, monkeypatch)
+    template = root / "templates" / "memo.md"
+    original = template.read_text()
+    with open_project(root) as p:
+        assert p.open_or_start(RUN).run(approve=APPROVE).decision == "done"
+    counts = (hook.posts, len(mail.messages), len(list(share.glob("*.md"))))
+    assert counts == (2, 2, 2)
+
+    template.write_text(original.replace("<!-- section: findings -->\n", ""))
+    with open_project(root) as p:
+        run = p.get_run(RUN)
+        status = run.resume()
+        assert status.decision == "blocked"
+        assert not run.facts_records()["AUD"].validators_passed
+        assert run.pending_approvals() == []
+        assert any("keepstep explain AUD" in r for r in status.reasons)
+    assert (hook.posts, len(mail.messages), len(list(share.glob("*.md")))) == counts
+
+    template.write_text(original.replace("## Findings\n", "## Findings\n\nEach finding cites "
+                                         "its evidence.\n"))
+    with open_project(root) as p:
+        run = p.get_run(RUN)
+        run.resume()
+        [release] = run.pending_approvals()
+        assert release.gate == "release"
+        run.approve("release", "release", who="test")
+        assert run.resume().decision == "done"
+        recs = run.facts_records()
+        memo = recs["AUD"].consumed["MEMO"]["memo.md"]
+        assert recs["AUD"].validators_passed
+        assert memo == recs["MEMO"].outputs["memo.md"].sha256
+    assert hook.posts == 3 and sha256_hex(hook.received[-1]) == memo
+    assert len(mail.messages) == 3
+    [part] = list(mail.messages[-1].iter_attachments())
+    assert sha256_hex(part.get_payload(decode=True)) == memo
+    files = {sha256_hex(f.read_bytes()) for f in share.glob("*.md")}
+    assert len(files) == 3 and memo in files
+    assert len(set(map(sha256_hex, hook.received))) == len(hook.received)
