@@ -172,6 +172,10 @@ if TYPE_CHECKING:
     from keepstep.engine.run.approvals import (
         ApprovalOption,
     )
+    from keepstep.engine.run.deliveries import (
+        AdapterCheck,
+        test_effect_adapter,
+    )
     from keepstep.engine.run.effects import (
         SettleResult,
     )
@@ -324,6 +328,8 @@ _EXPORTS: dict[str, str] = {
     "CompensationPreview": "keepstep.engine.report.views",
     "OutputInfo": "keepstep.engine.report.views",
     "SettleResult": "keepstep.engine.run.effects",
+    "AdapterCheck": "keepstep.engine.run.deliveries",
+    "test_effect_adapter": "keepstep.engine.run.deliveries",
     "load_contract": "keepstep.engine.files.project",
     "write_contract": "keepstep.engine.files.project",
     "BundleReport": "keepstep.engine.report.handover",

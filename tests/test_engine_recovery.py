@@ -141,10 +141,16 @@ def test_newer_schema_is_refused_clearly_and_left_untouched(done: Path) -> None:
 
 
 class _InvalidJSONGateway:
-    """Answers every call with JSON that has no evidence list: the extract validators fail."""
+    """Answers every call with JSON that has no evidence list: the extract validators fail.
+    Each answer differs (a call counter), like a sampling model's: an attempt whose rejected
+    answers repeat byte for byte would not be retried (issue 21)."""
+
+    calls = 0
 
     def complete(self, ctx: Any, request: Any, **_estimates: Any) -> ModelResult:
-        return ModelResult(content=json.dumps({"answer": "none"}), model=request.model,
+        type(self).calls += 1
+        return ModelResult(content=json.dumps({"answer": "none", "call": type(self).calls}),
+                           model=request.model,
                            tokens_in=1, tokens_out=1, cost=0.0, latency_ms=0,
                            request_hash="x")
 

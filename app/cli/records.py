@@ -183,6 +183,49 @@ def effects_compensate(
         typer.echo(f"recorded: {key} is {row.status} (undo entry {preview.undo_key})")
 
 
+AdapterArg = Annotated[str | None, typer.Argument(metavar="ADAPTER", show_default=False,
+                                                  help="An [adapters.NAME] of keepstep.toml.")]
+
+
+def effects_test(root: DirArg = None, adapter: AdapterArg = None, as_json: JsonOpt = False
+                 ) -> None:
+    """Check an adapter's receiver: send one small test document under a fresh key, then
+    look that key up (must be found) and a key never used (must be not found).
+
+    Exit 1 when the receiver fails either. The protocol is in docs/delivery.md.
+
+    \b
+    Example:
+      keepstep effects test client-webhook
+    """
+    from keepstep.engine import test_effect_adapter
+
+    root, adapter = shift(root, adapter)
+    if adapter is None:
+        raise UsageProblem("name the adapter to test", "e.g. `keepstep effects test webhook` "
+                           "(the [adapters.NAME] tables of keepstep.toml)")
+    with open_project_dir(root) as project:
+        check = test_effect_adapter(project.root, adapter)
+    if as_json:
+        typer.echo(out.to_json(check.model_dump(mode="json")))
+    else:
+        typer.echo(f"{adapter}: test delivery {'accepted' if check.delivered else 'FAILED'}"
+                   + (f" (remote id {check.remote_id})" if check.remote_id else ""))
+        answers = {True: "found", False: "not found", None: "cannot tell"}
+        if check.delivered and not check.notes:
+            typer.echo(f"  lookup of the test key {check.key}: {answers[check.found_after]}")
+            typer.echo(f"  lookup of a key never used: {answers[check.unknown_key]}")
+        for note in check.notes:
+            typer.echo(f"  note: {note}")
+        for problem in check.problems:
+            typer.echo(f"  problem: {problem}")
+        typer.echo("OK: the receiver answers both" if check.ok and not check.notes else
+                   "OK: delivered (no lookup to check)" if check.ok else
+                   "the receiver does not follow the protocol: see docs/delivery.md")
+    if not check.ok:
+        raise typer.Exit(1)
+
+
 # --- budget ----------------------------------------------------------------------------------
 def budget_raise(
     root: DirArg = None, run: RunOpt = None,
@@ -364,6 +407,7 @@ def register(app: typer.Typer) -> None:
     add_command(effects_app, effects_list, "list")
     add_command(effects_app, effects_settle, "settle")
     add_command(effects_app, effects_compensate, "compensate")
+    add_command(effects_app, effects_test, "test")
     app.add_typer(effects_app, name="effects")
     budget_app = sub_app("Budget decisions.")
     add_command(budget_app, budget_raise, "raise")

@@ -37,8 +37,11 @@ Decisions worth knowing:
   ``content`` (a new file has a body to read). A baseline without header hashes (recorded
   before they were) makes any byte change ``content``.
 - A template edit is ``template`` when its layout changed (sections or placeholders added,
-  removed or reordered, ``core.templates.layout``), else ``presentation`` (only wording or
-  formatting). Added or removed templates, and a baseline without layouts, are ``template``.
+  removed or reordered, or the substance of its fixed text: a sentence, figure, link or word
+  added or removed outside the headings, ``core.templates.layout``), else ``presentation``
+  (only heading wording, whitespace, emphasis, list/table formatting). A renamed heading is
+  named in the detail, old and new, when both sides' headings were recorded. Added or removed
+  templates, and a baseline without layouts, are ``template``.
 - A contract field other than the audience (goal, scope, deliverables, the body …) is labelled
   ``policy``: it says *what* the pack must find and argue. The audience has its own edge type
   because it changes framing and ranking, not the evidence.
@@ -224,7 +227,25 @@ def _short(h: str | None) -> str:
 
 # -- detection ------------------------------------------------------------------------------
 
-def _contract_changes(old_fields: dict[str, str], contract: Contract) -> list[Change]:
+def _contract_changes(old_fields: dict[str, str], contract: Contract,
+                      template_fields: dict[str, list[str]] | None = None) -> list[Change]:
+    """Per changed field; a field (other than the audience) that a template names also
+    changes that template's rendering: a ``template`` change per such template, so the
+    documents that render it are redone without a contract intake dependency."""
+    out = _contract_field_changes(old_fields, contract)
+    for change in list(out):
+        name = change.origin.partition(":")[2]
+        if change.kind != ChangeKind.contract_field:
+            continue
+        for tname, names in sorted((template_fields or {}).items()):
+            if name in names:
+                out.append(Change(kind=ChangeKind.template, origin=f"template:{tname}",
+                                  detail=f"template {tname!r} names contract field {name!r}, "
+                                  f"which changed", old=change.old, new=change.new))
+    return out
+
+
+def _contract_field_changes(old_fields: dict[str, str], contract: Contract) -> list[Change]:
     if not old_fields:
         return []
     new_fields = contract.field_hashes()
@@ -253,9 +274,32 @@ def _file_change(old: dict[str, str], new: dict[str, str], name: str) -> str:
     return f"changed (sha256 {_short(old[name])} → {_short(new[name])})"
 
 
+def same_substance(old: str, new: str) -> bool:
+    """Whether two renderings of a document differ only in presentation — heading wording,
+    whitespace, emphasis, list/table formatting (``core.templates.fixed_text``): no sentence,
+    figure, link or word added, removed or changed outside the headings, and no figure or
+    link in a heading. What lets an audit's verdict on the old bytes stand for the new."""
+    from keepstep.engine.core.templates import fixed_text
+
+    return fixed_text(old) == fixed_text(new)
+
+
+def heading_edits(old: list[str], new: list[str]) -> list[str]:
+    """Each heading whose wording changed, ``'old' → 'new'`` (paired by position when the
+    count is the same; else the removed and the added ones)."""
+    if old == new:
+        return []
+    if len(old) == len(new):
+        return [f"{a!r} → {b!r}" for a, b in zip(old, new, strict=True) if a != b]
+    gone = [f"{h!r} removed" for h in old if h not in new]
+    return gone + [f"{h!r} added" for h in new if h not in old]
+
+
 def _template_changes(old: dict[str, str], new: dict[str, str],
                       old_layouts: dict[str, str] | None,
-                      new_layouts: dict[str, str] | None) -> list[Change]:
+                      new_layouts: dict[str, str] | None,
+                      old_headings: dict[str, list[str]] | None = None,
+                      new_headings: dict[str, list[str]] | None = None) -> list[Change]:
     out = []
     for name in sorted(set(old) | set(new)):
         if old.get(name) == new.get(name):
@@ -264,11 +308,17 @@ def _template_changes(old: dict[str, str], new: dict[str, str],
         edge = EdgeType.template
         if (name in old and name in new and old_layouts and new_layouts
                 and name in old_layouts and old_layouts.get(name) == new_layouts.get(name)):
-            # Same sections, same placeholders: only wording or formatting changed.
+            # Same sections, placeholders and fixed text: only headings or formatting changed.
             edge = EdgeType.presentation
-            what += ": wording or formatting only (same sections and placeholders)"
+            what += (": heading wording or formatting only (same sections, placeholders and "
+                     "text)")
         elif name in old and name in new and old_layouts and name in old_layouts:
-            what += ": its sections or placeholders changed"
+            what += (": its sections, placeholders or fixed text changed (a sentence, figure, "
+                     "link or placeholder added or removed)")
+        if old_headings and new_headings and name in old_headings and name in new_headings:
+            edits = heading_edits(old_headings[name], new_headings[name])
+            if edits:
+                what += "; heading " + ", ".join(edits)
         out.append(Change(kind=ChangeKind.template, origin=f"template:{name}", edge=edge,
                           detail=f"template {name!r} {what}", old=old.get(name),
                           new=new.get(name)))
@@ -536,6 +586,9 @@ def detect_changes(
     new_layouts: dict[str, str] | None = None,
     old_data: dict[str, str] | None = None,
     new_data: dict[str, str] | None = None,
+    old_headings: dict[str, list[str]] | None = None,
+    new_headings: dict[str, list[str]] | None = None,
+    template_fields: dict[str, list[str]] | None = None,
 ) -> list[Change]:
     """Every change between the recorded baseline and the project now.
 
@@ -543,12 +596,16 @@ def detect_changes(
     which sources they reach; without it converter versions are not compared. ``*_layouts``
     are template name -> ``core.templates.layout_hash`` (None: not recorded, every template
     edit is a ``template`` change); ``*_data`` pack data file name -> sha256 (None: not
-    recorded). Ordered by kind (the ``ChangeKind`` declaration order), then origin in natural
-    order (U7 before U10), then detail — the same inputs always give the same list.
+    recorded); ``*_headings`` template name -> its headings (a rename is named in the
+    detail); ``template_fields`` template name -> the names it reads (a contract field it
+    names reaches its documents). Ordered by kind (the ``ChangeKind`` declaration order),
+    then origin in natural order (U7 before U10), then detail — the same inputs always give
+    the same list.
     """
     changes = (
-        _contract_changes(old_contract_fields, new_contract)
-        + _template_changes(old_templates, new_templates, old_layouts, new_layouts)
+        _contract_changes(old_contract_fields, new_contract, template_fields)
+        + _template_changes(old_templates, new_templates, old_layouts, new_layouts,
+                            old_headings, new_headings)
         + _data_changes(old_data, new_data)
         + _source_changes(old_inputs, new_snapshot)
         + _plan_changes(old_plan, new_plan)
@@ -562,5 +619,5 @@ def detect_changes(
 
 __all__ = ["CONVERTED_TEXT_KINDS", "CONVERTER_PREFIX", "COSMETIC_FIELDS",
            "Change", "ChangeKind", "artifact_lost", "converted_refs", "converter_changes",
-           "data_refs", "detect_changes", "natural_key", "prompt_refs", "tool_refs",
-           "unit_output_changed"]
+           "data_refs", "detect_changes", "heading_edits", "natural_key", "prompt_refs",
+           "same_substance", "tool_refs", "unit_output_changed"]

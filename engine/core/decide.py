@@ -194,9 +194,13 @@ def decide(plan: Plan, facts: RunFacts) -> Decision:
     for uid, why in held.items():
         if facts.effective_state(uid) in (UnitState.pending, UnitState.invalidated) and all(
                 facts.is_current(d.unit) for d in plan.unit_map()[uid].depends_on):
-            reasons.append(f"{uid} (deliver) is held: {why} — nothing is delivered until it "
-                           "passes")
+            first = why.split(" ", 1)[0]
+            reasons.append(f"{uid} (deliver) is held: {why} — nothing is asked or delivered "
+                           f"until it passes: see `keepstep explain {first}`, fix the document "
+                           "or its sources, then resume")
     for uid in waiting_on_gate(plan, facts):
+        if uid in held:
+            continue  # its gate is not asked while it is held (engine.run.gates)
         gate = plan.gate_for(uid)
         reasons.append(f"{uid} waits for approval of gate {gate.id!r}" if gate else uid)
     spent = exhausted_budgets(facts)

@@ -40,7 +40,7 @@ from keepstep.engine.core.presets import (
     SectionsCheck,
     default_outputs,
     document_output,
-    evidence_output,
+    evidence_sources,
     parse_params,
     verified_output,
 )
@@ -507,10 +507,11 @@ def _kind_problems(u: Unit, units: dict[str, Unit], documents: dict[str, str]) -
     if kind == UnitKind.extract and not (u.input_refs("source") or u.input_refs("group")):
         out.append(unit_problem(u.id, "inputs", "an extract unit names no sources",
                                 "add group:<G> or source:<id> inputs", code="extract_sources"))
-    if kind == UnitKind.verify and not any(evidence_output(d) for d in deps):
-        out.append(unit_problem(u.id, "depends_on", "a verify unit has no evidence-producing "
-                                "dependency", "depend on an extract unit (or a unit that "
-                                "writes evidence.json)", code="verify_evidence"))
+    if kind == UnitKind.verify and not evidence_sources(u, units):
+        out.append(unit_problem(u.id, "depends_on", "a verify unit reaches no "
+                                "evidence-producing unit through its dependencies", "depend "
+                                "on an extract unit (or a unit that writes evidence.json), "
+                                "directly or through other units", code="verify_evidence"))
     if kind in (UnitKind.synthesize, UnitKind.rank, UnitKind.model) and not any(
             verified_output(d) for d in deps):
         out.append(unit_problem(u.id, "depends_on", f"a {kind.value} unit has no verification "

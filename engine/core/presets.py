@@ -13,6 +13,8 @@ through its kind, in a stable order.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -436,6 +438,31 @@ def evidence_output(unit: Any) -> str | None:
     if preset and preset.evidence:
         return preset.evidence
     return "evidence.json" if "evidence.json" in (getattr(unit, "outputs", []) or []) else None
+
+
+def _natural(text: str) -> tuple[Any, ...]:
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
+
+
+def evidence_sources(unit: Any, units: Mapping[str, Any]) -> list[Any]:
+    """The evidence-producing units a unit reaches through its dependencies: each direct
+    dependency that produces evidence, else the first evidence producers on every path
+    through it (a verify unit over two verify units reaches their extract units), in id
+    order without repeats."""
+    found: dict[str, Any] = {}
+    seen: set[str] = set()
+    stack = [d.unit for d in getattr(unit, "depends_on", [])]
+    while stack:
+        uid = stack.pop()
+        if uid in seen or uid not in units:
+            continue
+        seen.add(uid)
+        dep = units[uid]
+        if evidence_output(dep):
+            found[uid] = dep
+        else:
+            stack.extend(d.unit for d in dep.depends_on)
+    return [found[k] for k in sorted(found, key=_natural)]
 
 
 def verified_output(unit: Any) -> str | None:

@@ -5,8 +5,10 @@ A template is Jinja2 text (``{{ name }}`` placeholders; loops and filters work t
 sections are marked by ``<!-- section: id -->`` lines. Its *layout* is the ordered list of
 sections, each with the placeholders it uses (placeholders before the first marker belong to
 a leading unnamed section): an edit that changes the layout — a section or placeholder added,
-removed or moved — is a ``template`` change; any other edit (heading wording, formatting,
-fixed prose) is ``presentation``.
+removed or moved — is a ``template`` change, and so is any change of the fixed text's
+*substance* (``fixed_text``: a sentence, a figure, a link or a word added or removed outside the
+headings). Only heading wording, whitespace, emphasis and list/table formatting are
+``presentation``.
 
 Pure: text in, values out. Callers may rely on ``layout_hash`` being equal for two texts
 exactly when their layouts are equal.
@@ -38,6 +40,11 @@ class TemplateLayout(BaseModel):
 
     sections: list[TemplateSection] = Field(default_factory=list,
                                             description="sections in order")
+    fixed_text: str = Field(default="", description="the template's fixed text outside the "
+                            "headings, with whitespace, emphasis and list/table formatting "
+                            "taken out (``fixed_text``): what a presentation edit keeps")
+    headings: list[str] = Field(default_factory=list, description="the Markdown headings' "
+                                "text in order (their wording is presentation)")
     error: str = Field(default="", description="why the text is not a valid Jinja2 template")
 
     @property
@@ -97,11 +104,71 @@ def layout(text: str) -> TemplateLayout:
             names = tuple(dict.fromkeys(re.findall(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)", part)))
         if sid or names:
             sections.append(TemplateSection(id=sid, placeholders=list(names)))
-    return TemplateLayout(sections=sections, error=error)
+    return TemplateLayout(sections=sections, fixed_text=fixed_text(text),
+                          headings=headings(text), error=error)
+
+
+_HEADING_RE = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(.*?)[ \t#]*$")
+_SETEXT_RE = re.compile(r"^[ \t]{0,3}(=+|-+)[ \t]*$")
+_TABLE_RULE_RE = re.compile(r"^[ \t]*\|?[ \t]*:?-{2,}:?[ \t]*(\|[ \t]*:?-{2,}:?[ \t]*)*\|?[ \t]*$")
+_LIST_MARK_RE = re.compile(r"^[ \t]*(?:[-*+]|\d+[.)])[ \t]+")
+_QUOTE_MARK_RE = re.compile(r"^[ \t]*>[ \t]?")
+_RULE_RE = re.compile(r"^[ \t]*([-*_])([ \t]*\1){2,}[ \t]*$")
+_PLACEHOLDER_RE = re.compile(r"\{\{-?\s*(.*?)\s*-?\}\}", re.DOTALL)
+# What a heading may not gain or lose in a presentation edit: figures, links, placeholders.
+_HEADING_FACTS_RE = re.compile(r"\{\{.*?\}\}|https?://\S+|\]\([^)]*\)|\d[\d.,]*")
+# Emphasis and inline-code marks: *, _, ~ and ` runs at a word's edge (snake_case survives).
+_EMPHASIS_RE = re.compile(r"(?<![\w])[*_~`]+|[*_~`]+(?![\w])")
+
+
+def headings(text: str) -> list[str]:
+    """The ATX (``## Findings``) headings' text, in order."""
+    out = []
+    for line in text.splitlines():
+        m = _HEADING_RE.match(line)
+        if m:
+            out.append(m.group(1).strip())
+    return out
+
+
+def fixed_text(text: str) -> str:
+    """The substance of a template's (or a rendered document's) fixed text: every line but
+    headings (of which only figures, links and placeholders count), section markers,
+    horizontal rules and table rule rows, with list/quote markers, table pipes, emphasis and
+    whitespace taken out, joined with single spaces. Two templates whose edit is only heading
+    wording, whitespace, emphasis or list/table formatting give the same string; a sentence,
+    figure, link, placeholder or word added or removed changes it."""
+    kept: list[str] = []
+    lines = text.splitlines()
+    for n, line in enumerate(lines):
+        heading = _HEADING_RE.match(line)
+        if heading:
+            # A heading's wording is presentation, but not a figure, link or placeholder in it.
+            facts = _HEADING_FACTS_RE.findall(heading.group(1))
+            if facts:
+                kept.append("#[" + " ".join(re.sub(r"\s+", "", f) for f in facts) + "]")
+            continue
+        if SECTION_RE.match(line) or _TABLE_RULE_RE.match(line):
+            continue
+        if _RULE_RE.match(line) or _SETEXT_RE.match(line):
+            continue
+        if n + 1 < len(lines) and _SETEXT_RE.match(lines[n + 1]) and line.strip() \
+                and not _RULE_RE.match(lines[n + 1]):
+            continue  # a setext heading's text (``Findings`` over ``====``)
+        line = _QUOTE_MARK_RE.sub("", line)
+        line = _LIST_MARK_RE.sub("", line)
+        line = _PLACEHOLDER_RE.sub(lambda m: "{{" + re.sub(r"\s+", "", m.group(1)) + "}}", line)
+        line = line.replace("|", " ")
+        line = _EMPHASIS_RE.sub("", line)
+        kept.append(line)
+    return " ".join(" ".join(kept).split())
 
 
 def layout_hash(text: str) -> str:
-    return sha256_hex(canonical_json(layout(text).model_dump(mode="json", exclude={"error"})))
+    """Equal for two texts exactly when their sections, placeholders and fixed text's
+    substance are equal (headings' wording is left out: renaming one is presentation)."""
+    return sha256_hex(canonical_json(layout(text).model_dump(
+        mode="json", exclude={"error", "headings"})))
 
 
 def section_ids(text: str) -> list[str]:
@@ -119,5 +186,6 @@ def section_text(text: str, section: str) -> str | None:
     return None
 
 
-__all__ = ["SECTION_RE", "TemplateLayout", "TemplateSection", "layout", "layout_hash",
+__all__ = ["SECTION_RE", "TemplateLayout", "TemplateSection", "fixed_text", "headings",
+           "layout", "layout_hash",
            "placeholders", "section_ids", "section_text", "syntax_error"]

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from keepstep.engine.core.inputs import Contract, InputSnapshot, SourceEntry, source_hashes
 from keepstep.engine.core.plan import Plan, load_plan
 from keepstep.engine.errors import ConfigError, PlanValidationError, ProjectError, SourceError
-from keepstep.engine.files.confine import unsafe_file
+from keepstep.engine.files.confine import project_file, unsafe_file
 from keepstep.engine.files.convert import (
     DEFAULT_MAX_SOURCE_MB,
     ConversionCache,
@@ -33,7 +33,8 @@ SOURCES_FILE = "sources.toml"
 PLAN_FILE = "plan.toml"
 STATE_DIR = ".keepstep"
 CONVERTED_DIR = "converted"  # under STATE_DIR: the conversion cache (derived, never copied)
-FRONT_MATTER = "+++"
+FRONT_MATTER = "+++"  # TOML front matter (what keepstep writes)
+YAML_FRONT_MATTER = "---"  # YAML front matter (most Markdown tools' convention), also read
 
 
 class BudgetLimits(BaseModel):
@@ -114,8 +115,55 @@ class WebhookConfig(BaseModel):
         return value
 
 
-AdapterConfig = Annotated[FileDropConfig | WebhookConfig, Field(discriminator="type")]
-ADAPTER_TYPES = ("file_drop", "webhook")
+class FolderConfig(BaseModel):
+    """``[adapters.NAME] type = "folder"``: a synced client folder. Each delivered file
+    appears atomically under a content-hash name (``memo-1a2b3c4d5e6f.md``), so delivering
+    the same bytes again changes nothing: idempotent by construction. ``target_dir`` must lie
+    outside the project (a relative one resolves against the project root)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["folder"]
+    target_dir: str
+
+    def target(self, root: Path) -> Path:
+        return (Path(root) / Path(self.target_dir).expanduser()).resolve()
+
+
+class EmailConfig(BaseModel):
+    """``[adapters.NAME] type = "email"``: each delivered file is mailed as an attachment over
+    SMTP with STARTTLS (required unless ``host`` is this machine and ``starttls = false``);
+    its Message-ID is the idempotency key. The password is never here: store it with
+    ``keepstep keys set smtp-NAME`` (or the environment variable ``SMTP_NAME_API_KEY``)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    type: Literal["email"]
+    host: str = Field(description="the SMTP server's name or address")
+    port: int = Field(default=587, ge=1, le=65535, description="submission port (STARTTLS)")
+    sender: str = Field(alias="from", description="the From address")
+    to: list[str] = Field(min_length=1, description="the recipients")
+    subject: str = Field(default="Delivery: {name}", description="the subject; {name} is the "
+                         "file's name")
+    username: str | None = Field(default=None, description="the SMTP login (password from "
+                                 "`keepstep keys set smtp-NAME`)")
+    starttls: bool = Field(default=True, description="upgrade with STARTTLS before sending "
+                           "anything; only a server on this machine may turn it off")
+    ca_file: str | None = Field(default=None, description="a CA bundle to trust for this "
+                                "server (e.g. a company's own CA), relative to the project")
+    timeout_s: float = Field(default=30.0, gt=0)
+
+    @field_validator("starttls")
+    @classmethod
+    def _tls_off_only_here(cls, value: bool, info: Any) -> bool:
+        host = str(info.data.get("host", ""))
+        if not value and host not in ("localhost", "127.0.0.1", "::1"):
+            raise ValueError(f"starttls = false is refused for {host!r}: a password and the "
+                             "documents would cross the network unencrypted")
+        return value
+
+
+AdapterConfig = Annotated[FileDropConfig | WebhookConfig | FolderConfig | EmailConfig,
+                          Field(discriminator="type")]
+ADAPTER_TYPES = ("file_drop", "webhook", "folder", "email")
 
 
 class ProjectConfig(BaseModel):
@@ -232,7 +280,7 @@ def load_config(root: Path) -> ProjectConfig:
                           hint="see README.md for the keys keepstep.toml accepts") from exc
     project = Path(root).resolve()
     for name, adapter in config.adapters.items():
-        if isinstance(adapter, FileDropConfig):
+        if isinstance(adapter, FileDropConfig | FolderConfig):
             target = adapter.target(project)
             if target == project or project in target.parents:
                 raise ConfigError(
@@ -253,27 +301,80 @@ def _check_adapter_types(path: Path, adapters: Any) -> None:
             raise ConfigError(
                 f"{path}: adapter {name!r} has type {kind!r}; allowed types: "
                 f"{', '.join(ADAPTER_TYPES)}",
-                hint=f'set type = "file_drop" (with target_dir) or type = "webhook" (with url) '
-                f"under [adapters.{name}]")
+                hint=f'set type = "webhook" (with url), "folder" (with target_dir), "email" '
+                f'(with host, from, to) or "file_drop" (with target_dir) under '
+                f"[adapters.{name}]; see docs/delivery.md")
+
+
+def _yaml_fields(text: str, origin: str) -> dict[str, Any]:
+    """YAML front matter as plain values (safe loader; dates as ISO text, like TOML's)."""
+    import datetime as _dt
+
+    import yaml  # PyYAML: only a YAML contract needs it
+
+    try:
+        loaded = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as exc:
+        raise ProjectError(f"{origin}: front matter is not valid YAML: "
+                           f"{str(exc).splitlines()[0]}",
+                           hint="write one 'name: value' per line between the '---' lines"
+                           ) from exc
+    if not isinstance(loaded, dict):
+        raise ProjectError(f"{origin}: YAML front matter is not a set of 'name: value' fields",
+                           hint="write one 'name: value' per line between the '---' lines")
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, _dt.date):
+            return value.isoformat()
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        if isinstance(value, dict):
+            return {str(k): plain(v) for k, v in value.items()}
+        return value
+
+    return {str(k): plain(v) for k, v in loaded.items() if v is not None}
+
+
+# keepstep's own templates for the standard documents; a project's templates/<name>.md wins.
+DEFAULT_TEMPLATES_DIR = Path(__file__).resolve().parent / "default_templates"
+DEFAULT_TEMPLATES = ("appendix", "change-notes", "evidence-table", "risk-register")
+
+
+def template_file(root: Path, name: str) -> Path | None:
+    """The file of template ``name``: the project's ``templates/<name>.md`` when it exists,
+    else keepstep's built-in one for a standard document (``DEFAULT_TEMPLATES``), else None.
+    The project's own file is confined to the project: UnsafePathError when it leads outside."""
+    own = project_file(root, "templates", f"{name}.md", what="template")
+    if own.is_file():
+        return own
+    if name in DEFAULT_TEMPLATES:
+        return DEFAULT_TEMPLATES_DIR / f"{name}.md"
+    return None
 
 
 def parse_contract(text: str, *, origin: str = CONTRACT_FILE) -> Contract:
-    lines = text.splitlines(keepends=True)
-    if not lines or lines[0].strip() != FRONT_MATTER:
+    """contract.md: TOML (``+++``) or YAML (``---``) front matter, then the body."""
+    lines = text.lstrip("\ufeff").splitlines(keepends=True)
+    fence = lines[0].strip() if lines else ""
+    if fence not in (FRONT_MATTER, YAML_FRONT_MATTER):
         raise ProjectError(
             f"{origin} has no front matter",
             hint=f"start it with a '{FRONT_MATTER}' line, TOML fields such as audience = \"...\" "
-            f"and goal = \"...\", then a closing '{FRONT_MATTER}' line",
+            f"and goal = \"...\", then a closing '{FRONT_MATTER}' line (or the same fields as "
+            f"YAML between two '{YAML_FRONT_MATTER}' lines)",
         )
     try:
-        end = next(i for i in range(1, len(lines)) if lines[i].strip() == FRONT_MATTER)
+        end = next(i for i in range(1, len(lines)) if lines[i].strip() == fence)
     except StopIteration:
         raise ProjectError(f"{origin}: front matter is not closed",
-                           hint=f"add a '{FRONT_MATTER}' line after the fields") from None
-    try:
-        fields = tomllib.loads("".join(lines[1:end]))
-    except tomllib.TOMLDecodeError as exc:
-        raise ProjectError(f"{origin}: front matter is not valid TOML: {exc}") from exc
+                           hint=f"add a '{fence}' line after the fields") from None
+    if fence == YAML_FRONT_MATTER:
+        fields = _yaml_fields("".join(lines[1:end]), origin)
+    else:
+        try:
+            fields = tomllib.loads("".join(lines[1:end]))
+        except tomllib.TOMLDecodeError as exc:
+            raise ProjectError(f"{origin}: front matter is not valid TOML: {exc}") from exc
     for required in ("audience", "goal"):
         if not str(fields.get(required, "")).strip():
             raise ProjectError(f"{origin}: front matter needs a non-empty {required!r}",

@@ -126,6 +126,9 @@ def _blocks(text: str) -> list[tuple[str, str, str]]:
             flush()
             continue
         line = re.sub(r"^>\s?", "", line)
+        if not line.strip():
+            flush()  # a bare ">" separates two blockquote paragraphs: never join them
+            continue
         marker = _LIST_MARKER_RE.match(line)
         if marker:
             flush()

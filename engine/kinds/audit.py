@@ -113,6 +113,9 @@ class _Documents:
         inv = deps_writing(ctx, "inventory.json")
         self.inventory = ({s["id"]: s for s in ctx.dep_json(inv[0].id, "inventory.json")
                            .get("sources", [])} if inv else None)
+        # Each approved source's group as sources.toml says (the run's input snapshot): no
+        # dependency on an inventory unit is needed to know it.
+        self.groups = dict(ctx.snapshot.groups or {})
 
     def is_table(self, doc: str) -> bool:
         return doc in self.units and document_format(self.units[doc]) == "csv"
@@ -131,6 +134,8 @@ class _Documents:
     def group_of(self, source_id: str) -> str:
         if self.inventory and source_id in self.inventory:
             return str(self.inventory[source_id].get("group", ""))
+        if self.groups.get(source_id):
+            return str(self.groups[source_id])
         found = next((e for e in self.evidence.values() if e.get("source_id") == source_id), None)
         return str(found.get("group", "")) if found else ""
 
@@ -345,6 +350,42 @@ def _redone(units: Any) -> str:
     return compact_ids(ids) if ids else ""
 
 
+def binding_note(bound: dict[str, Any]) -> str:
+    """What an approval applies to, for the change notes: each thing its decision binds
+    (``gates.bound_object``), e.g. "Applies while the audience is 'CFO' and the delivered
+    files are the ones approved (memo.md sha256 1a2b3c4d5e6f)"."""
+    if "binds" not in bound:
+        if "artifact_unit" in bound:
+            return f"Applies while {bound['artifact_unit']}'s output is unchanged"
+        plan = f" for plan-v{bound['plan_n']}" if "plan_n" in bound else ""
+        return f"Applies{plan} while the contract is unchanged"
+    parts: list[str] = []
+    for ref, value in (bound.get("binds") or {}).items():
+        kind, _, name = str(ref).partition(":")
+        if ref == "plan":
+            parts.append(f"the plan is plan-v{value}")
+        elif ref == "contract":
+            parts.append("the contract is unchanged")
+        elif kind == "contract":
+            parts.append(f"the contract's {name} is {value!r}")
+        elif kind == "artifact":
+            parts.append(f"{name}'s output is unchanged")
+        elif kind == "verdict":
+            passed = isinstance(value, dict) and value.get("passed")
+            parts.append(f"{name}'s verdict is {'passed' if passed else 'not passed'}")
+        elif kind == "deliver":
+            files = ", ".join(f"{f.partition(':')[2] or f} sha256 {str(h)[:12]}"
+                              for f, h in (value or {}).items()) if isinstance(value, dict) \
+                else ""
+            parts.append(f"{name} delivers the same bytes" + (f" ({files})" if files else ""))
+        elif kind == "audited":
+            parts.append(f"the audit passed on the bytes {name} delivers")
+        else:
+            parts.append(f"{ref} is unchanged")
+    return "Applies while " + ("; ".join(parts) if parts else "nothing it binds changes")
+
+
+
 def _note(kind: str, unit: str | None, p: dict[str, Any]) -> tuple[str, list[str]] | None:
     """(headline, detail lines) for one decision event; None when it changed nothing."""
     if kind in ("decision.plan_change", "decision.input_change"):
@@ -372,9 +413,8 @@ def _note(kind: str, unit: str | None, p: dict[str, Any]) -> tuple[str, list[str
     if kind == "approval.decided":
         gate = p.get("gate") or p.get("gate_id") or unit
         bound = p.get("bound_object") or {}
-        plan = f" for plan-v{bound['plan_n']}" if "plan_n" in bound else ""
         return (f"Approval: gate {gate} answered {p.get('choice')!r}{_by(p)}",
-                [f"Applies{plan} while the contract is unchanged"
+                [binding_note(bound)
                  + (f" (via {p['via']})." if p.get("via") not in (None, "direct") else ".")])
     if kind == "approval.revoked":
         return (f"Approval revoked: gate {p.get('gate') or p.get('gate_id') or unit}{_by(p)}",
@@ -398,7 +438,10 @@ def _note(kind: str, unit: str | None, p: dict[str, Any]) -> tuple[str, list[str
             lines.append(f"Redone: {_redone(p['invalidated'])}.")
         if p.get("reused") is not None:
             lines.append(f"Reused: {p['reused']} units.")
-        return "Recovered after an interruption", lines
+        interrupted = p.get("orphans") or p.get("fenced")
+        return ("Recovered after an interruption" if interrupted else
+                "Resumed: " + ("applied what changed" if p.get("changes") or p.get("invalidated")
+                               else "settled what was pending")), lines
     if kind == "decision.recovery_reset":
         return (f"Recovery reset{_by(p)}", [f"Why: {p.get('reason') or 'no reason given'}."])
     details = _plain({k: v for k, v in p.items() if k != "who"})

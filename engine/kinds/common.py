@@ -12,7 +12,14 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from keepstep.engine.core.plan import Unit, UnitKind, outputs_of
-from keepstep.engine.core.presets import AUDIENCES, RISKS, TOPICS, evidence_output, verified_output
+from keepstep.engine.core.presets import (
+    AUDIENCES,
+    RISKS,
+    TOPICS,
+    evidence_output,
+    evidence_sources,
+    verified_output,
+)
 from keepstep.engine.files.convert import ConvertedSource, find_occurrence, locate_quote
 from keepstep.engine.files.convert.quotes import verbatim_matcher
 from keepstep.engine.kinds.context import UnitContext, ValidatorResult
@@ -173,8 +180,12 @@ def _deps_with(ctx: UnitContext, output_of: Callable[[Unit], str | None]
 
 
 def evidence_deps(ctx: UnitContext) -> list[tuple[Unit, str]]:
-    """(dependency, its evidence output) for every evidence-producing dependency."""
-    return _deps_with(ctx, evidence_output)
+    """(unit, its evidence output) for every evidence-producing unit the unit reaches through
+    its dependencies (``core.presets.evidence_sources``: directly, or through units that
+    produce none, such as other verify units)."""
+    units = ctx.plan.unit_map()
+    return [(u, name) for u in evidence_sources(ctx.unit, units)
+            if (name := evidence_output(u))]
 
 
 def verified_deps(ctx: UnitContext) -> list[tuple[Unit, str]]:

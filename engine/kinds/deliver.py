@@ -3,15 +3,17 @@
 ``params.adapter`` names an ``[adapters.NAME]`` table of keepstep.toml; ``params.files``
 lists ``"<unit>:<output name>"`` of declared dependencies, e.g. ``["U31:report.md"]``.
 Every file is read and hash-checked first; then each is delivered by one effect through
-the side-effect ledger (``ctx.effect``). The request is metadata only — ``unit``,
-``name``, ``sha256``, ``size`` and ``path`` (the artifact's place under the artifact
-root, which a file drop copies from); a webhook receives the same JSON. Never the
-content, never source text, never a secret: the request is kept in the ledger.
+the side-effect ledger (``ctx.effect``). The request kept in the ledger is metadata only —
+``unit``, ``name``, ``sha256``, ``size``, ``media_type`` and ``path`` (the artifact's place
+under the artifact root) — never the content, never source text, never a secret. The
+adapter reads the bytes from ``path`` and checks them against ``sha256`` when it sends: a
+webhook POSTs the bytes, a folder writes them, an email attaches them (docs/delivery.md).
 ``delivery.json`` records, per file, the idempotency key, the remote id and the status.
 """
 
 from __future__ import annotations
 
+import mimetypes
 from typing import Any
 
 from keepstep.engine.errors import KeepstepError
@@ -25,8 +27,18 @@ SPEC = KindSpec(
     validators=["delivered"],
     default_outputs=["delivery.json"],
     description="Deliver dependencies' committed files through a configured adapter "
-    "(file drop, webhook), each at most once, with a receipt in the side-effect ledger.",
+    "(webhook, folder, email, file drop), each at most once, with a receipt in the "
+    "side-effect ledger.",
 )
+
+
+def media_type_of(name: str) -> str:
+    """The media type a receiver is told (text types as UTF-8)."""
+    suffix = name.rsplit(".", 1)[-1].lower() if "." in name else ""
+    known = {"md": "text/markdown", "csv": "text/csv", "json": "application/json",
+             "txt": "text/plain", "html": "text/html", "pdf": "application/pdf"}
+    media = known.get(suffix) or mimetypes.guess_type(name)[0] or "application/octet-stream"
+    return f"{media}; charset=utf-8" if media.startswith("text/") else media
 
 
 def _bad_params(ctx: UnitContext, problem: str) -> KeepstepError:
@@ -66,7 +78,8 @@ def run(ctx: UnitContext) -> KindOutcome:
     for unit, name in wanted:
         data = ctx.dep_bytes(unit, name)  # hash-checked against the committed record
         requests.append({"unit": unit, "name": name, "size": len(data),
-                         "sha256": sha256_hex(data), "path": ctx.dep_path(unit, name)})
+                         "sha256": sha256_hex(data), "media_type": media_type_of(name),
+                         "path": ctx.dep_path(unit, name)})
     rows: list[dict[str, Any]] = []
     for req in requests:
         # Keyed by destination + content hash (ctx.effect's content): an unchanged file is

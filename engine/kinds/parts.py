@@ -77,7 +77,12 @@ class Sources:
         for doc in self.syntheses + self.rankings:
             for k, v in (doc.get("evidence") or {}).items():
                 self.index.setdefault(k, v)
-        self.title = str(self.contract.get("title") or "Research pack")
+        # contract.md's own fields (its front matter) reach a template that names them even
+        # without a contract intake dependency; a dependency's copy wins where both have one.
+        self.project_contract = {str(k): v for k, v in (ctx.contract.fields or {}).items()
+                                 if isinstance(v, str | int | float | bool)}
+        self.title = str(self.contract.get("title") or self.project_contract.get("title")
+                         or ctx.plan.plan.title or "Research pack")
         self.client = str(self.contract.get("client", ""))
         audiences = sorted({str(d.get("audience")) for d in self.syntheses + self.rankings
                             if d.get("audience") and d.get("audience") != "general"})
@@ -93,12 +98,21 @@ class Sources:
     def base_values(self) -> dict[str, str]:
         """The contract fields (every field the contract dependency carries), the audience and
         the notice."""
-        values = {str(k): str(v) for k, v in self.contract.items()}
+        values = {k: str(v) for k, v in self.project_contract.items()}
+        values.update({str(k): str(v) for k, v in self.contract.items()})
         values.update({"title": self.title, "client": self.client, "audience": self.audience,
                        "goal": str(self.contract.get("goal", "")),
                        "scope": str(self.contract.get("scope", "")),
                        "notice": self.notice_line()})
         return values
+
+
+def with_provenance(text: str, line: str) -> str:
+    """A rendered document always carries its provenance line (the models that answered, the
+    offline notice), whatever its template: appended when the template left it out."""
+    if not line or line in text:
+        return text
+    return text.rstrip("\n") + "\n\n" + line + "\n"
 
 
 # --- parts -------------------------------------------------------------------------------------
@@ -320,4 +334,5 @@ def fill_part(ctx: UnitContext, part: str, spec: FillSpec | None, default: Sourc
     raise KeyError(part)
 
 
-__all__ = ["PARTS", "TABLE_COLUMNS", "Sources", "claim_line", "fill_part", "recommendation"]
+__all__ = ["PARTS", "TABLE_COLUMNS", "Sources", "claim_line", "fill_part", "recommendation",
+           "with_provenance"]

@@ -48,7 +48,14 @@ from keepstep.engine.kinds.common import (
 )
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, run_model_step
-from keepstep.engine.kinds.parts import PARTS, TABLE_COLUMNS, TOP_RISKS, Sources, fill_part
+from keepstep.engine.kinds.parts import (
+    PARTS,
+    TABLE_COLUMNS,
+    TOP_RISKS,
+    Sources,
+    fill_part,
+    with_provenance,
+)
 from keepstep.engine.kinds.synthesize import Claim, claim_rules
 
 # A column of a table template: a list item such as "- source_id" or "- `quote`".
@@ -217,7 +224,7 @@ def run(ctx: UnitContext) -> KindOutcome:
                     values[params.prose] = prose
                 else:
                     shape += [f"{params.prose}: {p.line()}" for p in step.problems]
-            text = render_text(template, values)
+            text = with_provenance(render_text(template, values), src.notice_line())
         shape += [f"template {name} uses unknown placeholder {{{{{u}}}}}" for u in unknown]
         cited = cited_evidence_ids(text)
         cited_sources = cited_source_ids(text)

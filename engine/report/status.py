@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from keepstep.storage import Checkpoint
 
 VIEW_VERSION = "status-view-1"
+# Attempts that ended as an ordinary failure: their uncommitted files are its diagnosis.
+ENDED_BY_FAILURE = ("failed", "timed_out", "blocked", "cancelled")
 
 
 class UnitView(BaseModel):
@@ -159,7 +161,11 @@ def run_status(run: RunHandle) -> RunStatus:
             title=u.title, phase=u.phase, kind=u.kind.value,
         )
     c = counts(facts, plan, ready)
-    orphans = store.orphaned_attempts(run.run_id)
+    # An attempt that ended as an ordinary failure (validators, a timeout) keeps its files
+    # as the failure's diagnosis: not an orphan. Orphans are what an interruption left.
+    orphans = [o for o in store.orphaned_attempts(run.run_id)
+               if (a := store.get_attempt(run.run_id, o.attempt_id)) is None
+               or a.status not in ENDED_BY_FAILURE]
     c["orphans"] = len(orphans)
     by_kind = store.count_checkpoints(run.run_id, run.branch_id)
     # Successes later invalidated (or replaced by a newer success): each success is one

@@ -19,9 +19,14 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from keepstep.engine.errors import EffectRejected, SideEffectError
-from keepstep.engine.files.project import FileDropConfig, WebhookConfig
+from keepstep.engine.files.project import (
+    AdapterConfig,
+    EmailConfig,
+    FileDropConfig,
+    FolderConfig,
+)
 from keepstep.storage.artifacts import fsync_dir
-from keepstep.storage.hashing import canonical_json, file_sha256
+from keepstep.storage.hashing import canonical_json, file_sha256, sha256_hex
 
 
 class LookupResult(BaseModel):
@@ -114,8 +119,34 @@ class FileDropAdapter:
         return "removed:" + (",".join(removed) or "nothing (already gone)")
 
 
+DELIVERY_HEADERS = {"key": "Idempotency-Key", "sha256": "X-Keepstep-Sha256",
+                    "name": "X-Keepstep-Name", "unit": "X-Keepstep-Unit"}
+
+
+def delivered_bytes(request: Mapping[str, Any], source_root: Path | None) -> bytes:
+    """The bytes a delivery request names (``path`` under the artifact root), checked against
+    its ``sha256`` and ``size``: a file that changed since is refused (nothing sent)."""
+    source = Path(str(request["path"]))
+    if source_root is not None and not source.is_absolute():
+        source = source_root / source
+    try:
+        data = source.read_bytes()
+    except OSError as exc:
+        raise EffectRejected(f"{source} cannot be read ({type(exc).__name__}); nothing "
+                             "sent") from exc
+    if "sha256" in request and sha256_hex(data) != request["sha256"]:
+        raise EffectRejected(f"{source} no longer matches its recorded sha256; nothing sent")
+    return data
+
+
 class WebhookAdapter:
-    """HTTP POST of a JSON request with ``Idempotency-Key: <key>`` (httpx).
+    """HTTP POST with ``Idempotency-Key: <key>`` (httpx), documented in docs/delivery.md.
+
+    A delivery (a request with ``path`` and ``sha256``, from the deliver kind) POSTs the
+    file's bytes themselves, with ``Content-Type`` (its media type), ``Content-Length``,
+    ``X-Keepstep-Sha256`` (hex), ``X-Keepstep-Name`` and ``X-Keepstep-Unit``; the bytes are
+    read from the artifact root and checked against the sha256 first. Any other request is
+    POSTed as JSON.
 
     lookup = GET ``{url}/{key}``: 200 found (remote id from the body's ``id``),
     404 not found and safe to retry, 410 gone (undone; not safe to resend),
@@ -127,10 +158,24 @@ class WebhookAdapter:
     a 5xx) leaves the outcome unknown (``SideEffectError``).
     """
 
-    def __init__(self, url: str, timeout: float = 5.0, *, name: str = "webhook") -> None:
+    def __init__(self, url: str, timeout: float = 5.0, *, name: str = "webhook",
+                 source_root: Path | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.name = name
+        self.source_root = Path(source_root) if source_root is not None else None
+
+    def _body(self, key: str, request: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
+        if "path" not in request or "sha256" not in request:
+            return canonical_json(request).encode("utf-8"), {
+                "Content-Type": "application/json", "Idempotency-Key": key}
+        data = delivered_bytes(request, self.source_root)
+        return data, {
+            "Content-Type": str(request.get("media_type") or "application/octet-stream"),
+            DELIVERY_HEADERS["key"]: key, DELIVERY_HEADERS["sha256"]: str(request["sha256"]),
+            DELIVERY_HEADERS["name"]: urllib.parse.quote(str(request.get("name", "")), safe=""),
+            DELIVERY_HEADERS["unit"]: urllib.parse.quote(str(request.get("unit", "")), safe=""),
+        }
 
     def _call(self, method: str, url: str, body: bytes | None = None,
               headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
@@ -155,11 +200,9 @@ class WebhookAdapter:
     def perform(self, key: str, request: dict[str, Any]) -> str:
         import httpx
 
+        content, headers = self._body(key, request)
         try:
-            status, body = self._call(
-                "POST", self.url, canonical_json(request).encode("utf-8"),
-                {"Content-Type": "application/json", "Idempotency-Key": key},
-            )
+            status, body = self._call("POST", self.url, content, headers)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             # No connection was made (DNS failure, refused, unreachable): nothing was sent.
             raise EffectRejected(f"{self.url}: could not connect ({type(exc).__name__}); "
@@ -198,21 +241,31 @@ class WebhookAdapter:
         raise SideEffectError(f"{self.url} answered HTTP {status} to DELETE; outcome unknown")
 
 
-def adapters_from_config(configs: Mapping[str, FileDropConfig | WebhookConfig], *,
+def adapters_from_config(configs: Mapping[str, AdapterConfig], *,
                          project_root: Path, artifact_root: Path) -> dict[str, EffectAdapter]:
     """The adapters a project's ``[adapters.NAME]`` tables describe, by name.
 
-    Built from keepstep.toml alone: no adapter is ever given a secret from the database.
+    Built from keepstep.toml alone: no adapter is ever given a secret from the database (an
+    email adapter reads its password from the keyring or the environment when it sends).
     """
+    from keepstep.engine.run.deliveries import EmailAdapter, FolderAdapter
+
     out: dict[str, EffectAdapter] = {}
     for name, cfg in configs.items():
         if isinstance(cfg, FileDropConfig):
             out[name] = FileDropAdapter(cfg.target(project_root), name=name,
                                         project_root=project_root, source_root=artifact_root)
+        elif isinstance(cfg, FolderConfig):
+            out[name] = FolderAdapter(cfg.target(project_root), name=name,
+                                      source_root=artifact_root)
+        elif isinstance(cfg, EmailConfig):
+            out[name] = EmailAdapter.from_config(cfg, name=name, project_root=project_root,
+                                                 source_root=artifact_root)
         else:
-            out[name] = WebhookAdapter(cfg.url, timeout=cfg.timeout_s, name=name)
+            out[name] = WebhookAdapter(cfg.url, timeout=cfg.timeout_s, name=name,
+                                       source_root=artifact_root)
     return out
 
 
-__all__ = ["EffectAdapter", "FileDropAdapter", "LookupResult", "WebhookAdapter",
-           "adapters_from_config"]
+__all__ = ["DELIVERY_HEADERS", "EffectAdapter", "FileDropAdapter", "LookupResult",
+           "WebhookAdapter", "adapters_from_config", "delivered_bytes"]

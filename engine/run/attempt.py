@@ -37,7 +37,7 @@ from keepstep.engine.errors import (
     UnitTimedOut,
 )
 from keepstep.engine.files.confine import project_file
-from keepstep.engine.files.project import ProjectFiles
+from keepstep.engine.files.project import ProjectFiles, template_file
 from keepstep.engine.gateway.outage import reporting
 from keepstep.engine.kinds.context import KindOutcome
 from keepstep.engine.kinds.model_step import DEFAULT_REVISE_ROUNDS, CheckedAnswer, StepCall
@@ -244,7 +244,7 @@ class AttemptContext:
         return json.loads(self.dep_bytes(unit_id, name))
 
     def template_text(self, name: str) -> str:
-        path = project_file(self.files.root, "templates", f"{name}.md", what="template")
+        path = template_file(self.files.root, name) or self.files.root / "templates" / f"{name}.md"
         if not path.is_file():
             raise KeepstepError(f"{self.unit.id}: template {name!r} is missing ({path})",
                                 hint="add the template file or fix the unit's template input")

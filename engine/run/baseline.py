@@ -43,6 +43,28 @@ def template_layouts(root: Path) -> dict[str, str]:
             for p in sorted(tdir.glob("*.md"))}
 
 
+def template_headings(root: Path) -> dict[str, list[str]]:
+    """template name -> its Markdown headings in order (so a rename can say old and new)."""
+    from keepstep.engine.core.templates import headings
+
+    tdir = root / "templates"
+    if not tdir.is_dir():
+        return {}
+    return {p.stem: headings(p.read_text(encoding="utf-8", errors="replace"))
+            for p in sorted(tdir.glob("*.md"))}
+
+
+def template_fields(root: Path) -> dict[str, list[str]]:
+    """template name -> the placeholders it reads (a contract field it names reaches it)."""
+    from keepstep.engine.core.templates import placeholders
+
+    tdir = root / "templates"
+    if not tdir.is_dir():
+        return {}
+    return {p.stem: placeholders(p.read_text(encoding="utf-8", errors="replace"))
+            for p in sorted(tdir.glob("*.md"))}
+
+
 def data_hashes(root: Path) -> dict[str, str]:
     """pack data file name -> sha256 of ``data/<name>.toml``."""
     ddir = root / "data"
@@ -59,7 +81,7 @@ def plan_state(n: int, files: ProjectFiles, snapshot_path: str,
         "contract_hash": files.contract.hash(), "contract_fields": files.contract.field_hashes(),
         "audience": files.contract.audience, "snapshot_path": snapshot_path,
         "templates": templates, "template_layouts": template_layouts(files.root),
-        "data": data_hashes(files.root),
+        "template_headings": template_headings(files.root), "data": data_hashes(files.root),
     }
 
 
@@ -104,4 +126,5 @@ def create_run(workspace: Workspace, run_id: str, *, branch_id: str = "main") ->
 
 
 __all__ = ["PRODUCER_VERSION", "PROMPT_VERSION", "create_run", "data_hashes", "inputs_state",
-           "plan_state", "template_hashes", "template_layouts"]
+           "plan_state", "template_fields", "template_hashes", "template_headings",
+           "template_layouts"]

@@ -12,7 +12,9 @@ An intent without a receipt is *unknown*: recovery asks the adapter
 (``reconcile``). Found → committed. Definitely not found and the adapter says a
 retry is safe → performed again with the SAME key. Cannot tell → the unit is
 blocked for a person, and nothing is retried until that person decides
-(``decide_unknown``).
+(``decide_unknown``) — or until a later recovery's lookup answers (``settle_waiting``: a
+bounded number of lookups, never a send; found → committed, definitely not found and safe to
+retry → "not sent", so the redo sends it with the same key). Only real unknowns wait.
 
 Compensation (undoing a committed effect on cancel or rollback) is itself a
 ledger entry with its own key, intent and receipt.
@@ -21,6 +23,7 @@ ledger entry with its own key, intent and receipt.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -477,6 +480,36 @@ def settle_effect(
                         reason=f"{why}; decided by {who}: {reason}")
 
 
+# Recovery's bound on looking up effects that wait for a person: a handful of lookups (each
+# under its adapter's own timeout) and a time budget, so a receiver that is down does not
+# hold a resume up for long; what is left waits for the next resume or a person.
+SETTLE_MAX_LOOKUPS = 20
+SETTLE_BUDGET_S = 30.0
+
+
+def settle_waiting(store: Store, adapters: Mapping[str, EffectAdapter], run_id: str, *,
+                   max_lookups: int = SETTLE_MAX_LOOKUPS, budget_s: float = SETTLE_BUDGET_S,
+                   clock: Any = time.monotonic) -> list[SettleResult]:
+    """Look up, by key, each effect of ``run_id`` that waits for a person, and settle those
+    whose adapter answers (``settle_effect`` with no person's word: recorded as a
+    ``decision.effect`` event by ``recovery``). Never sends. Bounded by ``max_lookups`` and
+    ``budget_s``; an adapter that still cannot tell leaves its effect waiting, untouched."""
+    out: list[SettleResult] = []
+    start = clock()
+    for row in store.effects(run_id, UNRESOLVED):
+        if not row.detail.get("needs_person"):
+            continue
+        adapter = adapters.get(row.adapter)
+        if adapter is None or len(out) >= max_lookups or clock() - start > budget_s:
+            continue
+        try:
+            result = settle_effect(store, adapter, row.idem_key, sent=None, who="recovery")
+        except SideEffectError:
+            continue  # settled meanwhile (a person, another front end)
+        out.append(result)
+    return out
+
+
 # -- compensation ------------------------------------------------------------------------
 
 
@@ -562,5 +595,5 @@ def compensate(store: Store, adapter: EffectAdapter, effect: EffectRecord, *,
 __all__ = [
     "EffectOutcome", "ReconcileResult", "compensate", "compensation_key",
     "compensation_preview", "decide_unknown", "idempotency_key", "perform_effect", "reconcile",
-    "request_hash", "SettleResult", "settle_effect",
+    "request_hash", "SettleResult", "settle_effect", "settle_waiting",
 ]

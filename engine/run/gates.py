@@ -9,7 +9,12 @@ field's value as the run recorded it: an audience gate asks again only when the 
 changes), ``artifact:<unit>`` (its output hashes), ``verdict:<unit>`` (its validators'
 verdict, with the failing checks), ``plan`` (the plan version) and the legacy ``contract``
 (plan version and the whole contract). A gate that holds a deliver unit also binds the
-hashes of the files it delivers (``deliver:<unit>``): changed bytes need the gate again.
+hashes of the files it delivers (``deliver:<unit>``): changed bytes need the gate again —
+and the verdict of every audit of those files computed on those bytes (``audited:<unit>``,
+``release_audits``). What was audited is what is released: the gate is not asked while an
+audit of the bytes failed or has not run on them; bytes that changed in substance since
+their audit (``core.changes.same_substance``: more than heading wording or formatting,
+whatever the change was classified as) are audited again first (``reaudit``).
 ``bindings`` shows each with its current value, and whether it moved since the request.
 """
 
@@ -20,10 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from keepstep.engine.core.state import RunFacts, UnitState
+from keepstep.engine.core.changes import Change, ChangeKind, same_substance
+from keepstep.engine.core.plan import EdgeType, UnitKind
+from keepstep.engine.core.state import RunFacts, UnitState, unit_key
 from keepstep.engine.errors import ApprovalError
 from keepstep.engine.run import approvals
 from keepstep.engine.run.approvals import ApprovalOption
+from keepstep.storage import CheckpointConflict, EventIn
 from keepstep.storage.hashing import canonical_json
 
 if TYPE_CHECKING:
@@ -94,6 +102,143 @@ def _delivered_files(unit: Any, records: dict[str, Any]) -> dict[str, str | None
     return out
 
 
+class AuditOfBytes(BaseModel):
+    """One audit of one file a gate's deliver unit delivers, as the run stands now."""
+
+    file: str = Field(description="<unit>:<name> of the delivered file")
+    sha256: str | None = Field(description="the bytes to be delivered now (None: not rendered)")
+    audit: str = Field(description="the audit unit")
+    state: str = Field(description="passed, failed, not run (not on these bytes yet) or "
+                       "stale (the bytes changed in substance since it ran)")
+    on: str | None = Field(default=None, description="the sha256 of the bytes it audited")
+    detail: str = ""
+
+
+def audits_of(plan: Any, unit_id: str) -> list[str]:
+    """The audit units that read ``unit_id``'s output directly, in plan order."""
+    return [u.id for u in plan.units if u.kind == UnitKind.audit
+            and any(d.unit == unit_id for d in u.depends_on)]
+
+
+def _bytes_of(run: RunHandle, unit_id: str, name: str, sha256: str,
+              path: str | None = None) -> str | None:
+    """The text of ``unit_id``'s ``name`` with that sha256 (any attempt), or None."""
+    root = run.store.artifacts.root
+    paths = [path] if path else [e.path for e in run.store.manifest(run.run_id, unit=unit_id)
+                                 if e.name == name and e.sha256 == sha256]
+    for p in paths:
+        try:
+            return (root / p).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+    return None
+
+
+def release_audits(run: RunHandle, gate: Gate, facts: RunFacts) -> list[AuditOfBytes]:
+    """For each file the gate's deliver units deliver, each audit of it: did it pass on the
+    exact bytes to be delivered? An audit that ran on other bytes counts for these only when
+    the two differ in presentation alone (read back and compared, never assumed from how the
+    change was classified); otherwise it is ``stale`` and must run again."""
+    out: list[AuditOfBytes] = []
+    records = facts.records
+    for unit in _deliver_held(run, gate):
+        for ref in unit.params.get("files") or []:
+            dep, _, name = str(ref).partition(":")
+            drec = records.get(dep)
+            cur = (drec.outputs[name].sha256 if drec is not None and facts.is_current(dep)
+                   and name in drec.outputs else None)
+            for aid in audits_of(run.plan, dep):
+                rec = records.get(aid)
+                item = AuditOfBytes(file=str(ref), sha256=cur, audit=aid, state="not run")
+                if cur is None or rec is None or not facts.is_current(aid) or \
+                        facts.effective_state(aid) != UnitState.succeeded:
+                    item.detail = f"{aid} has not audited {name} yet"
+                    out.append(item)
+                    continue
+                item.on = (rec.consumed.get(dep) or {}).get(name)
+                verdict = "passed" if rec.validators_passed else "failed"
+                if item.on == cur:
+                    item.state = verdict
+                elif item.on is not None and drec is not None:
+                    old = _bytes_of(run, dep, name, item.on)
+                    new = _bytes_of(run, dep, name, cur, drec.outputs[name].path)
+                    if old is not None and new is not None and same_substance(old, new):
+                        item.state = verdict
+                        item.detail = (f"{aid} audited bytes that differ from these only in "
+                                       "presentation (heading wording or formatting)")
+                    else:
+                        item.state = "stale"
+                if item.state == "failed":
+                    failing = rec.facts.get("failing") or rec.facts.get("failed") or []
+                    item.detail = "; ".join(str(f) for f in failing) or "its checks failed"
+                elif item.state == "stale":
+                    item.detail = (f"{name} changed (sha256 {str(item.on)[:12]} → {cur[:12]}) "
+                                   f"since {aid} audited it")
+                out.append(item)
+    return out
+
+
+def audit_hold(audits: list[AuditOfBytes]) -> str:
+    """Why the gate is not asked ("" when it may be): an audit of the bytes failed, has not
+    run on them, or must run again."""
+    failed = [a for a in audits if a.state == "failed"]
+    if failed:
+        return "; ".join(f"{a.audit} failed on {a.file} ({a.detail})" for a in failed) + (
+            " — nothing is asked or delivered: see `keepstep explain "
+            f"{failed[0].audit}`, fix the document or its sources, then resume")
+    waiting = [a for a in audits if a.state in ("not run", "stale")]
+    return "; ".join(f"{a.audit} must audit {a.file} first ({a.detail})" for a in waiting)
+
+
+def reaudit(run: RunHandle, facts: RunFacts, stale: list[AuditOfBytes]) -> list[str]:
+    """The bytes each stale audit read changed in substance: one ``unit_output`` change (its
+    content) per changed file, invalidating the audit and what depends on its verdict (one
+    ``repair`` commit, explained), so the audit runs again on the new bytes before the gate
+    is asked. Returns the units invalidated ([] when another executor moved the head
+    meanwhile: the loop's next round tries again)."""
+    from keepstep.engine.core.invalidation import invalidate
+
+    records = facts.records
+    changes: dict[str, Change] = {}
+    for item in stale:
+        dep = item.file.partition(":")[0]
+        changes.setdefault(item.file, Change(
+            kind=ChangeKind.unit_output, origin=f"unit:{dep}", edge=EdgeType.content,
+            detail=f"{item.detail}, in more than presentation: audited again before the "
+            "release gate asks", old=item.on, new=item.sha256))
+    result = invalidate(run.plan, list(changes.values()), records)
+    delta: dict[str, Any] = {}
+    current: dict[str, str | None] = {}
+    explained: dict[str, list[str]] = {}
+    for uid, explanations in sorted(result.affected.items()):
+        rec = records.get(uid)
+        if rec is None or rec.state != UnitState.succeeded:
+            continue
+        delta[unit_key(uid)] = rec.model_copy(update={
+            "state": UnitState.invalidated, "explanations": explanations}).model_dump(mode="json")
+        current[uid] = None
+        explained[uid] = [e.render() for e in explanations]
+    if not delta:
+        return []
+    store = run.store
+    head = store.get_head(run.run_id, run.branch_id)
+    if head.version != facts.head_version:
+        return []
+    delta["budget"] = store.get_budget(run.run_id, run.branch_id).used
+    try:
+        store.commit_checkpoint(
+            run.run_id, run.branch_id, head.version, delta, kind="repair", current=current,
+            events=[EventIn(kind="decision.repair", payload={
+                "changes": [c.model_dump(mode="json") for c in changes.values()],
+                "invalidated": explained, "reused": sorted(result.reused)})])
+    except CheckpointConflict:
+        return []
+    cache = getattr(run, "facts_cache", None)
+    if callable(cache):
+        cache().refresh()  # the loop's facts share the cache's records: they see it now
+    return sorted(explained)
+
+
 def _value(run: RunHandle, ref: str, records: dict[str, Any], info: dict[str, Any]) -> Any:
     kind, _, name = ref.partition(":")
     if ref == "plan":
@@ -129,8 +274,17 @@ def bound_object(run: RunHandle, gate: Gate, facts: RunFacts | None = None) -> d
                     "artifact": sorted(o.sha256 for o in rec.outputs.values()) if rec else None}
         return {"plan_n": int(info.get("n", 1)), "contract_hash": info.get("contract_hash", "")}
     binds = {ref: _value(run, ref, records, info) for ref in gate.bindings()}
-    for unit in _deliver_held(run, gate):
+    held = _deliver_held(run, gate)
+    for unit in held:
         binds[f"deliver:{unit.id}"] = _delivered_files(unit, records)
+    if held:
+        facts = facts if facts is not None else run.facts()
+        audited: dict[str, Any] = {}
+        for a in release_audits(run, gate, facts):
+            entry = audited.setdefault(a.file, {"sha256": a.sha256, "audits": {}})
+            entry["audits"][a.audit] = {"state": a.state, "on": a.on}
+        if audited:
+            binds[f"audited:{held[0].id}"] = audited
     return {"binds": binds}
 
 
@@ -166,6 +320,17 @@ def _shown(run: RunHandle, ref: str, value: Any, records: dict[str, Any]) -> Bin
         failing = [str(f) for f in rec.facts.get("failing", value.get("failed", []))]
         return Binding(ref=ref, kind="verdict", passed=False, failing=failing,
                        shown=f"{name} FAILED: {'; '.join(failing) or 'its validators failed'}")
+    if kind == "audited":
+        parts = []
+        for file, entry in (value or {}).items():
+            for aid, a in (entry.get("audits") or {}).items():
+                parts.append(f"{aid} {a.get('state')} on {file} "
+                             f"{str(entry.get('sha256') or 'not yet rendered')[:12]}")
+        ok = all(a.get("state") == "passed" for e in (value or {}).values()
+                 for a in (e.get("audits") or {}).values())
+        return Binding(ref=ref, kind="audited", passed=ok,
+                       shown="the audits of the delivered bytes: " + ("; ".join(parts) or
+                                                                      "none reads them"))
     if kind == "deliver":
         files = value or {}
         shown = "; ".join(f"{f} {(h or 'not yet rendered')[:12]}" for f, h in files.items())
@@ -307,6 +472,16 @@ def request_gates(run: RunHandle, facts: RunFacts, *,
             continue
         if not any(all(facts.is_current(d.unit) for d in units[u].depends_on) for u in waiting):
             continue
+        if _deliver_held(run, gate):
+            # What was audited is what is released: never ask about bytes whose audit failed,
+            # did not run on them, or ran on bytes that differ from them in substance.
+            audits = release_audits(run, gate, facts)
+            stale = [a for a in audits if a.state == "stale"]
+            if stale:
+                reaudit(run, facts, stale)
+                continue
+            if audit_hold(audits):
+                continue
         if status.request is None:
             request = approvals.request_gate(run.store, run.run_id, run.branch_id, gate,
                                              bound_object=obj,

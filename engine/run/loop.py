@@ -65,6 +65,7 @@ from keepstep.engine.core.decide import (
     decide,
 )
 from keepstep.engine.core.plan import Plan, UnitKind
+from keepstep.engine.core.presets import evidence_sources
 from keepstep.engine.core.state import UnitRecord, UnitState, unit_key
 from keepstep.engine.errors import (
     AuthError,
@@ -102,6 +103,7 @@ from keepstep.storage import (
     crash_point,
 )
 from keepstep.storage.errors import mount_point
+from keepstep.storage.hashing import canonical_json, file_sha256
 
 if TYPE_CHECKING:
     from keepstep.engine.kinds.model_step import CheckedAnswer, StepCall
@@ -114,6 +116,39 @@ DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 CANCEL_GRACE_S = 1.2
 # How often the scheduler looks at the cancel flag and other executors' commits while it waits.
 TICK_S = 0.05
+
+
+def _same_failure_before(store: Any, run: Any, unit_id: str, tries: list[Any], aid: str,
+                         error_class: str, message: str,
+                         diagnosis: dict[str, Any] | None) -> str | None:
+    """The previous attempt (since the unit's last success) that failed its validators with
+    the same message, the same problems and byte-identical rejected model answers, when this
+    one did too — else None: deterministic on the same inputs, so a retry would fail the same
+    way. Only validator failures count: a timeout or a provider error may pass next time."""
+    if error_class != "invalid_output":
+        return None
+    before = [a for a in tries if a.attempt_id != aid and a.error_class == error_class]
+    if not before:
+        return None
+    prev = max(before, key=lambda a: a.attempt_no)
+    if (prev.message or "") != message[:500]:
+        return None
+    said = [e for e in store.events(run.run_id, branch_id=run.branch_id,
+                                    kinds=["attempt.failed"], unit=unit_id)
+            if e.attempt_id == prev.attempt_id]
+    old = (said[-1].payload.get("diagnosis") if said else None) or {}
+
+    def what(d: dict[str, Any]) -> str:  # the failure itself, not where its files lie
+        answers = []
+        for path in d.get("answers") or []:
+            try:  # what the model said, byte for byte: a different answer may pass next time
+                answers.append(file_sha256(str(store.artifacts.root / str(path))))
+            except OSError:
+                answers.append(f"unreadable:{path}")
+        return canonical_json({**{k: d.get(k) for k in ("validators", "problems")},
+                               "answers": answers})
+
+    return prev.attempt_id if what(old) == what(diagnosis or {}) else None
 
 
 class WorkerPool:
@@ -469,6 +504,12 @@ class RunLoop:
             else self._unit_index(plan)[unit_id]
         # The dependencies as they were at the claim: what the attempt reads and consumes.
         deps = {d.unit: facts.records[d.unit] for d in unit.depends_on if d.unit in facts.records}
+        if unit.kind == UnitKind.verify:
+            # A verify unit reads the evidence it reaches through other units (a cross-check
+            # over two verify units): those extract units' records too.
+            deps.update({u.id: facts.records[u.id]
+                         for u in evidence_sources(unit, plan.unit_map())
+                         if u.id in facts.records and u.id not in deps})
         return unit, claim, deps
 
     def _unit_index(self, plan: Plan) -> dict[str, Any]:
@@ -698,6 +739,13 @@ class RunLoop:
                                unit=unit.id, payload={"error_class": error_class,
                                                       "count": len(same_errors)})
         extra = {"diagnosis": diagnosis} if diagnosis else {}
+        same = _same_failure_before(store, run, unit.id, tries, aid, error_class, message,
+                                    diagnosis)
+        if same is not None and not final:
+            # Deterministic on the same inputs: a retry would fail the same way (issue 21).
+            message = (f"{message} — the same failure as attempt {same} on the same inputs, "
+                       f"so not retried: fix what it names, then `keepstep retry {unit.id}`")
+            final = True
         if final or len(tries) > limit:
             store.set_unit_status(run.run_id, run.branch_id, unit.id, "failed", message,
                                   {"kind": error_class, "attempts": len(tries), **extra},

@@ -25,10 +25,12 @@ from keepstep.engine.run.baseline import (
     data_hashes,
     inputs_state,
     plan_state,
+    template_fields,
     template_hashes,
+    template_headings,
     template_layouts,
 )
-from keepstep.engine.run.effects import reconcile
+from keepstep.engine.run.effects import reconcile, settle_waiting
 from keepstep.storage import BudgetLimitReached, CheckpointConflict, EventIn, StorageError
 from keepstep.storage.hashing import file_sha256
 
@@ -398,6 +400,9 @@ def detect(run: RunHandle, *, sources: Any = None, plan: Plan | None = None) -> 
         old_layouts=old_plan_info.get("template_layouts"),
         new_layouts=template_layouts(files.root),
         old_data=old_plan_info.get("data"), new_data=data_hashes(files.root),
+        old_headings=old_plan_info.get("template_headings"),
+        new_headings=template_headings(files.root),
+        template_fields=template_fields(files.root),
     )
     groups = {**old_inputs.get("groups", {}), **snapshot.groups}
     return Detected(changes=changes, files=files, snapshot=snapshot, templates=templates,
@@ -407,7 +412,9 @@ def detect(run: RunHandle, *, sources: Any = None, plan: Plan | None = None) -> 
 def reconcile_effects(run: RunHandle) -> list[str]:
     """Ask the adapters about intents without receipts (see ``engine.run.effects``)."""
     results = reconcile(run.store, run.project.effect_adapters, run.run_id)
-    return [f"{r.key}: {r.outcome}" for r in results]
+    settled = settle_waiting(run.store, run.project.effect_adapters, run.run_id)
+    return [f"{r.key}: {r.outcome}" for r in results if r.outcome != "waiting"] + [
+        f"{r.key}: settled as {r.outcome} by lookup" for r in settled if r.by == "lookup"]
 
 
 def recover(run: RunHandle,

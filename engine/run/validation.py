@@ -40,8 +40,9 @@ from keepstep.engine.core.presets import (
     document_format,
 )
 from keepstep.engine.core.templates import layout, placeholders, syntax_error
-from keepstep.engine.errors import PlanValidationError
+from keepstep.engine.errors import KeepstepError, PlanValidationError
 from keepstep.engine.files.confine import confinement_problems, unsafe_file
+from keepstep.engine.files.project import template_file
 from keepstep.engine.files.sources import check_sources
 
 TEMPLATES_DIR, DATA_DIR = "templates", "data"
@@ -76,6 +77,16 @@ def _contract_fields_of(plan: Plan, unit_id: str) -> set[str]:
     return out
 
 
+def _project_contract_fields(root: Path) -> set[str]:
+    """contract.md's front-matter fields: they reach any template that names them."""
+    from keepstep.engine.files.project import load_contract
+
+    try:
+        return {str(k) for k in load_contract(root).fields}
+    except KeepstepError:
+        return set()  # reported by the contract's own check
+
+
 def _render_problems(root: Path, plan: Plan, unit: Any) -> list[PlanProblem]:
     try:
         params = RenderParams.model_validate(unit.params)
@@ -84,7 +95,7 @@ def _render_problems(root: Path, plan: Plan, unit: Any) -> list[PlanProblem]:
     out = []
     if unsafe_file(root, TEMPLATES_DIR, f"{params.template}.md"):  # confinement_problems says it
         return []
-    path = root / TEMPLATES_DIR / f"{params.template}.md"
+    path = template_file(root, params.template) or root / TEMPLATES_DIR / f"{params.template}.md"
     if not path.is_file():
         return [unit_problem(unit.id, "params.template", f"template file {TEMPLATES_DIR}/"
                              f"{params.template}.md is missing", "add the file, or name an "
@@ -118,15 +129,16 @@ def _render_problems(root: Path, plan: Plan, unit: Any) -> list[PlanProblem]:
         return out + [unit_problem(unit.id, "params.template", f"template {params.template} "
                                    f"is not valid Jinja2 ({error})", "fix the line it names",
                                    code="template_syntax")]
-    known = set(PARTS) | set(params.fill) | _contract_fields_of(plan, unit.id)
+    known = set(PARTS) | set(params.fill) | _contract_fields_of(plan, unit.id) | \
+        _project_contract_fields(root)
     unknown = [p for p in placeholders(text) if p not in known]
     if unknown:
         out.append(unit_problem(
             unit.id, "params.template", f"template {params.template} uses unknown "
             f"placeholder(s) {', '.join('{{ ' + u + ' }}' for u in unknown)}",
             "map each onto a part in params.fill (e.g. fill = { " + unknown[0] + " = "
-            "\"findings\" }), declare the contract field on the contract intake unit, or fix "
-            "the name", code="template_placeholder"))
+            "\"findings\" }), add the field to contract.md's front matter (e.g. "
+            + unknown[0] + " = \"...\"), or fix the name", code="template_placeholder"))
     if params.prose and params.prose not in placeholders(text):
         out.append(unit_problem(unit.id, "params.prose", f"{params.prose!r} is not a "
                                 f"placeholder of template {params.template}",
@@ -156,7 +168,7 @@ def file_problems(files: Any) -> list[PlanProblem]:
     for unit in plan.units:
         for ref in unit.inputs:
             prefix, _, name = ref.partition(":")
-            if prefix == "template" and not (root / TEMPLATES_DIR / f"{name}.md").is_file() \
+            if prefix == "template" and template_file(root, name) is None \
                     and not (unit.kind == UnitKind.render and unit.params.get("template") == name):
                 out.append(unit_problem(unit.id, "inputs", f"template file {TEMPLATES_DIR}/"
                                         f"{name}.md is missing", "add the file or remove the "

@@ -7,12 +7,15 @@ each action was really applied, which is what the tests assert on.
 GET ``/hooks/<key>`` answers 200 (with the id), 404 (never seen) or 410
 (deleted); DELETE ``/hooks/<key>`` undoes it. ``stop()`` and ``start()`` keep
 the same port and the same records, like a server that went down and came back.
+A delivered document (a POST that is not JSON) is recorded as the metadata its headers
+carry; its bytes go to ``received`` (every POST's, duplicates included).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import urllib.parse
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -26,6 +29,7 @@ class WebhookServer:
         self.applied: Counter[str] = Counter()
         self.deleted: Counter[str] = Counter()
         self.posts = 0  # every POST, duplicates included
+        self.received: list[bytes] = []  # every delivered document's bytes, duplicates too
         self.port = 0
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
@@ -109,7 +113,16 @@ def _handler(server: WebhookServer) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length) or b"{}")
+            raw = self.rfile.read(length)
+            if (self.headers.get("Content-Type") or "").startswith("application/json"):
+                body = json.loads(raw or b"{}")
+            else:  # a delivered document: what the headers say about it; its bytes apart
+                quoted = urllib.parse.unquote
+                body = {"unit": quoted(self.headers.get("X-Keepstep-Unit") or ""),
+                        "name": quoted(self.headers.get("X-Keepstep-Name") or ""),
+                        "sha256": self.headers.get("X-Keepstep-Sha256"), "size": length,
+                        "content_type": self.headers.get("Content-Type")}
+                server.received.append(raw)
             key = self.headers.get("Idempotency-Key")
             if self.path != PATH or not key:
                 self._reply(400, {"error": "POST /hooks with an Idempotency-Key header"})
