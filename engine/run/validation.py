@@ -168,7 +168,8 @@ def file_problems(files: Any) -> list[PlanProblem]:
     for unit in plan.units:
         for ref in unit.inputs:
             prefix, _, name = ref.partition(":")
-            if prefix == "template" and template_file(root, name) is None \
+            if prefix == "template" and not unsafe_file(root, TEMPLATES_DIR, f"{name}.md") \
+                    and template_file(root, name) is None \
                     and not (unit.kind == UnitKind.render and unit.params.get("template") == name):
                 out.append(unit_problem(unit.id, "inputs", f"template file {TEMPLATES_DIR}/"
                                         f"{name}.md is missing", "add the file or remove the "
