@@ -71,6 +71,13 @@ class RankParams(_Params):
     question: str = Field(default="", description="the question the ranking answers")
     prompt: str = Field(default="rank", description="the prompt of the generate step")
     check_prompt: str = Field(default="check", description="the prompt of the claim check")
+    ranks: str = Field(default="risks", description="what is ranked: risks (scored likelihood "
+                       "x impact), or options, vendors, price points ... (scored on the "
+                       "criteria); the documents' table is a table of these")
+    criteria: list[str] = Field(default_factory=list, description="the criteria each ranked "
+                                "item is given a value for (the table's columns)")
+    ask: list[Literal["likelihood", "impact", "rationale", "owner", "mitigation"]] = Field(
+        default_factory=list, description="further fields each ranked item must carry")
 
 
 class ModelParams(_Params):
@@ -86,6 +93,13 @@ class ModelParams(_Params):
     question: str = Field(default="", description="the question the answer addresses")
     check_prompt: str = Field(default="check", description="answer = risks: the prompt of the "
                               "claim check")
+    ranks: str = Field(default="risks", description="what is ranked: risks (scored likelihood "
+                       "x impact), or options, vendors, price points ... (scored on the "
+                       "criteria); the documents' table is a table of these")
+    criteria: list[str] = Field(default_factory=list, description="the criteria each ranked "
+                                "item is given a value for (the table's columns)")
+    ask: list[Literal["likelihood", "impact", "rationale", "owner", "mitigation"]] = Field(
+        default_factory=list, description="further fields each ranked item must carry")
 
 
 # --- document render ------------------------------------------------------------------------------

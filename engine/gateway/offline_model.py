@@ -325,6 +325,29 @@ def _task_check(payload: dict) -> dict:
     return {"problems": problems}
 
 
+def _task_support(payload: dict) -> dict:
+    """The support check by rule: a claim is supported when every figure it states is in its
+    quotes (or, with a calculation, every operand is) and it shares a content word with them;
+    else its quotes do not address it. (A rule cannot see a contradiction.)"""
+    verdicts = []
+    for n, claim in enumerate(_dicts(payload, "claims"), start=1):
+        quotes = " ".join(str(q.get("quote", "")) for q in claim.get("quotes") or []
+                          if isinstance(q, dict))
+        said = rules.normalise(quotes)
+        text = rules.normalise(str(claim.get("text", "")))
+        stated = re.findall(r"\d+(?:[.,]\d+)*%?", str(claim.get("calculation") or "") or text)
+        words = {w for w in re.findall(r"[a-z]{4,}", text) if w not in _STOPWORDS}
+        missing = [f for f in stated if f not in said and f not in ("1", "100", "1000")]
+        shared = any(w in said for w in words) or not words
+        ok = bool(quotes) and not missing and shared
+        verdicts.append({"claim": str(claim.get("id", n)),
+                         "verdict": "supports" if ok else "does_not_address",
+                         "reason": "" if ok else (
+                             f"the quotes do not state {', '.join(missing)}" if missing
+                             else "the quotes share nothing with the claim")})
+    return {"verdicts": verdicts}
+
+
 def _task_render(payload: dict) -> dict:
     """Sentences for a document section: each finding's lead claim, then the top risk.
 
@@ -406,6 +429,7 @@ _TASKS: dict[str, Callable[[dict], dict]] = {
     "rank": _task_rank,
     "check": _task_check,
     "render": _task_render,
+    "support": _task_support,
     "summarise": _task_summarise,
 }
 
