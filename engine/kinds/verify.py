@@ -35,13 +35,15 @@ from keepstep.engine.kinds.common import (
     structure_problems,
     unit_source_ids,
 )
+from keepstep.engine.kinds.conflicts import CLASSES, Conflict, propose
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.extract import paragraphs
 from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_step, step_tokens
 
 OUTPUT = "verified.json"
 DEFAULT_MIN_SUPPORTED = 0.5
-_KEPT_FIELDS = ("id", "source_id", "group", "topic", "quote", "figures", "locator")
+_KEPT_FIELDS = ("id", "source_id", "group", "topic", "kind", "relevance", "quote", "figures",
+                "quantities", "qualifies", "locator")
 
 PROMPT = "verify"
 CONFLICT_STATES = ("conflict-open", "conflict-resolved")
@@ -55,24 +57,31 @@ class Verdict(BaseModel):
     reason: str = ""
 
 
-class Conflict(BaseModel):
-    model_config = ConfigDict(extra="allow", coerce_numbers_to_str=True)
+class Classification(BaseModel):
+    """The model's reading of one candidate disagreement."""
 
-    ids: list[str] = Field(description="the two claim ids that disagree")
-    metric: str = Field(description="the quantity both give")
-    values: list[str] = Field(description="the two values, as quoted")
-    reason: str = Field(description="why they differ")
-    status: Literal["conflict-open", "conflict-resolved"]
-    period: str | None = None
+    model_config = ConfigDict(extra="allow", coerce_numbers_to_str=True, populate_by_name=True)
+
+    candidate: str = Field(description="the candidate id from INPUT (K1, K2 ...)")
+    cls: Literal["definition", "superseded", "outdated", "unexplained", "not-a-conflict"] = \
+        Field(alias="class", description="what the disagreement is")
+    holds: str | None = Field(default=None, description="the value the documents should use, "
+                              "copied from a side's value (null when unexplained)")
+    holds_ids: list[str] = Field(default_factory=list,
+                                 description="the evidence ids of the sides giving that value")
+    reason: str = Field(description="why, in one or two sentences, naming the sources")
+    applies: str = Field(default="", description="for a definition: which value applies "
+                         "when (what each counts)")
 
 
 class VerifyAnswer(BaseModel):
-    """The claim check's answer: a verdict per claim, and the conflicts found."""
+    """The claim check's answer: a verdict per claim, and a class for each candidate
+    disagreement."""
 
     model_config = ConfigDict(extra="allow")
 
     results: list[Verdict]
-    conflicts: list[Conflict] = Field(default_factory=list)
+    conflicts: list[Classification] = Field(default_factory=list)
 
 
 def _verify_rules(answer: VerifyAnswer, inputs: Mapping[str, Any]) -> list[Problem]:
@@ -88,17 +97,37 @@ def _verify_rules(answer: VerifyAnswer, inputs: Mapping[str, Any]) -> list[Probl
         answered.add(verdict.id)
     problems += [problem("results", "complete", "no verdict for this claim", cid)
                  for cid in sorted(claims - answered, key=natural_key)]
-    quotes = {str(c["id"]): str(c.get("quote", "")) for c in inputs.get("claims", [])}
-    for n, conflict in enumerate(answer.conflicts):
-        problems += known_ids(f"conflicts[{n}].ids", conflict.ids, claims)
-        both = collapse_ws(" ".join(quotes.get(i, "") for i in conflict.ids)).lower()
-        problems += [problem(f"conflicts[{n}].values", "quoted_value",
-                             "a value must be copied from one of the two quotes", v)
-                     for v in conflict.values if collapse_ws(str(v)).lower() not in both]
-        if len(set(conflict.ids)) != 2:
-            problems.append(problem(f"conflicts[{n}].ids", "pair",
-                                    "a conflict names exactly two different claims",
-                                    conflict.ids))
+    candidates = {str(c.get("id")): c for c in inputs.get("candidates", [])
+                  if isinstance(c, dict)}
+    classified: set[str] = set()
+    for n, item in enumerate(answer.conflicts):
+        at = f"conflicts[{n}]"
+        candidate = candidates.get(item.candidate)
+        if candidate is None:
+            problems.append(problem(f"{at}.candidate", "known_id",
+                                    "is not a candidate id of INPUT", item.candidate))
+            continue
+        if item.candidate in classified:
+            problems.append(problem(f"{at}.candidate", "unique", "classified twice",
+                                    item.candidate))
+        classified.add(item.candidate)
+        sides = [s for s in candidate.get("sides", []) if isinstance(s, dict)]
+        values = {collapse_ws(str(s.get("value"))).lower() for s in sides}
+        ids = {str(s.get("evidence_id")) for s in sides}
+        if item.holds is not None and collapse_ws(item.holds).lower() not in values:
+            problems.append(problem(f"{at}.holds", "side_value",
+                                    "must be one side's value, copied as given", item.holds))
+        if item.holds is None and item.cls in ("superseded", "outdated", "definition"):
+            problems.append(problem(f"{at}.holds", "required",
+                                    f"a {item.cls} disagreement names the value that holds"))
+        problems += known_ids(f"{at}.holds_ids", item.holds_ids, ids)
+        if item.cls == "definition" and not item.applies.strip():
+            problems.append(problem(f"{at}.applies", "required",
+                                    "say which value applies when (what each counts)"))
+        if not item.reason.strip():
+            problems.append(problem(f"{at}.reason", "required", "say why"))
+    problems += [problem("conflicts", "complete", "this candidate is not classified", cid)
+                 for cid in sorted(set(candidates) - classified, key=natural_key)]
     return problems
 
 
@@ -161,32 +190,38 @@ class _SourceTexts:
             else passage_near(source, quote)
 
 
-def _batches(ctx: UnitContext, claims: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """The claims in one batch when the request fits, else consecutive batches that each do."""
+def _batches(ctx: UnitContext, claims: list[dict[str, Any]],
+             candidates: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The claims in one batch when the request fits, else consecutive batches that each do
+    (the first batch also carries the candidates)."""
     limit = ctx.model_profile().input_tokens
 
-    def fits(batch: list[dict[str, Any]]) -> bool:
-        return step_tokens(ctx, prompt=PROMPT, inputs={"task": "verify", "claims": batch},
-                           schema=VerifyAnswer) <= limit
+    def tokens(batch: list[dict[str, Any]], first: bool) -> int:
+        return step_tokens(ctx, prompt=PROMPT, inputs=_inputs(batch, candidates if first
+                                                              else []),
+                           schema=VerifyAnswer)
 
-    if fits(claims):
+    if tokens(claims, True) <= limit:
         return [claims]
     batches: list[list[dict[str, Any]]] = []
     current: list[dict[str, Any]] = []
     for claim in claims:
-        if current and not fits([*current, claim]):
+        first = not batches
+        if current and tokens([*current, claim], first) > limit:
             batches.append(current)
             current = []
-        if not fits([claim]):
-            tokens = step_tokens(ctx, prompt=PROMPT, inputs={"task": "verify",
-                                                              "claims": [claim]},
-                                 schema=VerifyAnswer)
+            first = False
+        if tokens([claim], first) > limit:
             raise ctx.model_profile().too_large(
-                f"{ctx.unit.id}: the claim check of {claim['id']}", tokens)
+                f"{ctx.unit.id}: the claim check of {claim['id']}", tokens([claim], first))
         current.append(claim)
     if current:
         batches.append(current)
     return batches
+
+
+def _inputs(batch: list[dict[str, Any]], candidates: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"task": "verify", "claims": batch, "candidates": candidates}
 
 
 SPEC = KindSpec(
@@ -199,13 +234,15 @@ SPEC = KindSpec(
 )
 
 
-def _gather(ctx: UnitContext) -> tuple[list[tuple[dict[str, Any], set[str]]], list[str]]:
+def _gather(ctx: UnitContext, meta: dict[str, dict[str, str]] | None = None
+            ) -> tuple[list[tuple[dict[str, Any], set[str]]], list[str]]:
     """(evidence item, sources it may cite) from every evidence-producing dependency, first
-    id wins."""
+    id wins; ``meta`` gathers the dependencies' source metadata (``source_meta``)."""
     own = {s.id for s in ctx.sources_for_unit()}
     gathered: list[tuple[dict[str, Any], set[str]]] = []
     seen: set[str] = set()
     problems: list[str] = []
+    meta = {} if meta is None else meta
     deps = evidence_deps(ctx)
     if not deps:
         problems.append("no evidence-producing unit among the dependencies")
@@ -214,7 +251,12 @@ def _gather(ctx: UnitContext) -> tuple[list[tuple[dict[str, Any], set[str]]], li
         # A verify unit that declares its sources may only check those; one that declares
         # none trusts its dependencies' approved inputs.
         allowed = allowed & own if own else allowed
-        items = ctx.dep_json(dep.id, name).get("evidence")
+        doc = ctx.dep_json(dep.id, name)
+        items = doc.get("evidence")
+        given = doc.get("source_meta")
+        for sid, info in (given.items() if isinstance(given, dict) else []):
+            if isinstance(info, dict):
+                meta.setdefault(str(sid), {str(k): str(v) for k, v in info.items()})
         if not isinstance(items, list):
             problems.append(f"{dep.id}/{name} has no evidence list")
             continue
@@ -229,7 +271,8 @@ def _gather(ctx: UnitContext) -> tuple[list[tuple[dict[str, Any], set[str]]], li
 
 @register(SPEC)
 def run(ctx: UnitContext) -> KindOutcome:
-    gathered, shape = _gather(ctx)
+    meta: dict[str, dict[str, str]] = {}
+    gathered, shape = _gather(ctx, meta)
     texts = _SourceTexts(ctx)
     candidates: list[dict[str, Any]] = []
     rejected: list[dict[str, str]] = []
@@ -256,16 +299,20 @@ def run(ctx: UnitContext) -> KindOutcome:
 
     verdicts: dict[str, dict[str, Any]] = {}
     responses: list[dict[str, Any]] = []
-    conflicts: list[dict[str, Any]] = []
+    classes: dict[str, dict[str, Any]] = {}
     steps: list[StepResult] = []
     claims = [{"id": e["id"], "source_id": e["source_id"], "quote": e["quote"],
-               "passage": texts.passage(str(e["source_id"]), str(e["quote"]))}
+               "passage": texts.passage(str(e["source_id"]), str(e["quote"])),
+               **{k: e[k] for k in ("kind", "quantities") if k in e}}
               for e in candidates]
-    batches = _batches(ctx, claims) if claims else []
+    proposed = [c.model_dump(exclude_none=True)
+                for c in propose([_with_quantities(e) for e in candidates], meta)]
+    batches = _batches(ctx, claims, proposed) if claims else []
     for b, batch in enumerate(batches, start=1):
         part = f", batch {b}/{len(batches)}" if len(batches) > 1 else ""
         ctx.safe_point(f"claim check of {len(batch)} statement(s){part}")
-        step = run_model_step(ctx, prompt=PROMPT, inputs={"task": "verify", "claims": batch},
+        step = run_model_step(ctx, prompt=PROMPT,
+                              inputs=_inputs(batch, proposed if b == 1 else []),
                               schema=VerifyAnswer, rules=_verify_rules, label=part.lstrip(", "))
         steps.append(step)
         responses.append(step.parsed)
@@ -275,7 +322,8 @@ def run(ctx: UnitContext) -> KindOutcome:
             results = []
         verdicts.update({str(r.get("id")): r for r in results if isinstance(r, dict)})
         found = step.parsed.get("conflicts")
-        conflicts += [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
+        classes.update({str(c.get("candidate")): c for c in found if isinstance(c, dict)}
+                       if isinstance(found, list) and b == 1 else {})
         shape += [p.line() for p in step.problems if p.rule != "complete"]
 
     supported: list[dict[str, Any]] = []
@@ -290,6 +338,7 @@ def run(ctx: UnitContext) -> KindOutcome:
         else:
             reject(e, "model", str(verdict.get("reason") or "not supported"))
     rejected.sort(key=lambda r: natural_key(r["id"]))
+    records = _records(ctx, proposed, classes, {str(e["id"]) for e in supported})
 
     checked = len(gathered)
     fraction = round(len(supported) / checked, 3) if checked else 0.0
@@ -309,7 +358,8 @@ def run(ctx: UnitContext) -> KindOutcome:
         "checked": checked,
         "evidence": supported,
         "rejected": rejected,
-        "conflicts": conflicts,
+        "candidates": len(proposed),
+        "conflicts": [r.record() for r in records],
         "notice": "; ".join(notices(*responses)),
     }
     ctx.write(OUTPUT, dump_json(doc), media_type=JSON, source_ids=source_ids)
@@ -321,7 +371,58 @@ def run(ctx: UnitContext) -> KindOutcome:
         ],
         facts={"checked": checked, "supported": len(supported), "rejected": len(rejected),
                "supported_fraction": fraction,
-               **({"conflicts": len(conflicts)} if conflicts else {})},
+               **_conflict_facts(records)},
         problems=[p.model_dump() for s in steps for p in s.problems],
         answers=[a for s in steps for a in s.answers],
     )
+
+
+# --- disagreements ---------------------------------------------------------------------------
+
+def _with_quantities(item: dict[str, Any]) -> dict[str, Any]:
+    """The item with structured figures: its own ``quantities``, or — for evidence that has
+    none (an older extraction) — those a rule reads from its quote."""
+    if isinstance(item.get("quantities"), list):
+        return item
+    from keepstep.engine.gateway.offline_rules import structured_quantities
+
+    return {**item, "quantities": structured_quantities(str(item.get("quote", "")))}
+
+
+def _records(ctx: UnitContext, proposed: list[dict[str, Any]],
+             classes: dict[str, dict[str, Any]], supported: set[str]) -> list[Conflict]:
+    """The typed records: each candidate with its class (one the model left unclassified is
+    ``unexplained``), keeping the sides whose evidence was supported; a candidate left with
+    fewer than two sources or one value is dropped."""
+    out: list[Conflict] = []
+    model = ctx.model_profile().model
+    for cand in proposed:
+        sides = [s for s in cand["sides"] if s["evidence_id"] in supported]
+        values = {collapse_ws(str(s["value"])).lower() for s in sides}
+        if len({s["source_id"] for s in sides}) < 2 or len(values) < 2:
+            continue
+        got = classes.get(str(cand["id"])) or {}
+        cls = got.get("class") if got.get("class") in CLASSES else "unexplained"
+        holds = got.get("holds") if cls != "unexplained" else None
+        holds = str(holds) if holds not in (None, "") else None
+        ids = [str(i) for i in got.get("holds_ids") or [] if isinstance(i, str)]
+        if holds is not None and not ids:
+            ids = [s["evidence_id"] for s in sides
+                   if collapse_ws(str(s["value"])).lower() == collapse_ws(holds).lower()]
+        out.append(Conflict.model_validate({
+            **{k: cand[k] for k in ("id", "metric", "entity", "period", "unit") if k in cand},
+            "sides": sides, "class": cls, "holds": holds, "holds_ids": ids,
+            "reason": str(got.get("reason") or "the model did not classify it"),
+            "applies": str(got.get("applies") or ""), "verify_unit": ctx.unit.id,
+            "classified_by": model}))
+    return out
+
+
+def _conflict_facts(records: list[Conflict]) -> dict[str, int]:
+    real = [r for r in records if r.cls != "not-a-conflict"]
+    out = {"conflicts": len(real)} if real else {}
+    if any(r.open for r in records):
+        out["open_conflicts"] = sum(1 for r in records if r.open)
+    if len(real) < len(records):
+        out["apparent_conflicts"] = len(records) - len(real)
+    return out
