@@ -414,15 +414,27 @@ def structured_quantities(sentence: str) -> list[dict[str, str]]:
     entity = entity_of(sentence)
     out = []
     for metric, value, period in quantities(sentence):
-        figure = value.split()[0]
+        figure, _, scale = value.partition(" ")
         if figure not in written:
             continue
-        scale = value.split()[1] if " " in value else ""
+        # The figure as written, with its scale word ("18 million"), in the sentence's case.
+        found = re.search(r"(?<![\w.,])" + re.escape(value).replace(r"\ ", r"\s+"), sentence,
+                          re.IGNORECASE)
         number = figure.rstrip("%").replace(",", "")
-        out.append({"figure": figure, "value": number,
+        factor = _SCALE_FACTORS.get(scale, 1)
+        if factor != 1:
+            number = _plain(float(number) * factor)
+        out.append({"figure": found.group(0) if found else figure, "value": number,
                     "unit": "%" if figure.endswith("%") or scale in ("percent", "per cent")
-                    else scale, "metric": metric, "entity": entity, "period": period})
+                    else "", "metric": metric, "entity": entity, "period": period})
     return out
+
+
+_SCALE_FACTORS = {"thousand": 1_000, "million": 1_000_000, "billion": 1_000_000_000}
+
+
+def _plain(x: float) -> str:
+    return str(int(x)) if x == int(x) else f"{x:.6g}"
 
 
 # Disagreement classes, by rule (the sides' quotes and their sources' dates).

@@ -190,11 +190,15 @@ def propose(evidence: Iterable[Mapping[str, Any]],
                 evidence_id=eid, source_id=sid, value=q.figure, quote=str(item.get("quote", "")),
                 locator=item.get("locator") if isinstance(item.get("locator"), str) else None,
                 source_date=str(info.get("date", "")), source_title=str(info.get("title", ""))))
-    out: list[Candidate] = []
-    for (metric, entity, period, unit), sides in sorted(groups.items()):
+    found: list[tuple[tuple[str, str, str, str], list[ConflictSide]]] = []
+    for key, sides in groups.items():
         values = {_value_key(s.value) for s in sides}
-        if len({s.source_id for s in sides}) < 2 or len(values) < 2:
-            continue
+        if len({s.source_id for s in sides}) >= 2 and len(values) >= 2:
+            found.append((key, sides))
+    # In the order of their first sides' evidence ids (document order), so K1 comes first.
+    found.sort(key=lambda pair: (_natural(pair[1][0].evidence_id), pair[0]))
+    out: list[Candidate] = []
+    for (metric, _entity, _period, _unit), sides in found:
         first = next(q for q in _first_quantities(evidence, sides[0].evidence_id)
                      if _key(q.metric) == metric)
         out.append(Candidate(id=f"K{len(out) + 1}", metric=first.metric,

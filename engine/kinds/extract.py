@@ -177,19 +177,28 @@ def source_meta(ctx: UnitContext, entry: Any) -> dict[str, str]:
     return meta
 
 
+def _contract_field(ctx: UnitContext, *names: str) -> str:
+    """The first of the contract ``names`` the unit reads (a ``contract:<name>`` input: so an
+    edit of it invalidates the unit), '' when it reads none of them."""
+    read = set(ctx.unit.input_refs("contract"))
+    return next((str(ctx.contract.fields[n]).strip() for n in names
+                 if n in read and ctx.contract.fields.get(n)), "")
+
+
 def question_of(ctx: UnitContext) -> str:
     """The question the unit's evidence serves: its ``question`` param, else its title and
-    the contract's goal."""
+    the contract's goal (when the unit reads ``contract:goal``)."""
     given = str(ctx.unit.params.get("question") or "").strip()
     if given:
         return given
-    goal = str(ctx.contract.fields.get("goal") or "").strip()
+    goal = _contract_field(ctx, "goal")
     return f"{ctx.unit.title}" + (f" (toward: {goal})" if goal else "")
 
 
 def today_of(ctx: UnitContext) -> str:
-    """The contract's date (``date`` or ``today`` field) — what a prompt calls today."""
-    return str(ctx.contract.fields.get("date") or ctx.contract.fields.get("today") or "")
+    """The contract's date (its ``date`` or ``today`` field, when the unit reads it) — what
+    a prompt calls today."""
+    return _contract_field(ctx, "date", "today")
 
 
 def topic_view(ctx: UnitContext) -> dict[str, Any]:

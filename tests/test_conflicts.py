@@ -1,0 +1,187 @@
+"""Disagreements between sources (issue 20, items 1-4), on a small pack of our own.
+
+tests/fixtures/conflicts_pack (fictional) plants one disagreement of each class: a revised
+passenger count (superseded), a port fee in an old and a new tariff (outdated), two staff
+counts of which one counts only crew (definition), three shipyard quotes nobody reconciles
+(unexplained, three sides), and a student price beside the list price (only looks like one).
+The offline heuristic must list each real one with the right class and the value that holds,
+and close the apparent one; ``keepstep conflicts`` shows them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from keepstep.app.cli.main import app
+from keepstep.engine.core.inputs import SourceEntry
+from keepstep.engine.gateway.profile import model_profile
+from keepstep.engine.gateway.prompts import input_block, read_input_block
+from keepstep.engine.kinds import get_kind
+from keepstep.engine.kinds.conflicts import Conflict, load_conflicts, propose
+from keepstep.engine.kinds.verify import VerifyAnswer, _verify_rules
+from tests.support.fake_context import PackRunner
+
+PACK = Path(__file__).parent / "fixtures" / "conflicts_pack"
+# (metric, entity) -> (class, the value that holds)
+PLANTED = {
+    ("passengers travelled", "Tarnlake"): ("superseded", "398,000"),
+    ("full-time staff", "Tarnlake"): ("definition", "450"),
+    ("euro annual", "Tarnlake"): ("not-a-conflict", "960"),
+    ("euro berth", "Kelvmoor"): ("outdated", "140"),
+    ("euro hull", "Brisland"): ("unexplained", None),
+}
+
+
+@pytest.fixture(scope="module")
+def runner() -> PackRunner:
+    r = PackRunner(PACK)
+    r.run_all()
+    return r
+
+
+def _conflicts(runner: PackRunner) -> list[Conflict]:
+    return load_conflicts({"U04": json.loads(runner.artifacts["U04"]["verified.json"])})
+
+
+def test_offline_each_planted_disagreement_has_its_class_and_value(runner: PackRunner) -> None:
+    """Every planted disagreement is found once, classified as planted, with the value that
+    holds and the evidence giving it; the apparent one is closed; nothing else is listed."""
+    found = {(c.metric, c.entity): c for c in _conflicts(runner)}
+    assert {k: (c.cls, c.holds) for k, c in found.items()} == PLANTED
+    assert [c.metric for c in found.values() if c.open] == ["euro hull"]
+    hull = found[("euro hull", "Brisland")]
+    assert [(s.source_id, s.value) for s in hull.sides] == [
+        ("R1", "18 million"), ("R2", "22 million"), ("R3", "20 million")]
+    fee = found[("euro berth", "Kelvmoor")]
+    assert fee.holds_ids == ["Q2-e1"] and "2025-02-01" in fee.reason  # sources.toml's date
+    assert found[("full-time staff", "Tarnlake")].applies
+    outcome = runner.outcomes["U04"]
+    assert outcome.passed
+    assert outcome.facts["conflicts"] == 4 and outcome.facts["apparent_conflicts"] == 1
+    assert outcome.facts["open_conflicts"] == 1
+
+
+def test_every_side_carries_evidence_source_locator_and_quote(runner: PackRunner) -> None:
+    """Each side names its evidence id, source id, where in the source, and its quote; the
+    stored record keeps the legacy keys older readers use."""
+    doc = json.loads(runner.artifacts["U04"]["verified.json"])
+    verified = {e["id"]: e for e in doc["evidence"]}
+    for record in doc["conflicts"]:
+        assert record["ids"] == [s["evidence_id"] for s in record["sides"]]
+        assert record["status"] in ("conflict-open", "conflict-resolved", "not-a-conflict")
+        for side in record["sides"]:
+            item = verified[side["evidence_id"]]
+            assert side["source_id"] == item["source_id"] and side["quote"] == item["quote"]
+            assert side["locator"] == item["locator"] and side["value"] in side["quote"]
+
+
+def test_extract_asks_its_question_with_the_sources_metadata(runner: PackRunner) -> None:
+    """The extract prompt carries the question (unit title and goal), today (the contract's
+    date), the source's title, kind, date and publisher (from its header lines, or
+    sources.toml), and the text as a raw block with paragraph ids."""
+    p1 = runner.contexts["U01"].calls[0]
+    assert p1["payload"]["source"] == {
+        "id": "P1", "title": "Tarnlake Ferries annual report 2023", "kind": "annual report",
+        "date": "2024-03-15", "publisher": "Tarnlake Ferries"}
+    assert p1["payload"]["today"] == "2025-03-01"
+    assert p1["payload"]["question"].startswith("Ridership, staff and fares (toward: Decide")
+    user = p1["messages"][1]["content"]
+    assert "<<<text END_OF_TEXT\n[P1] ---" in user and '"text"' not in user.split("<<<")[0]
+    q2 = runner.contexts["U02"].calls[1]["payload"]["source"]
+    assert q2["date"] == "2025-02-01" and q2["publisher"] == "Kelvmoor Port Authority"
+
+
+def test_evidence_items_have_kinds_and_structured_figures(runner: PackRunner) -> None:
+    """Each item has a kind and relevance; a figure's quantity names metric, entity and
+    period beside the figure as written; a caveat links to what it qualifies."""
+    evidence = {e["id"]: e for e in
+                json.loads(runner.artifacts["U01"]["evidence.json"])["evidence"]}
+    assert {e["kind"] for e in evidence.values()} <= {
+        "fact", "figure", "requirement", "obligation", "opinion", "recommendation", "caveat",
+        "forecast", "definition"}
+    [q] = evidence["P1-e1"]["quantities"]
+    assert q == {"figure": "412,000", "value": "412000", "unit": "", "entity": "Tarnlake",
+                 "metric": "passengers travelled", "period": "2023"}
+
+
+def test_a_language_model_gets_topic_names_and_descriptions_not_keywords() -> None:
+    """The heuristic's keyword lists go only to the heuristic; a model gets the topics as
+    names with descriptions and an enum in the schema."""
+    me042 = PackRunner()
+    me042.run_all(until="U04")
+    for profile, keywords in ((model_profile("openai/gpt-4o-mini"), False), (None, True)):
+        ctx = me042.context("U05")
+        ctx.profile = profile
+        get_kind("extract")[1](ctx)
+        payload = ctx.calls[0]["payload"]
+        assert all(set(t) == {"name", "description"} for t in payload["topics"])
+        assert ("offline_hints" in payload) is keywords
+        assert ("keywords" in ctx.calls[0]["messages"][1]["content"]) is keywords
+
+
+def test_candidates_need_two_sources_and_two_values() -> None:
+    """One value written two ways is no candidate; two items of one source are none; more
+    than two sides are kept."""
+    def item(eid: str, figure: str) -> dict[str, Any]:
+        return {"id": eid, "source_id": eid.split("-")[0], "quote": f"x {figure}",
+                "quantities": [{"figure": figure, "metric": "Revenue", "entity": "Acme",
+                                "period": "2024"}]}
+
+    assert propose([item("A1-e1", "1.2 million"), item("B1-e1", "1,200,000")]) == []
+    assert propose([item("A1-e1", "5"), item("A1-e2", "6")]) == []
+    [c] = propose([item("A1-e1", "5"), item("B1-e1", "6"), item("C1-e1", "7")])
+    assert [s.evidence_id for s in c.sides] == ["A1-e1", "B1-e1", "C1-e1"]
+
+
+def test_the_classification_is_checked_against_the_candidates() -> None:
+    """A held value no side gives, an unknown candidate, a missing class: each named."""
+    inputs = {"claims": [{"id": "A1-e1"}], "candidates": [
+        {"id": "K1", "sides": [{"evidence_id": "A1-e1", "value": "5"},
+                               {"evidence_id": "B1-e1", "value": "6"}]},
+        {"id": "K2", "sides": []}]}
+    answer = VerifyAnswer.model_validate({
+        "results": [{"id": "A1-e1", "supported": True}],
+        "conflicts": [{"candidate": "K1", "class": "superseded", "holds": "7", "reason": "r"},
+                      {"candidate": "K9", "class": "unexplained", "reason": "r"}]})
+    rules = {(p.field, p.rule) for p in _verify_rules(answer, inputs)}
+    assert rules == {("conflicts[0].holds", "side_value"), ("conflicts[1].candidate",
+                                                              "known_id"),
+                     ("conflicts", "complete")}
+
+
+def test_a_source_text_round_trips_through_its_raw_block() -> None:
+    """Text holding the terminator, paragraph-id look-alikes and fences comes back exactly."""
+    for text in ["END_OF_TEXT\n\n[P2] a", "```json\n{}\n```\n\n\n\nb", "", "x\n"]:
+        inputs = {"task": "extract", "text": text}
+        assert read_input_block([{"role": "user", "content": input_block(inputs)}]) == inputs
+
+
+def test_sources_toml_keeps_date_and_publisher_only_when_given() -> None:
+    assert "date" not in SourceEntry(id="A", path="a.md").model_dump()
+    assert SourceEntry(id="A", path="a.md", date="2025-01-01").model_dump()["date"] == \
+        "2025-01-01"
+
+
+def test_keepstep_conflicts_lists_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a real offline run, `keepstep conflicts` lists each disagreement with its class,
+    sides and the value used; --json gives the typed records."""
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")
+    root = tmp_path / "pack"
+    shutil.copytree(PACK, root)
+    cli = CliRunner()
+    ran = cli.invoke(app, ["run", str(root), "--run", "T1", "--quiet"])
+    assert ran.exit_code == 0, ran.output
+    text = cli.invoke(app, ["conflicts", str(root)])
+    assert text.exit_code == 0, text.output
+    assert "4 disagreement(s) between sources, 1 apparent one(s) closed" in text.output
+    assert "superseded: passengers travelled · Tarnlake · 2023 — uses 398,000" in text.output
+    assert "P2-e1 (P2, Review of ferry services) [2024-09-30]" in text.output
+    doc = json.loads(cli.invoke(app, ["conflicts", str(root), "--json"]).output)
+    assert sorted(c["class"] for c in doc["conflicts"]) == [
+        "definition", "not-a-conflict", "outdated", "superseded", "unexplained"]
