@@ -356,7 +356,8 @@ def _task_support(payload: dict) -> dict:
                           if isinstance(q, dict))
         said = rules.normalise(quotes)
         text = rules.normalise(str(claim.get("text", "")))
-        stated = re.findall(r"\d+(?:[.,]\d+)*%?", str(claim.get("calculation") or "") or text)
+        stated = re.findall(r"(?<![A-Za-z0-9_.,-])\d+(?:[.,]\d+)*%?(?![A-Za-z0-9_-])",
+                            rules.normalise(str(claim.get("calculation") or "")) or text)
         words = {w for w in re.findall(r"[a-z]{4,}", text) if w not in _STOPWORDS}
         missing = [f for f in stated if f not in said and f not in ("1", "100", "1000")]
         shared = any(w in said for w in words) or not words

@@ -46,6 +46,7 @@ from keepstep.engine.kinds.common import (
     dep_units,
     deps_writing,
     dump_json,
+    expand_footnotes,
     natural_key,
     result,
     verified_deps,
@@ -106,7 +107,7 @@ class _Documents:
         self.units = {str(u.params.get("document")): u for u in dep_units(ctx, UnitKind.render)
                       if u.params.get("document")}
         self.raw = {d: ctx.dep_bytes(u.id, document_output(u)) for d, u in self.units.items()}
-        self.text = {d: b.decode("utf-8") for d, b in self.raw.items()}
+        self.text = {d: expand_footnotes(b.decode("utf-8")) for d, b in self.raw.items()}
         self.evidence = {str(e["id"]): e for u, name in verified_deps(ctx)
                          for e in ctx.dep_json(u.id, name).get("evidence", [])
                          if isinstance(e, dict) and e.get("id")}

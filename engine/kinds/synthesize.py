@@ -122,7 +122,7 @@ class CheckAnswer(BaseModel):
     problems: list[str]
 
 
-def _judge(ctx: UnitContext, field_name: str, quotes: Mapping[str, str],
+def support_judge(ctx: UnitContext, field_name: str, quotes: Mapping[str, str],
            record: dict[str, Any]) -> Any:
     """The support check of a claims answer (see ``kinds.claims``): its verdicts go into
     ``record`` (claim -> verdict), its calls into ``record["steps"]``."""
@@ -237,6 +237,26 @@ def conflicts_of(ctx: UnitContext, evidence_ids: set[str]) -> list[dict[str, Any
     return out
 
 
+def source_titles(ctx: UnitContext, evidence: list[dict[str, Any]],
+                  ids: set[str]) -> dict[str, str]:
+    """The title of each source ``ids`` come from (the evidence's own source metadata, else
+    the source's header lines), so a document can name it."""
+    out: dict[str, str] = {}
+    for e in evidence:
+        sid = str(e.get("source_id", ""))
+        if str(e.get("id")) not in ids or not sid or sid in out:
+            continue
+        title = str(e.get("source_title") or "")
+        if not title:
+            try:
+                title = str(ctx.source_header(sid).get("title") or "")
+            except Exception:  # noqa: BLE001 - a title is a courtesy; the id still cites it
+                title = ""
+        if title:
+            out[sid] = title
+    return dict(sorted(out.items()))
+
+
 def models_of(*steps: StepResult | None) -> list[str]:
     return sorted({m for s in steps if s is not None for m in s.models})
 
@@ -257,7 +277,7 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
             "task": "synthesize", "question": question, "audience": audience,
             "evidence": evidence, **({"conflicts": conflicts} if conflicts else {}),
             **reading_hints(ctx, audience)}, schema=SynthesisAnswer,
-            rules=claim_rules("claims", quotes), judge=_judge(ctx, "claims", quotes, support))
+            rules=claim_rules("claims", quotes), judge=support_judge(ctx, "claims", quotes, support))
         response = step.parsed
         shape += [p.line() for p in step.problems if p.rule != "known_id"]
     raw = response.get("claims") if isinstance(response, dict) else None
@@ -293,7 +313,8 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
     doc: dict[str, Any] = {"unit": ctx.unit.id, "title": ctx.unit.title, "question": question,
            "audience": audience, "claims": claims, "evidence": index, "notice": notice,
            "quotes": {i: quotes[i] for i in sorted(cited, key=natural_key) if i in quotes},
-           "gaps": gaps, "conflicts": conflicts, "models": models}
+           "gaps": gaps, "conflicts": conflicts, "models": models,
+           "sources": source_titles(ctx, evidence, cited)}
     lines = [f"# {ctx.unit.title}", "", f"Question: {question}", "",
              f"Written for: {audience}", ""]
     lines += [f"{n}. {c['text']} {cite(c['evidence_ids'], index)}"
@@ -480,7 +501,8 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
            "evidence": index, "notice": "; ".join(notices(*responses)),
            "ranks": asks.get("ranks", "risks"), "criteria": asks.get("criteria", []),
            "ask": asks.get("ask", []), "models": models_of(*steps),
-           "quotes": {i: quotes[i] for r in risks for i in r["evidence_ids"] if i in quotes}}
+           "quotes": {i: quotes[i] for r in risks for i in r["evidence_ids"] if i in quotes},
+           "sources": source_titles(ctx, evidence, {i for r in risks for i in r["evidence_ids"]})}
     if unconverged:
         # Goes forward flagged: a later unit (a document, an audit) can record the risk.
         doc.update({"converged": False, "open_problems": problems,
