@@ -27,6 +27,7 @@ from keepstep.engine.core.presets import (
     CitedIdsCheck,
     CitedSourcesCheck,
     CitesGroupsCheck,
+    ConflictsCheck,
     FiguresCheck,
     ListsSourcesCheck,
     PresentCheck,
@@ -58,6 +59,7 @@ from keepstep.engine.kinds.context import (
     ValidatorResult,
     register,
 )
+from keepstep.engine.kinds.parts import conflict_records, open_conflicts, real_conflicts
 from keepstep.engine.kinds.synthesize import figures_of
 from keepstep.storage.hashing import sha256_hex
 
@@ -111,6 +113,10 @@ class _Documents:
         self.evidence = {str(e["id"]): e for u, name in verified_deps(ctx)
                          for e in ctx.dep_json(u.id, name).get("evidence", [])
                          if isinstance(e, dict) and e.get("id")}
+        records = [ctx.dep_json(u.id, n) for n in ("synthesis.json", "ranking.json")
+                   for u in deps_writing(ctx, n)]
+        records += [ctx.dep_json(u.id, name) for u, name in verified_deps(ctx)]
+        self.conflicts = conflict_records(records)
         inv = deps_writing(ctx, "inventory.json")
         self.inventory = ({s["id"]: s for s in ctx.dep_json(inv[0].id, "inventory.json")
                            .get("sources", [])} if inv else None)
@@ -263,6 +269,45 @@ def _cites_groups(docs: _Documents, check: CitesGroupsCheck) -> tuple[list[str],
                       f"{', '.join(sorted(groups))}")
 
 
+# A document saying it found no disagreement ("No conflicting figures were found.").
+_NONE_FOUND_RE = re.compile(
+    r"\bno (?:conflicting figures|conflicts?|disagreements?)(?: between (?:the )?sources)? "
+    r"(?:were|was) found\b|\bhold no disagreement\b", re.IGNORECASE)
+# Words that say a figure is disputed, not stated as fact.
+_HEDGE_RE = re.compile(r"unresolved|disagree|disput|conflict|differ|uncertain|either|"
+                       r"\bvs\.?\b|versus|unexplained", re.IGNORECASE)
+
+
+def _conflicts(docs: _Documents, check: ConflictsCheck) -> tuple[list[str], str]:
+    problems = docs.missing(check.documents)
+    real = real_conflicts(docs.conflicts)
+    unresolved = open_conflicts(docs.conflicts)
+    for d in check.documents:
+        text = docs.text.get(d)
+        if text is None:
+            continue
+        if real and _NONE_FOUND_RE.search(text):
+            problems.append(f"{d} says no disagreement was found, but {len(real)} were: "
+                            + ", ".join(c["metric"] for c in real[:3]))
+        for c in unresolved:
+            for side in c["sides"]:
+                wanted = set(figures_of(normalise(side["value"])))
+                if not wanted:
+                    continue
+                for line in text.splitlines():
+                    if side["evidence_id"] not in cited_evidence_ids(line) or \
+                            _HEDGE_RE.search(line):
+                        continue
+                    if wanted <= set(_stated_figures(line)):
+                        problems.append(
+                            f"{d} states {side['value']} ({c['metric']}, "
+                            f"{side['evidence_id']}) as fact, but the sources disagree on it "
+                            "and nothing says which holds")
+                        break
+    return problems, (f"{', '.join(check.documents)}: {len(real)} disagreement(s), "
+                      f"{len(unresolved)} unresolved, none stated as fact or denied")
+
+
 def _default_checks(docs: _Documents) -> list[Any]:
     checks: list[Any] = [PresentCheck(check="present", documents=sorted(docs.units))]
     markdown = [d for d in sorted(docs.units) if not docs.is_table(d)]
@@ -274,7 +319,8 @@ def _default_checks(docs: _Documents) -> list[Any]:
 def _run_check(ctx: UnitContext, docs: _Documents, check: Any) -> dict[str, Any]:
     runners: dict[str, Any] = {
         "present": _present, "cited_ids": _cited_ids, "cited_sources": _cited_sources,
-        "lists_sources": _lists_sources, "figures": _figures, "cites_groups": _cites_groups}
+        "lists_sources": _lists_sources, "figures": _figures, "cites_groups": _cites_groups,
+        "conflicts": _conflicts}
     if isinstance(check, SectionsCheck):
         problems, ok = _sections(ctx, docs, check)
     else:
