@@ -185,3 +185,22 @@ def test_keepstep_conflicts_lists_them(tmp_path: Path, monkeypatch: pytest.Monke
     doc = json.loads(cli.invoke(app, ["conflicts", str(root), "--json"]).output)
     assert sorted(c["class"] for c in doc["conflicts"]) == [
         "definition", "not-a-conflict", "outdated", "superseded", "unexplained"]
+
+
+def test_claim_checks_are_batched_by_the_answer_they_expect() -> None:
+    """With a small output limit the claim check is split so each expected answer fits; the
+    candidates go with the first batch only; every claim is judged once and the conflicts
+    are the same. Each request names the cited sources' metadata."""
+    small = PackRunner(PACK)
+    small.run_all(until="U03")
+    ctx = small.context("U04")
+    ctx.profile = model_profile("local/keepstep-offline", max_tokens=200)
+    outcome = get_kind("verify")[1](ctx)
+    assert outcome.passed and len(ctx.calls) > 2
+    payloads = [c["payload"] for c in ctx.calls]
+    assert [bool(p["candidates"]) for p in payloads] == [True] + [False] * (len(payloads) - 1)
+    assert all(len(p["claims"]) * 40 <= 160 for p in payloads[1:])
+    judged = [c["id"] for p in payloads for c in p["claims"]]
+    assert len(judged) == len(set(judged)) == outcome.facts["checked"]
+    assert payloads[0]["sources"]["Q2"]["date"] == "2025-02-01"
+    assert outcome.facts["conflicts"] == 4

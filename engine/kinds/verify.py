@@ -37,7 +37,7 @@ from keepstep.engine.kinds.common import (
 )
 from keepstep.engine.kinds.conflicts import CLASSES, Conflict, propose
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
-from keepstep.engine.kinds.extract import paragraphs
+from keepstep.engine.kinds.extract import paragraphs, today_of
 from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_step, step_tokens
 
 OUTPUT = "verified.json"
@@ -191,15 +191,26 @@ class _SourceTexts:
 
 
 def _batches(ctx: UnitContext, claims: list[dict[str, Any]],
-             candidates: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+             candidates: list[dict[str, Any]],
+             meta: Mapping[str, Mapping[str, str]] | None = None
+             ) -> list[list[dict[str, Any]]]:
     """The claims in one batch when the request fits, else consecutive batches that each do
-    (the first batch also carries the candidates)."""
-    limit = ctx.model_profile().input_tokens
+    (the first batch also carries the candidates). A request fits when its prompt fits the
+    window and its expected answer (a verdict per claim, a classification per candidate)
+    fits the model's output limit: a batch never forces reasons to shrink."""
+    profile = ctx.model_profile()
+    answer_room = int(profile.output_tokens * _ANSWER_MARGIN)
+    classifying = sum(_CANDIDATE_ANSWER + _SIDE_ANSWER * len(c.get("sides", []))
+                      for c in candidates)
 
     def tokens(batch: list[dict[str, Any]], first: bool) -> int:
-        return step_tokens(ctx, prompt=PROMPT, inputs=_inputs(batch, candidates if first
-                                                              else []),
-                           schema=VerifyAnswer)
+        answer = _VERDICT_ANSWER * len(batch) + (classifying if first else 0)
+        if answer > answer_room and len(batch) > 1:
+            return profile.input_tokens + 1  # too much to answer at once: split
+        inputs = _inputs(batch, candidates if first else [], meta, today_of(ctx))
+        return step_tokens(ctx, prompt=PROMPT, inputs=inputs, schema=VerifyAnswer)
+
+    limit = profile.input_tokens
 
     if tokens(claims, True) <= limit:
         return [claims]
@@ -220,8 +231,27 @@ def _batches(ctx: UnitContext, claims: list[dict[str, Any]],
     return batches
 
 
-def _inputs(batch: list[dict[str, Any]], candidates: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"task": "verify", "claims": batch, "candidates": candidates}
+# Expected answer sizes in tokens: a verdict with a one-sentence reason, a classification
+# with its reason, and each side it names; what an answer may fill of the output limit.
+_VERDICT_ANSWER, _CANDIDATE_ANSWER, _SIDE_ANSWER = 40, 90, 12
+_ANSWER_MARGIN = 0.8
+
+
+def _inputs(batch: list[dict[str, Any]], candidates: list[dict[str, Any]],
+            meta: Mapping[str, Mapping[str, str]] | None = None, today: str = ""
+            ) -> dict[str, Any]:
+    """A claim check's INPUT: the claims, the candidates, the metadata of the sources they
+    cite (title, kind, date, publisher) and today's date when the unit reads it."""
+    out: dict[str, Any] = {"task": "verify", "claims": batch, "candidates": candidates}
+    cited = sorted({str(c.get("source_id")) for c in batch} | {
+        str(s.get("source_id")) for c in candidates for s in c.get("sides", [])},
+        key=natural_key)
+    sources = {sid: dict(meta[sid]) for sid in cited if meta and sid in meta}
+    if sources:
+        out["sources"] = sources
+    if today:
+        out["today"] = today
+    return out
 
 
 SPEC = KindSpec(
@@ -307,12 +337,13 @@ def run(ctx: UnitContext) -> KindOutcome:
               for e in candidates]
     proposed = [c.model_dump(exclude_none=True)
                 for c in propose([_with_quantities(e) for e in candidates], meta)]
-    batches = _batches(ctx, claims, proposed) if claims else []
+    batches = _batches(ctx, claims, proposed, meta) if claims else []
     for b, batch in enumerate(batches, start=1):
         part = f", batch {b}/{len(batches)}" if len(batches) > 1 else ""
         ctx.safe_point(f"claim check of {len(batch)} statement(s){part}")
         step = run_model_step(ctx, prompt=PROMPT,
-                              inputs=_inputs(batch, proposed if b == 1 else []),
+                              inputs=_inputs(batch, proposed if b == 1 else [], meta,
+                                             today_of(ctx)),
                               schema=VerifyAnswer, rules=_verify_rules, label=part.lstrip(", "))
         steps.append(step)
         responses.append(step.parsed)
@@ -360,6 +391,7 @@ def run(ctx: UnitContext) -> KindOutcome:
         "rejected": rejected,
         "candidates": len(proposed),
         "conflicts": [r.record() for r in records],
+        "source_meta": {sid: meta[sid] for sid in source_ids if sid in meta},
         "notice": "; ".join(notices(*responses)),
     }
     ctx.write(OUTPUT, dump_json(doc), media_type=JSON, source_ids=source_ids)
