@@ -1,0 +1,434 @@
+"""Documents written from the work (issue 20, items 5-8): claims checked against their quotes,
+checked calculations, citations that point at the quote holding the figure, rankings of what
+a unit ranks, no repetition across sections, disagreements carried through, provenance and
+prices."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from keepstep.engine.core.inputs import Contract, InputSnapshot
+from keepstep.engine.core.plan import parse_plan
+from keepstep.engine.errors import BudgetExhausted, PermanentModelError, TransientModelError
+from keepstep.engine.gateway.answers import check_answer, parse_json_answer
+from keepstep.engine.gateway.call_ledger import StoreCallLedger, UnpricedModel
+from keepstep.engine.gateway.classification import classify
+from keepstep.engine.gateway.profile import ModelProfile
+from keepstep.engine.kinds import get_kind
+from keepstep.engine.kinds.claims import CalculationError, evaluate, figure_problems
+from keepstep.engine.kinds.common import cited_evidence_ids, expand_footnotes
+from keepstep.engine.kinds.model_step import run_model_step
+from keepstep.engine.kinds.synthesize import SynthesisAnswer
+from tests.support.fake_context import FakeContext, PackRunner
+
+MODEL = "openai/test-model"
+PROFILE = ModelProfile(model=MODEL, provider="openai", input_tokens=200_000,
+                       output_tokens=4096, window_source="default", structured="prompt")
+
+EVIDENCE = [
+    {"id": "A1-e1", "source_id": "A1", "group": "A", "topic": "t", "locator": "p. 1",
+     "source_title": "Pilot report", "quote": "Readings arrived on time for 97% of meters.",
+     "figures": ["97%"]},
+    {"id": "A1-e2", "source_id": "A1", "group": "A", "topic": "t", "locator": "p. 2",
+     "source_title": "Pilot report", "quote": "The pilot covered 1,200 meters in two towns.",
+     "figures": ["1,200"]},
+    {"id": "B1-e1", "source_id": "B1", "group": "B", "topic": "t", "locator": "Prices",
+     "source_title": "Price list", "quote": "The list price is NVK 40 per meter per year.",
+     "figures": ["40"]},
+    {"id": "B1-e2", "source_id": "B1", "group": "B", "topic": "t", "locator": "Prices",
+     "source_title": "Price list", "quote": "The list price is NVK 46 per meter per year.",
+     "figures": ["46"]},
+]
+CONFLICT = {"id": "K1", "metric": "list price", "entity": "meter", "period": "2025",
+            "sides": [{"evidence_id": "B1-e1", "source_id": "B1", "value": "NVK 40"},
+                      {"evidence_id": "B1-e2", "source_id": "B1", "value": "NVK 46"}],
+            "class": "unexplained", "holds": None, "holds_ids": [],
+            "reason": "two lists of the same date give different prices"}
+
+PLAN = """
+[plan]
+title = "Pilot review"
+
+[[unit]]
+id = "V1"
+title = "Verify"
+phase = "verification"
+kind = "verify"
+inputs = ["group:A"]
+outputs = ["verified.json"]
+
+[[unit]]
+id = "S1"
+title = "What the pilot showed"
+phase = "synthesis"
+kind = "synthesize"
+outputs = ["synthesis.json", "synthesis.md"]
+depends_on = ["V1"]
+
+[[unit]]
+id = "R1"
+title = "Which pricing option fits"
+phase = "synthesis"
+kind = "rank"
+outputs = ["ranking.json", "ranking.md"]
+depends_on = ["V1"]
+params = { ranks = "options", criteria = ["price per meter", "fit"], ask = ["rationale"] }
+
+[[unit]]
+id = "D1"
+title = "Memo"
+phase = "deliverables"
+kind = "render"
+inputs = ["template:memo"]
+outputs = ["memo.md"]
+depends_on = ["S1", "R1"]
+params = { document = "memo", template = "memo", prose = "summary", fill = { summary = "executive_summary", options = "risks", disagreements = "conflicts" } }
+
+[[unit]]
+id = "T1"
+title = "Table"
+phase = "deliverables"
+kind = "render"
+inputs = ["template:table"]
+outputs = ["table.csv"]
+depends_on = ["V1", "S1"]
+params = { document = "table", template = "table" }
+
+[[unit]]
+id = "A1"
+title = "Audit"
+phase = "audit"
+kind = "audit"
+outputs = ["audit.json"]
+depends_on = ["D1", "S1"]
+params = { checks = [{ check = "conflicts", documents = ["memo"] }] }
+"""
+MEMO = """# {{ title }}
+
+<!-- section: summary -->
+## Summary
+
+{{ summary }}
+
+<!-- section: findings -->
+## Findings
+
+{{ findings }}
+
+<!-- section: options -->
+## Options
+
+{{ options }}
+
+<!-- section: conflicts -->
+## Where the sources disagree
+
+{{ disagreements }}
+
+{{ notice }}
+"""
+
+
+def _ctx(unit: str, artifacts: dict[str, dict[str, bytes]], responder: Any,
+         profile: ModelProfile | None = PROFILE) -> FakeContext:
+    plan = parse_plan(PLAN)
+    return FakeContext(unit=plan.unit_map()[unit], plan=plan,
+                       contract=Contract(fields={"audience": "board"}, body=""),
+                       snapshot=InputSnapshot(sources={}, groups={}), sources={}, texts={},
+                       artifacts=artifacts, templates={"memo": MEMO, "table": "- id\n- quote\n"},
+                       responder=responder, profile=profile)
+
+
+def _verified(conflicts: list[dict[str, Any]] | None = None) -> dict[str, dict[str, bytes]]:
+    doc = {"evidence": EVIDENCE, "conflicts": conflicts or [], "models": [MODEL]}
+    return {"V1": {"verified.json": json.dumps(doc).encode()}}
+
+
+def _run(ctx: FakeContext) -> Any:
+    outcome = get_kind(ctx.unit.kind.value)[1](ctx)
+    ctx.artifacts[ctx.unit.id] = dict(ctx.outputs)
+    return outcome
+
+
+class Script:
+    """A model that answers each task from a list of answers, in turn (the last repeats)."""
+
+    def __init__(self, **answers: list[dict[str, Any]]) -> None:
+        self.answers = answers
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, payload: dict[str, Any]) -> dict[str, Any]:
+        task = payload["task"]
+        self.seen.append((task, payload))
+        n = sum(1 for t, _ in self.seen if t == task) - 1
+        options = self.answers[task]
+        return options[min(n, len(options) - 1)]
+
+
+def _all_supported(payload: dict[str, Any]) -> dict[str, Any]:
+    return {"verdicts": [{"claim": c["id"], "verdict": "supports"} for c in payload["claims"]]}
+
+
+# --- claims against their quotes -----------------------------------------------------------
+def test_a_claim_its_quotes_do_not_support_is_revised() -> None:
+    """The support check says a claim's quotes do not address it: the claim goes back to the
+    writer named, and the revised claim is what the synthesis keeps."""
+    bad = {"claims": [{"text": "The pilot cut billing complaints.", "evidence_ids": ["A1-e1"]}]}
+    good = {"claims": [{"text": "Readings arrived on time for 97% of meters.",
+                        "evidence_ids": ["A1-e1"]}]}
+
+    def support(payload: dict[str, Any]) -> dict[str, Any]:
+        return {"verdicts": [{"claim": c["id"], "verdict": "does_not_address",
+                              "reason": "nothing on complaints"} if "complaints" in c["text"]
+                             else {"claim": c["id"], "verdict": "supports"}
+                             for c in payload["claims"]]}
+
+    script = Script(synthesize=[bad, good])
+    ctx = _ctx("S1", _verified(), lambda p: support(p) if p["task"] == "support" else script(p))
+    outcome = _run(ctx)
+    assert outcome.passed
+    assert [c["task"] for c in ctx.calls] == ["synthesize", "support", "synthesize", "support"]
+    revise = ctx.calls[2]["messages"][-1]["content"]
+    assert "support:does_not_address" in revise and "nothing on complaints" in revise
+    doc = ctx.json_output("synthesis.json")
+    assert [c["text"] for c in doc["claims"]] == [good["claims"][0]["text"]]
+    assert doc["claims"][0]["support"] == "supports" and doc["models"] == [MODEL]
+
+
+def test_a_correct_calculation_passes_and_a_wrong_one_fails() -> None:
+    """A derived figure passes when its calculation uses cited figures and code gets the
+    figure the text states; a wrong result, an uncited operand or a non-arithmetic
+    expression is a named problem."""
+    quotes = {e["id"]: e["quote"] for e in EVIDENCE}
+    ids = ["A1-e1", "A1-e2"]
+    text = "About 1,164 of the pilot's meters reported on time."
+    assert figure_problems("c", text, ids, quotes, "1,200 * 97% = 1,164") == []
+    wrong = figure_problems("c", "About 1,100 meters reported on time.", ids, quotes,
+                            "1,200 * 97%")
+    assert [p.rule for p in wrong] == ["calculation_result", "cited_figure"]
+    uncited = figure_problems("c", "About 1,164 meters reported on time.", ids, quotes,
+                              "1,200 * 0.97")
+    assert "calculation_operand" in [p.rule for p in uncited]
+    no_calc = figure_problems("c", text, ids, quotes)
+    assert [p.rule for p in no_calc] == ["cited_figure"]
+    assert evaluate("(46 - 40) / 40") == pytest.approx(0.15)
+    for bad in ("__import__('os')", "2 ** 10", "abs(-1)", "x + 1"):
+        with pytest.raises(CalculationError):
+            evaluate(bad)
+
+
+# --- render: citations, rankings, repetition, provenance ------------------------------------
+def _synthesis_and_ranking(conflicts: list[dict[str, Any]] | None = None
+                           ) -> dict[str, dict[str, bytes]]:
+    artifacts = _verified(conflicts)
+    synth = Script(synthesize=[{
+        "claims": [{"text": "Readings arrived on time for 97% of meters.",
+                    "evidence_ids": ["A1-e1"]},
+                   {"text": "The pilot covered 1,200 meters.", "evidence_ids": ["A1-e2"]}],
+        "gaps": ["No source gives the cost of the pilot."]}])
+    _run(_ctx("S1", artifacts, lambda p: _all_supported(p) if p["task"] == "support"
+              else synth(p)))
+    rank = Script(rank=[{"risks": [
+        {"id": "R1", "title": "Annual subscription", "score": 20, "evidence_ids": ["B1-e1"],
+         "criteria": {"price per meter": "NVK 40", "fit": "good"},
+         "rationale": "the lower list price"},
+        {"id": "R2", "title": "Per-reading fee", "score": 12, "evidence_ids": ["A1-e1"],
+         "criteria": {"price per meter": "not stated", "fit": "partial"}}]}],
+        check=[{"problems": []}])
+    _run(_ctx("R1", artifacts, rank))
+    return artifacts
+
+
+def test_a_ranking_of_options_renders_as_a_table_of_options() -> None:
+    """A unit that ranks options carries them with their criteria; the document's table is a
+    table of options, the criteria its columns, with no process text."""
+    artifacts = _synthesis_and_ranking()
+    ranking = json.loads(artifacts["R1"]["ranking.json"])
+    assert ranking["ranks"] == "options" and ranking["risks"][0]["criteria"]["fit"] == "good"
+    ctx = _ctx("D1", artifacts, lambda p: {"sentences": []}, profile=None)
+    assert _run(ctx).passed
+    memo = ctx.outputs["memo.md"].decode()
+    assert "| Rank | Option | price per meter | fit | Score | Rationale | Evidence |" in memo
+    assert re.search(r"\| R1 \| Annual subscription \| NVK 40 \| good \| 20 \|", memo)
+    assert "round(s)" not in memo and "likelihood × impact" not in memo
+
+
+def test_no_finding_is_repeated_across_sections() -> None:
+    """The summary takes each synthesis's lead finding; the findings section does not show
+    it again (ME-042's report and decision brief, and a small memo)."""
+    artifacts = _synthesis_and_ranking()
+    ctx = _ctx("D1", artifacts, lambda p: {"sentences": []}, profile=None)
+    assert _run(ctx).passed
+    memo = _body(ctx.outputs["memo.md"].decode())
+    assert memo.count("Readings arrived on time for 97% of meters.") == 1
+    assert memo.count("The pilot covered 1,200 meters.") == 1
+
+    pack = PackRunner()
+    pack.run_all(until="U33")
+    for doc in (pack.artifacts["U31"]["report.md"], pack.artifacts["U33"]["decision-brief.md"]):
+        text = _body(doc.decode())
+        for uid in ("U25", "U26", "U27", "U29", "U30"):
+            for claim in json.loads(pack.artifacts[uid]["synthesis.json"])["claims"]:
+                assert text.count(claim["text"]) <= 1, claim["text"]
+
+
+def _body(text: str) -> str:
+    """A document without its footnotes (which quote the sources)."""
+    return "\n".join(x for x in text.splitlines() if not re.match(r"\[\^\d+\]: ", x))
+
+
+def test_citations_point_at_the_quote_that_holds_the_figure() -> None:
+    """A model-written sentence citing an id whose quote lacks its figure is revised (the
+    finding's text is no longer filed under the ids it cites); the document's footnote for
+    the sentence names the source, the locator and the quote holding the figure."""
+    artifacts = _synthesis_and_ranking()
+    wrong = {"sentences": [{"text": "Readings arrived on time for 97% of meters.",
+                            "evidence_ids": ["A1-e2"]}]}
+    right = {"sentences": [{"text": "Readings arrived on time for 97% of meters.",
+                            "evidence_ids": ["A1-e1"]}]}
+    script = Script(render=[wrong, right])
+    ctx = _ctx("D1", artifacts, lambda p: _all_supported(p) if p["task"] == "support"
+               else script(p))
+    assert _run(ctx).passed
+    renders = [c for c in ctx.calls if c["task"] == "render"]
+    assert len(renders) == 2 and "cited_figure" in renders[1]["messages"][-1]["content"]
+    memo = ctx.outputs["memo.md"].decode()
+    line = next(x for x in memo.splitlines() if x.startswith("- Readings arrived"))
+    assert "(Pilot report (A1), p. 1)[^" in line and "A1-e" not in line
+    note = re.search(r"\[\^(\d+)\]$", line).group(1)
+    definition = next(x for x in memo.splitlines() if x.startswith(f"[^{note}]: "))
+    assert "[A1-e1] (A1, p. 1)" in definition and "97% of meters" in definition
+    # The audit reads the footnote back in place: the figure sits beside the id holding it.
+    expanded = expand_footnotes(memo)
+    line = next(x for x in expanded.splitlines() if x.startswith("- Readings arrived"))
+    assert cited_evidence_ids(line) == {"A1-e1"}
+
+
+def test_provenance_names_the_answering_model_and_the_offline_notice_comes_first() -> None:
+    """Every document names the models that answered (recorded by the units that called
+    them), not a notice read from an answer; an offline heuristic's document says so in its
+    first line whatever the template; the CSV can carry the models as a column."""
+    artifacts = _synthesis_and_ranking()
+    ctx = _ctx("D1", artifacts, lambda p: {"sentences": []}, profile=None)
+    _run(ctx)
+    memo = ctx.outputs["memo.md"].decode()
+    assert f"Models that answered: {MODEL}." in memo
+    assert "offline heuristic" not in memo and memo.startswith("# Pilot review")
+    ctx.templates["table"] = "- id\n- models\n"
+    table = _ctx("T1", artifacts, lambda p: {}, profile=None)
+    table.templates["table"] = "- id\n- models\n"
+    _run(table)
+    assert table.outputs["table.csv"].decode().splitlines()[1] == f"A1-e1,{MODEL}"
+
+    pack = PackRunner()
+    pack.run_all(until="U33")
+    for uid, name in (("U31", "report.md"), ("U33", "decision-brief.md")):
+        text = pack.artifacts[uid][name].decode()
+        assert text.startswith("> **Written by keepstep's offline heuristic model")
+        assert "Models that answered: local/keepstep-offline" in text
+        assert "Research pack" not in text
+
+
+# --- disagreements ---------------------------------------------------------------------------
+def test_the_conflicts_section_names_each_side_and_the_audit_holds_documents_to_it() -> None:
+    """An unexplained disagreement is listed with both sides and "unresolved"; a document that
+    says none were found, or states one side as fact, fails the audit's conflicts check."""
+    artifacts = _synthesis_and_ranking([CONFLICT])
+    ctx = _ctx("D1", artifacts, lambda p: {"sentences": []}, profile=None)
+    _run(ctx)
+    memo = ctx.outputs["memo.md"].decode()
+    section = memo[memo.index("## Where the sources disagree"):]
+    assert "NVK 40 according to Price list" in section and "NVK 46" in section
+    assert "**Unresolved**" in section
+    # The options table states one side (NVK 40, B1-e1) as a plain fact: the audit fails it.
+    audit = _ctx("A1", artifacts, lambda p: {}, profile=None)
+    assert not _run(audit).passed
+    [check] = audit.json_output("audit.json")["checks"]
+    assert "states NVK 40 (list price, B1-e1) as fact" in check["detail"]
+    memo = "\n".join(x for x in memo.splitlines() if not x.startswith("| R1 |"))
+    artifacts["D1"]["memo.md"] = memo.encode()
+    audit = _ctx("A1", artifacts, lambda p: {}, profile=None)
+    assert _run(audit).passed, audit.json_output("audit.json")
+
+    artifacts["D1"]["memo.md"] += b"\nNo conflicting figures were found.\n"
+    _run(audit := _ctx("A1", artifacts, lambda p: {}, profile=None))
+    [check] = audit.json_output("audit.json")["checks"]
+    assert not check["passed"] and "says no disagreement was found" in check["detail"]
+
+    artifacts["D1"]["memo.md"] = memo.encode() + (
+        b"\n- The list price is NVK 46 per meter. [B1-e2] (B1, Prices)\n")
+    _run(audit := _ctx("A1", artifacts, lambda p: {}, profile=None))
+    [check] = audit.json_output("audit.json")["checks"]
+    assert not check["passed"] and "states NVK 46 (list price, B1-e2) as fact" in check["detail"]
+
+
+# --- honesty of the answer and the price -----------------------------------------------------
+def test_a_repaired_answer_is_treated_as_truncated_and_revised() -> None:
+    """JSON that stops before it closes (json-repair would invent its end) is a `truncated`
+    problem and the step asks again; trailing commas are still simply read."""
+    value, problems = parse_json_answer('{"claims": [{"text": "Readings arrived on time for 9')
+    assert value is not None and [p.rule for p in problems] == ["truncated"]
+    assert parse_json_answer('{"a": [1, 2,],}') == ({"a": [1, 2]}, [])
+    _, parsed, problems = check_answer('{"claims": [{"text": "x"', SynthesisAnswer)
+    assert parsed and problems[0].rule == "truncated"
+
+    full = json.dumps({"claims": [{"text": "Readings arrived on time for 97% of meters.",
+                                   "evidence_ids": ["A1-e1"]}]})
+    answers = [full[:60], full]
+
+    class Cut(FakeContext):
+        def call_model(self, call: Any, *, check: Any) -> Any:
+            from keepstep.engine.kinds.model_step import CheckedAnswer
+            self.calls.append({"revision": call.revision, "messages": call.messages})
+            content = answers[min(len(self.calls) - 1, 1)]
+            value, parsed, problems = check(content)
+            return CheckedAnswer(content=content, value=value, parsed=parsed,
+                                 problems=problems)
+
+    base = _ctx("S1", _verified(), lambda p: {})
+    ctx = Cut(**{f: getattr(base, f) for f in ("unit", "plan", "contract", "snapshot",
+                                                "sources", "texts", "artifacts", "responder")})
+    step = run_model_step(ctx, prompt="synthesize", inputs={"task": "synthesize"},
+                          schema=SynthesisAnswer)
+    assert step.ok and step.calls == 2
+    assert "truncated" in ctx.calls[1]["messages"][-1]["content"]
+
+
+def test_an_unknown_price_under_a_cost_budget_blocks(tmp_path: Any) -> None:
+    """A model litellm has no price for, called at its provider under a cost limit, is
+    refused before the call (a budget block that says what to do); behind the person's own
+    server (api_base), or without a cost limit, or offline, it is called."""
+    from types import SimpleNamespace
+
+    from keepstep.storage.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "state")
+    store.create_run("R", {}, limits={"calls": 10, "cost": 1.0})
+    store.create_run("N", {}, limits={"calls": 10})
+    ctx = SimpleNamespace(unit="U1", attempt="U1/a1", round=1)
+    hosted = StoreCallLedger(store, "R", "main", api_base_for=lambda m: None)
+    with pytest.raises(UnpricedModel) as info:
+        hosted.reserve(ctx, model="anthropic/unpriced-model", request_hash="h", est_tokens=10)
+    assert isinstance(info.value, BudgetExhausted)
+    assert "no known price" in str(info.value) and "keepstep.toml" in info.value.hint
+    assert hosted.reserve(ctx, model="anthropic/priced", request_hash="h", est_tokens=10,
+                          est_cost=0.01)
+    assert hosted.reserve(ctx, model="local/keepstep-offline", request_hash="h", est_tokens=1)
+    served = StoreCallLedger(store, "R", "main", api_base_for=lambda m: "http://127.0.0.1:1")
+    assert served.reserve(ctx, model="openai/own-server", request_hash="h", est_tokens=10)
+    free = StoreCallLedger(store, "N", "main", api_base_for=lambda m: None)
+    assert free.reserve(ctx, model="anthropic/unpriced-model", request_hash="h", est_tokens=10)
+    store.close()
+
+
+def test_an_unreachable_api_base_says_so_at_once() -> None:
+    """A refused connection or an unresolvable host is a permanent error naming the api_base;
+    a reset connection is still retried."""
+    refused = classify(ConnectionRefusedError(111, "Connection refused"))
+    assert isinstance(refused, PermanentModelError) and "unreachable" in str(refused)
+    assert "api_base" in (refused.hint or "")
+    assert isinstance(classify(ConnectionResetError("reset")), TransientModelError)
