@@ -499,6 +499,7 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
     doc: dict[str, Any] = {"unit": ctx.unit.id, "title": ctx.unit.title, "question": question,
            "audience": audience, "risks": risks, "rounds": rounds, "stop": stop,
            "evidence": index, "notice": "; ".join(notices(*responses)),
+           "conflicts": conflicts_of(ctx, set(quotes)),
            "ranks": asks.get("ranks", "risks"), "criteria": asks.get("criteria", []),
            "ask": asks.get("ask", []), "models": models_of(*steps),
            "quotes": {i: quotes[i] for r in risks for i in r["evidence_ids"] if i in quotes},
