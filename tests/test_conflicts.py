@@ -204,3 +204,16 @@ def test_claim_checks_are_batched_by_the_answer_they_expect() -> None:
     assert len(judged) == len(set(judged)) == outcome.facts["checked"]
     assert payloads[0]["sources"]["Q2"]["date"] == "2025-02-01"
     assert outcome.facts["conflicts"] == 4
+
+
+def test_vendor_dd_offline_finds_its_newer_price_and_nothing_spurious() -> None:
+    """On the second sample pack the heuristic finds the designed price disagreement (V5's
+    2025 price list supersedes V2's product sheet: AMC 204,000 holds) and publishes no
+    spurious one. (Its availability disagreement is missed offline: R1's sentence names no
+    vendor, so no rule can tie it to V4's figure — a language model's quantities can.)"""
+    vdd = PackRunner(Path(__file__).parents[1] / "sample_projects" / "vendor-dd")
+    vdd.run_all(until="C02")
+    found = load_conflicts({u: json.loads(vdd.artifacts[u]["verified.json"])
+                            for u in ("C01", "C02")})
+    assert [(c.cls, c.holds, c.holds_ids[0][:2], [s.source_id for s in c.sides])
+            for c in found] == [("superseded", "204,000", "V5", ["V2", "V5"])]

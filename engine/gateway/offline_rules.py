@@ -427,7 +427,28 @@ def structured_quantities(sentence: str) -> list[dict[str, str]]:
         out.append({"figure": found.group(0) if found else figure, "value": number,
                     "unit": "%" if figure.endswith("%") or scale in ("percent", "per cent")
                     else "", "metric": metric, "entity": entity, "period": period})
+    taken = {q["figure"].split()[0] for q in out}
+    for m in _PRICE_RE.finditer(sentence):
+        currency, figure, scale, per = m.group(1) or m.group(2), m.group(3), m.group(4), m.group(5)
+        if figure in taken or figure not in written:
+            continue
+        number = figure.replace(",", "")
+        factor = _SCALE_FACTORS.get((scale or "").lower(), 1)
+        if factor != 1:
+            number = _plain(float(number) * factor)
+        out.append({"figure": f"{figure} {scale}" if scale else figure, "value": number,
+                    "unit": currency, "metric": f"price per {per.lower()}", "entity": entity,
+                    "period": _period(sentence, figure)})
     return out
+
+
+# A price: a currency code or sign, the amount, "per" (or "a") and what it is per.
+_PRICE_RE = re.compile(r"(?:\b([A-Z]{3})|([€$£]))\s?(\d+(?:[.,]\d+)*)"
+                       r"(?:\s+(million|billion|thousand))?\s+(?:per|a|an)\s+([a-z]+)")
+
+
+def _period(sentence: str, figure: str) -> str:
+    return ",".join(sorted(set(_YEAR_RE.findall(sentence)) - {figure}))
 
 
 _SCALE_FACTORS = {"thousand": 1_000, "million": 1_000_000, "billion": 1_000_000_000}
@@ -439,7 +460,7 @@ def _plain(x: float) -> str:
 
 # Disagreement classes, by rule (the sides' quotes and their sources' dates).
 _AMENDS = ("amend", "supersed", "replace", "revised", "revision", "updated", "corrected",
-           "restated", "now set", "has been changed")
+           "restated", " now ", "has been changed")
 _SCOPE = ("special", "discount", "promotional", "introductory", "one-off", "negotiated",
           "pilot", "trial", "target", "forecast", "expected", "projected", "scenario",
           "proposed", "draft", "before rebate", "temporary")
@@ -450,7 +471,7 @@ _OLD = ("footnote", "outdated", "earlier estimate", "previous estimate", "previo
 
 
 def _has(text: str, cues: tuple[str, ...]) -> bool:
-    t = normalise(text)
+    t = f" {normalise(text)} "
     return any(c in t for c in cues)
 
 
@@ -481,8 +502,10 @@ def classify(candidate: dict) -> dict:
         plain = [s for s in sides if s not in scoped]
         return out("not-a-conflict", plain, "the values describe different cases (a special, "
                    "target or forecast figure beside the standard one)")
+    # A definition difference: some sides define what they count and others do not (wording
+    # all sides share, "including hosting" on every price, is no difference).
     defining = [s for s in sides if _has(quotes[id(s)], _DEFINES)]
-    if defining:
+    if defining and len(defining) < len(sides):
         plain = [s for s in sides if s not in defining] or defining
         applies = "; ".join(f"{s.get('value')} ({s.get('source_id')}): {quotes[id(s)]}"
                             for s in sides)
