@@ -106,6 +106,15 @@ kind = "audit"
 outputs = ["audit.json"]
 depends_on = ["D1", "S1"]
 params = { checks = [{ check = "conflicts", documents = ["memo"] }] }
+
+[[unit]]
+id = "A2"
+title = "Audit the figures"
+phase = "audit"
+kind = "audit"
+outputs = ["audit.json"]
+depends_on = ["D1", "V1"]
+params = { checks = [{ check = "figures", document = "memo", section = "findings" }] }
 """
 MEMO = """# {{ title }}
 
@@ -331,6 +340,48 @@ def test_provenance_names_the_answering_model_and_the_offline_notice_comes_first
         assert text.startswith("> **Written by keepstep's offline heuristic model")
         assert "Models that answered: local/keepstep-offline" in text
         assert "Research pack" not in text
+
+
+def test_a_derived_figure_reaches_the_document_as_a_checked_calculation() -> None:
+    """A finding's calculation from cited figures passes synthesize, shows in the document
+    beside its figure, and passes the audit's figures check; a wrong one fails it."""
+    artifacts = _verified()
+    synth = Script(synthesize=[{"claims": [
+        {"text": "Readings arrived on time for 97% of meters.", "evidence_ids": ["A1-e1"]},
+        {"text": "About 1,164 of the pilot's meters reported on time.",
+         "evidence_ids": ["A1-e1", "A1-e2"], "calculation": "1,200 * 97% = 1,164",
+         "confidence": "medium"}]}])
+    assert _run(_ctx("S1", artifacts, lambda p: _all_supported(p) if p["task"] == "support"
+                     else synth(p))).passed
+    _run(_ctx("R1", artifacts, Script(rank=[{"risks": []}], check=[{"problems": []}])))
+    ctx = _ctx("D1", artifacts, lambda p: {"sentences": []}, profile=None)
+    _run(ctx)
+    memo = ctx.outputs["memo.md"].decode()
+    assert "1,164 of the pilot's meters reported on time. (calculated: `1,200 * 97% = 1,164`)" \
+        " _(confidence: medium)_" in memo
+    audit = _ctx("A2", artifacts, lambda p: {}, profile=None)
+    assert _run(audit).passed, audit.json_output("audit.json")
+    artifacts["D1"]["memo.md"] = memo.replace("1,164", "1,100").encode()
+    audit = _ctx("A2", artifacts, lambda p: {}, profile=None)
+    assert not _run(audit).passed
+    assert "states 1,100" in audit.json_output("audit.json")["checks"][0]["detail"]
+
+
+def test_a_ranking_must_carry_the_criteria_and_fields_its_unit_asks_for() -> None:
+    """An option without a value for a criterion, or without the asked rationale, is revised."""
+    artifacts = _verified()
+    thin = {"risks": [{"id": "R1", "title": "Annual subscription", "score": 20,
+                       "evidence_ids": ["B1-e1"], "criteria": {"fit": "good"}}]}
+    full = {"risks": [{"id": "R1", "title": "Annual subscription", "score": 20,
+                       "evidence_ids": ["B1-e1"], "rationale": "lower price",
+                       "criteria": {"fit": "good", "price per meter": "NVK 40"}}]}
+    ctx = _ctx("R1", artifacts, Script(rank=[thin, full], check=[{"problems": []}]))
+    assert _run(ctx).passed
+    ranks = [c for c in ctx.calls if c["task"] == "rank"]
+    assert len(ranks) == 2
+    feedback = ranks[1]["messages"][-1]["content"]
+    assert "risks[0].criteria [criterion]" in feedback and "risks[0].rationale [asked]" in feedback
+    assert ctx.json_output("ranking.json")["risks"][0]["rationale"] == "lower price"
 
 
 # --- disagreements ---------------------------------------------------------------------------

@@ -59,6 +59,7 @@ from keepstep.engine.kinds.context import (
     ValidatorResult,
     register,
 )
+from keepstep.engine.kinds.claims import calculation_problems
 from keepstep.engine.kinds.parts import conflict_records, open_conflicts, real_conflicts
 from keepstep.engine.kinds.synthesize import figures_of
 from keepstep.storage.hashing import sha256_hex
@@ -238,6 +239,16 @@ def _figures(docs: _Documents, check: FiguresCheck) -> tuple[list[str], str]:
                 continue
             quoted = {f for i in ids for f in figures_of(normalise(
                 str(docs.evidence.get(i, {}).get("quote", ""))))}
+            calc = _CALCULATED_RE.search(line)
+            if calc:
+                # A derived figure passes when its calculation recomputes from cited figures.
+                quotes = {i: str(docs.evidence.get(i, {}).get("quote", "")) for i in ids}
+                rest = line.replace(calc.group(0), " ")
+                wrong, derived = calculation_problems("", rest, calc.group(1), sorted(ids),
+                                                      quotes)
+                if not wrong:
+                    quoted |= derived | set(figures_of(normalise(calc.group(1))))
+                line = rest
             for f in _stated_figures(line):
                 checked += 1
                 if f not in quoted:
@@ -269,6 +280,8 @@ def _cites_groups(docs: _Documents, check: CitesGroupsCheck) -> tuple[list[str],
                       f"{', '.join(sorted(groups))}")
 
 
+# A finding's checked calculation as a document shows it: "(calculated: `1,200 * 97% = 1,164`)".
+_CALCULATED_RE = re.compile(r"\(calculated: `([^`]*)`\)")
 # A document saying it found no disagreement ("No conflicting figures were found.").
 _NONE_FOUND_RE = re.compile(
     r"\bno (?:conflicting figures|conflicts?|disagreements?)(?: between (?:the )?sources)? "

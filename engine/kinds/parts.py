@@ -256,7 +256,14 @@ def gaps(src: Sources) -> str:
 
 # --- parts -------------------------------------------------------------------------------------
 def claim_line(claim: dict[str, Any], index: dict[str, dict[str, str]]) -> str:
-    return f"{claim['text']} {_cite(claim['evidence_ids'], index)}"
+    """A finding with its checked calculation and a confidence short of high, then where it
+    comes from."""
+    extra = ""
+    if claim.get("calculation"):
+        extra += f" (calculated: `{claim['calculation']}`)"
+    if claim.get("confidence") in ("medium", "low"):
+        extra += f" _(confidence: {claim['confidence']})_"
+    return f"{claim['text']}{extra} {_cite(claim['evidence_ids'], index)}"
 
 
 def _key(doc: dict[str, Any], item: dict[str, Any]) -> str:

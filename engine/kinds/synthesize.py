@@ -336,10 +336,14 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
 
 
 # --- rank ------------------------------------------------------------------------------
-def _rank_rules(known: set[str], quotes: Mapping[str, str]) -> Any:
+def _rank_rules(known: set[str], quotes: Mapping[str, str],
+                asks: Mapping[str, Any] | None = None) -> Any:
     """What a ranking must satisfy whatever the model says: ids unique, scores 1-25, sorted,
-    cited ids known, a figure in a title in the evidence it cites. (Whether the evidence
-    bears a risk out is the claim check's question.)"""
+    cited ids known, a figure in a title in the evidence it cites, a value for every
+    criterion and every field the unit asks for, and a risk's score its likelihood × impact
+    when it gives both. (Whether the evidence bears an item out is the claim check's
+    question.)"""
+    asks = asks or {}
 
     def rules(answer: RankAnswer, inputs: Mapping[str, Any]) -> list[Problem]:
         problems: list[Problem] = []
@@ -347,6 +351,15 @@ def _rank_rules(known: set[str], quotes: Mapping[str, str]) -> Any:
         previous: int | None = None
         for n, risk in enumerate(answer.risks):
             at = f"risks[{n}]"
+            problems += [problem(f"{at}.criteria", "criterion", "gives no value for the "
+                                 "criterion (write \"not stated\" when no quote gives one)", c)
+                         for c in asks.get("criteria", []) if not str(
+                             risk.criteria.get(c, "")).strip()]
+            problems += [problem(f"{at}.{f}", "asked", "the unit asks for it")
+                         for f in asks.get("ask", []) if getattr(risk, f, None) in (None, "")]
+            if risk.likelihood and risk.impact and risk.likelihood * risk.impact != risk.score:
+                problems.append(problem(f"{at}.score", "product", f"is not likelihood × impact "
+                                        f"({risk.likelihood} × {risk.impact})", risk.score))
             if risk.id in seen:
                 problems.append(problem(f"{at}.id", "unique", "is listed twice", risk.id))
             seen.add(risk.id)
@@ -462,7 +475,7 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
         rank_step = run_model_step(ctx, prompt=_prompt(ctx, "rank"), inputs={
             "task": "rank", "question": question, "audience": audience, "evidence": evidence,
             "round": rnd, "feedback": problems, **vocabulary, **asks}, schema=RankAnswer,
-            rules=_rank_rules(set(known), quotes), round=rnd, label=f"round {rnd}")
+            rules=_rank_rules(set(known), quotes, asks), round=rnd, label=f"round {rnd}")
         ranked = rank_step.parsed
         risks = _risks_of(ranked, index)
         ctx.safe_point(f"check round {rnd}/{max_rounds}")
