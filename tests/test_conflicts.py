@@ -217,3 +217,59 @@ def test_vendor_dd_offline_finds_its_newer_price_and_nothing_spurious() -> None:
                             for u in ("C01", "C02")})
     assert [(c.cls, c.holds, c.holds_ids[0][:2], [s.source_id for s in c.sides])
             for c in found] == [("superseded", "204,000", "V5", ["V2", "V5"])]
+
+
+def _model_like(payload: dict[str, Any]) -> dict[str, Any]:
+    """Answers the way a language model reading the pack would (written by hand for this
+    test): statements without numbers are evidence too, quantities name the metric as a
+    reader would, and the classification cites the sources' wording and dates."""
+    from keepstep.engine.gateway.offline_model import respond
+
+    if payload["task"] == "extract" and payload["source_id"] == "P1":
+        return {"evidence": [
+            {"id": "P1-e1", "source_id": "P1", "kind": "figure", "relevance": "high",
+             "quote": "412,000 passengers travelled on Tarnlake Ferries routes in 2023.",
+             "figures": ["412,000", "2023"], "topic": None, "qualifies": [],
+             "quantities": [{"figure": "412,000", "value": "412000", "unit": "passengers",
+                             "metric": "annual passengers", "entity": "Tarnlake Ferries",
+                             "period": "2023"}]},
+            {"id": "P1-e2", "source_id": "P1", "kind": "recommendation", "relevance": "high",
+             "quote": "The board should review the winter timetable before any fare change.",
+             "figures": [], "quantities": [], "qualifies": []},
+            {"id": "P1-e3", "source_id": "P1", "kind": "fact", "relevance": "medium",
+             "quote": "Passengers from the islands rely on the morning crossing to reach work.",
+             "figures": [], "quantities": [], "qualifies": []}]}
+    if payload["task"] == "extract" and payload["source_id"] == "P2":
+        return {"evidence": [
+            {"id": "P2-e1", "source_id": "P2", "kind": "figure", "relevance": "high",
+             "quote": "398,000 passengers travelled on Tarnlake Ferries routes in 2023, a "
+             "revised count that replaces the March figure.", "figures": ["398,000", "2023"],
+             "quantities": [{"figure": "398,000", "value": "398000", "unit": "passengers",
+                             "metric": "Annual passengers", "entity": "Tarnlake ferries",
+                             "period": "2023"}], "qualifies": []},
+            {"id": "P2-e2", "source_id": "P2", "kind": "obligation", "relevance": "high",
+             "quote": "Operators must publish their fares four weeks before they change.",
+             "figures": [], "quantities": [], "qualifies": []}]}
+    if payload["task"] == "extract":
+        return {"evidence": []}
+    out = respond({**payload, "candidates": []})
+    out["conflicts"] = [{"candidate": c["id"], "class": "superseded", "holds": "398,000",
+                         "holds_ids": ["P2-e1"], "reason": "The transport board's September "
+                         "2024 review (P2) revises the March count of the annual report (P1)."}
+                        for c in payload["candidates"]]
+    return out
+
+
+def test_a_models_answers_carry_statements_without_numbers_and_its_classes() -> None:
+    """Statements without a number pass the rules as evidence; the model's quantities (in
+    its own words and case) meet across sources; its classification is stored as given."""
+    run = PackRunner(PACK, responder=_model_like)
+    run.run_all()
+    assert all(o.passed for o in run.outcomes.values()), {
+        u: o.validators for u, o in run.outcomes.items() if not o.passed}
+    verified = json.loads(run.artifacts["U04"]["verified.json"])
+    kinds = {e["id"]: e["kind"] for e in verified["evidence"]}
+    assert kinds["P1-e2"] == "recommendation" and kinds["P2-e2"] == "obligation"
+    [c] = load_conflicts({"U04": verified})
+    assert (c.cls, c.holds, c.holds_ids) == ("superseded", "398,000", ["P2-e1"])
+    assert "September 2024" in c.reason and c.metric == "annual passengers"
