@@ -393,7 +393,7 @@ def test_the_conflicts_section_names_each_side_and_the_audit_holds_documents_to_
     _run(ctx)
     memo = ctx.outputs["memo.md"].decode()
     section = memo[memo.index("## Where the sources disagree"):]
-    assert "NVK 40 according to Price list" in section and "NVK 46" in section
+    assert "NVK 40 (Price list (B1), Prices)[^" in section and "NVK 46" in section
     assert "**Unresolved**" in section
     # The options table states one side (NVK 40, B1-e1) as a plain fact: the audit fails it.
     audit = _ctx("A1", artifacts, lambda p: {}, profile=None)
@@ -483,3 +483,63 @@ def test_an_unreachable_api_base_says_so_at_once() -> None:
     assert isinstance(refused, PermanentModelError) and "unreachable" in str(refused)
     assert "api_base" in (refused.hint or "")
     assert isinstance(classify(ConnectionResetError("reset")), TransientModelError)
+
+
+CONFLICTS_PACK = __import__("pathlib").Path(__file__).parent / "fixtures" / "conflicts_pack"
+DOCUMENT_UNITS = """
+[[unit]]
+id = "U05"
+title = "What the sources say about the ferries"
+phase = "synthesis"
+kind = "synthesize"
+outputs = ["synthesis.json", "synthesis.md"]
+depends_on = ["U04"]
+
+[[unit]]
+id = "U07"
+title = "Memo"
+phase = "deliverables"
+kind = "render"
+inputs = ["template:memo"]
+outputs = ["memo.md"]
+depends_on = ["U05"]
+params = { document = "memo", template = "memo" }
+
+[[unit]]
+id = "U08"
+title = "Audit"
+phase = "audit"
+kind = "audit"
+outputs = ["audit.json"]
+depends_on = ["U07", "U04"]
+params = { checks = [{ check = "conflicts", documents = ["memo"] }] }
+"""
+
+
+def test_a_pack_with_planted_disagreements_comes_out_with_each_shown_offline() -> None:
+    """The conflicts test pack, offline, to a memo: its disagreement section names each real
+    disagreement with its class and the value used (none for the unresolved one, all three
+    sides shown), lists the apparent one apart, a finding citing a superseded or out-of-date
+    figure says so, and the audit's conflicts check passes."""
+    plan = parse_plan((CONFLICTS_PACK / "plan.toml").read_text() + DOCUMENT_UNITS)
+    runner = PackRunner(CONFLICTS_PACK, plan=plan)
+    runner.templates["memo"] = ("# {{ title }}\n\n## Findings\n\n{{ findings }}\n\n"
+                                "## Where the sources disagree\n\n{{ conflicts }}\n")
+    runner.run_all()
+    assert runner.outcomes["U07"].passed and runner.outcomes["U08"].passed
+    memo = runner.artifacts["U07"]["memo.md"].decode()
+    section = _body(memo[memo.index("## Where the sources disagree"):])
+    lines = {line.split("**")[1]: line for line in section.splitlines()
+             if line.startswith("- **")}
+    assert "**Superseded**: the documents use 398,000." in lines[
+        "passengers travelled (Tarnlake, 2023)"]
+    assert "**Out of date**: the documents use 140." in lines["euro berth (Kelvmoor, 2025)"]
+    assert "**Two definitions, both valid**" in lines["full-time staff (Tarnlake, 2024)"]
+    hull = lines["euro hull (Brisland, 2024)"]
+    assert "**Unresolved**" in hull and all(v in hull for v in ("18 million", "22 million",
+                                                                  "20 million"))
+    apparent = section[section.index("Figures that look alike"):]
+    assert "960" in apparent and "720" in apparent
+    findings = _body(memo[:memo.index("## Where the sources disagree")])
+    assert "passengers travelled figure is superseded" in findings
+    assert "No conflicting figures" not in memo

@@ -102,6 +102,8 @@ class Sources:
                 self.titles.setdefault(str(e["source_id"]), str(e["source_title"]))
         for c in self.conflicts:
             for side in c["sides"]:
+                if side.get("quote"):
+                    self.quotes.setdefault(side["evidence_id"], str(side["quote"]))
                 if side.get("source_title"):
                     self.titles.setdefault(str(side["source_id"]), str(side["source_title"]))
         # Findings and ranked items a placeholder already showed (no repetition unless the
@@ -213,22 +215,51 @@ _VERDICT = {
 }
 
 
+def _sentence(text: str) -> str:
+    text = text.strip().rstrip(".").strip()
+    return text[:1].upper() + text[1:] + "." if text else ""
+
+
 def _conflict_line(c: dict[str, Any], src: Sources) -> str:
     what = c["metric"] + (f" ({', '.join(x for x in (c['entity'], c['period']) if x)})"
                           if c["entity"] or c["period"] else "")
-    sides = "; ".join(f"{s['value']} according to {src.titles.get(s['source_id']) or s['source_id']} "
-                      f"{_cite([s['evidence_id']], src.index)}" for s in c["sides"])
+    sides = "; ".join(f"{s['value']} {_cite([s['evidence_id']], src.index)}"
+                      for s in c["sides"])
     if c["cls"] == "unexplained":
         verdict = ("nothing in the sources says which holds, so the documents state "
                    "neither value as fact")
     elif c["cls"] == "definition":
-        verdict = c["applies"] or (f"the documents use {c['holds']}" if c["holds"] else
-                                   "each applies to its own definition")
+        verdict = (f"the documents use {c['holds']}" if c["holds"] else
+                   "each value applies to its own definition")
     else:
-        verdict = f"the documents use {c['holds']}" if c["holds"] else "see the reason"
-    reason = f" {c['reason'].rstrip('.')}." if c["reason"] else ""
+        verdict = f"the documents use {c['holds']}" if c["holds"] else "see why"
+    why = " ".join(x for x in (_sentence(c["applies"]) if c["cls"] == "definition" else "",
+                               _sentence(c["reason"])) if x)
     return (f"- **{what}**: {sides}. **{_VERDICT.get(c['cls'], c['cls'])}**: {verdict}."
-            f"{reason}")
+            + (f" {why}" if why else ""))
+
+
+def caveat(claim: dict[str, Any], src: Sources) -> str:
+    """A note for a finding that cites the losing side of a settled disagreement (a
+    superseded or out-of-date value) or a side of an unresolved one."""
+    ids = set(claim.get("evidence_ids") or [])
+    notes = []
+    for c in real_conflicts(src.conflicts):
+        if c["cls"] == "definition":
+            continue
+        hit = [s for s in c["sides"] if s["evidence_id"] in ids
+               and s["evidence_id"] not in c["holds_ids"]
+               and (c["cls"] == "unexplained" or s["value"] != c["holds"])]
+        if not hit:
+            continue
+        # Figure-free, so the note never adds a figure the line's quotes do not hold.
+        if c["cls"] == "unexplained":
+            notes.append(f"the sources disagree on {c['metric']} and none says which holds")
+        else:
+            state = "superseded" if c["cls"] == "superseded" else "out of date"
+            notes.append(f"its {c['metric']} figure is {state}; the value used is under "
+                         "where the sources disagree")
+    return f" _(Note: {'; '.join(notes)}.)_" if notes else ""
 
 
 def conflicts(src: Sources) -> str:
@@ -255,7 +286,8 @@ def gaps(src: Sources) -> str:
 
 
 # --- parts -------------------------------------------------------------------------------------
-def claim_line(claim: dict[str, Any], index: dict[str, dict[str, str]]) -> str:
+def claim_line(claim: dict[str, Any], index: dict[str, dict[str, str]],
+               src: Sources | None = None) -> str:
     """A finding with its checked calculation and a confidence short of high, then where it
     comes from."""
     extra = ""
@@ -263,6 +295,8 @@ def claim_line(claim: dict[str, Any], index: dict[str, dict[str, str]]) -> str:
         extra += f" (calculated: `{claim['calculation']}`)"
     if claim.get("confidence") in ("medium", "low"):
         extra += f" _(confidence: {claim['confidence']})_"
+    if src is not None:
+        extra += caveat(claim, src)
     return f"{claim['text']}{extra} {_cite(claim['evidence_ids'], index)}"
 
 
@@ -290,7 +324,7 @@ def risk_table(src: Sources) -> str:
 
 
 def executive_summary(src: Sources, repeat: bool = False) -> str:
-    summary = [f"- **{s['title']}**: {claim_line(c, src.index)}"
+    summary = [f"- **{s['title']}**: {claim_line(c, src.index, src)}"
                for s in src.syntheses if (c := _first_fresh(src, s, repeat)) is not None]
     if src.risks():
         top = src.risks()[0]
@@ -307,7 +341,7 @@ def findings(src: Sources, repeat: bool = False) -> str:
         lines += [f"### {s['title']}", "", f"_Question: {s['question']}_", ""]
         if len(fresh) < len(claims):
             lines += ["(Its findings shown above are not repeated here.)", ""]
-        lines += [f"{n}. {claim_line(c, src.index)}"
+        lines += [f"{n}. {claim_line(c, src.index, src)}"
                   for n, c in enumerate(fresh, start=1)] or (
             [] if claims else ["No findings."])
         if s.get("gaps"):
@@ -328,7 +362,7 @@ def top_risks(src: Sources, n: int = TOP_RISKS) -> str:
 
 
 def supporting_findings(src: Sources, repeat: bool = False) -> str:
-    support = [f"- **{s['title']}**: {claim_line(c, src.index)}"
+    support = [f"- **{s['title']}**: {claim_line(c, src.index, src)}"
                for s in src.syntheses if (c := _first_fresh(src, s, repeat)) is not None]
     if not support and any(s.get("claims") for s in src.syntheses):
         return "The findings that support it are in the summary above."
@@ -346,7 +380,7 @@ def section_by_rule(src: Sources, of: list[str], repeat: bool = False) -> str:
     names: the findings not shown yet, the rankings, the disagreements, the gaps."""
     parts: list[str] = []
     if "findings" in of:
-        lines = [f"- {claim_line(c, src.index)}" for s in src.syntheses
+        lines = [f"- {claim_line(c, src.index, src)}" for s in src.syntheses
                  for c in s.get("claims", []) if src.fresh(_key(s, c), repeat)]
         parts.append("\n".join(lines) or "Every finding is shown above.")
     if "rankings" in of:

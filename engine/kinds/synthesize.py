@@ -231,8 +231,9 @@ def conflicts_of(ctx: UnitContext, evidence_ids: set[str]) -> list[dict[str, Any
                 "class": c.get("class") or c.get("status"), "holds": c.get("holds"),
                 "holds_ids": c.get("holds_ids"), "reason": c.get("reason"),
                 "applies": c.get("applies"),
-                "sides": [{"evidence_id": s.get("evidence_id"), "value": s.get("value"),
-                           "source_id": s.get("source_id")} for s in sides]}.items()
+                "sides": [{k: s[k] for k in ("evidence_id", "value", "source_id", "quote",
+                                             "locator", "source_title", "source_date")
+                           if s.get(k) not in (None, "")} for s in sides]}.items()
                 if v not in (None, "", [])})
     return out
 
