@@ -206,6 +206,7 @@ def _fill_values(ctx: UnitContext, params: RenderParams, names: list[str], src: 
             ctx.safe_point(f"write the {name} of {params.document}")
             if part == "section" and spec is not None:
                 section_src = Sources(ctx, spec.from_) if spec.from_ else src
+                section_src.shown = src.shown
                 text, made = _written_section(ctx, section_src, params.document, name,
                                               list(spec.of))
             else:
