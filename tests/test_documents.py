@@ -89,6 +89,16 @@ depends_on = ["S1", "R1"]
 params = { document = "memo", template = "memo", prose = "summary", fill = { summary = "executive_summary", options = "risks", disagreements = "conflicts" } }
 
 [[unit]]
+id = "D2"
+title = "Brief"
+phase = "deliverables"
+kind = "render"
+inputs = ["template:brief"]
+outputs = ["brief.md"]
+depends_on = ["S1", "R1"]
+params = { document = "brief", template = "brief", fill = { case = { part = "section", of = ["findings", "conflicts"], from = ["S1"] } } }
+
+[[unit]]
 id = "T1"
 title = "Table"
 phase = "deliverables"
@@ -148,7 +158,8 @@ def _ctx(unit: str, artifacts: dict[str, dict[str, bytes]], responder: Any,
     return FakeContext(unit=plan.unit_map()[unit], plan=plan,
                        contract=Contract(fields={"audience": "board"}, body=""),
                        snapshot=InputSnapshot(sources={}, groups={}), sources={}, texts={},
-                       artifacts=artifacts, templates={"memo": MEMO, "table": "- id\n- quote\n"},
+                       artifacts=artifacts, templates={"memo": MEMO, "table": "- id\n- quote\n",
+                                  "brief": "# Brief\n\n## The case\n\n{{ case }}\n"},
                        responder=responder, profile=profile)
 
 
@@ -382,6 +393,39 @@ def test_a_ranking_must_carry_the_criteria_and_fields_its_unit_asks_for() -> Non
     feedback = ranks[1]["messages"][-1]["content"]
     assert "risks[0].criteria [criterion]" in feedback and "risks[0].rationale [asked]" in feedback
     assert ctx.json_output("ranking.json")["risks"][0]["rationale"] == "lower price"
+
+
+def test_a_section_is_written_from_what_it_declares_and_checked_before_it_is_accepted() -> None:
+    """A `section` fill names what it is made of: the model gets those inputs only (no
+    ranking here), its sentences are checked (an unsupported one is revised); offline the
+    same section is composed by rule from the same inputs."""
+    artifacts = _synthesis_and_ranking([CONFLICT])
+    unsupported = {"sentences": [{"text": "The pilot pleased every customer.",
+                                  "evidence_ids": ["A1-e1"]}]}
+    good = {"sentences": [{"text": "The pilot covered 1,200 meters, and 97% reported on time.",
+                           "evidence_ids": ["A1-e1", "A1-e2"]}]}
+
+    def support(payload: dict[str, Any]) -> dict[str, Any]:
+        return {"verdicts": [{"claim": c["id"], "verdict": "contradicts" if "pleased" in
+                              c["text"] else "supports"} for c in payload["claims"]]}
+
+    script = Script(render=[unsupported, good])
+    ctx = _ctx("D2", artifacts, lambda p: support(p) if p["task"] == "support" else script(p))
+    assert _run(ctx).passed
+    first = next(c["payload"] for c in ctx.calls if c["task"] == "render")
+    assert first["made_of"] == ["findings", "conflicts"] and "rankings" not in first
+    assert first["conflicts"][0]["cls"] == "unexplained"
+    assert set(first["evidence"]) == {"A1-e1", "A1-e2", "B1-e1", "B1-e2"}
+    assert [c["task"] for c in ctx.calls] == ["render", "support", "render", "support"]
+    brief = ctx.outputs["brief.md"].decode()
+    assert "- The pilot covered 1,200 meters, and 97% reported on time. (Pilot report (A1), " \
+        "p. 1 · p. 2)[^1]" in brief and "pleased" not in brief
+
+    offline = _ctx("D2", artifacts, lambda p: {}, profile=None)
+    assert _run(offline).passed and offline.calls == []
+    brief = offline.outputs["brief.md"].decode()
+    assert "- Readings arrived on time for 97% of meters." in brief and "**Unresolved**" in brief
+    assert "| Rank |" not in brief
 
 
 # --- disagreements ---------------------------------------------------------------------------

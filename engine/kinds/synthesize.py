@@ -214,9 +214,11 @@ def _prompt(ctx: UnitContext, default: str, key: str = "prompt") -> str:
 
 
 # --- synthesize ------------------------------------------------------------------------
-def conflicts_of(ctx: UnitContext, evidence_ids: set[str]) -> list[dict[str, Any]]:
-    """The disagreements the verify dependencies recorded that touch ``evidence_ids``, as a
-    prompt carries them: each side's value and evidence, the class and the value that holds."""
+def conflicts_of(ctx: UnitContext, quotes: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The disagreements the verify dependencies recorded that touch the evidence of
+    ``quotes``, as a prompt carries them: each side's value, evidence and quote, the class
+    and the value that holds."""
+    evidence_ids = set(quotes)
     out = []
     for dep, name in verified_deps(ctx):
         for c in ctx.dep_json(dep.id, name).get("conflicts") or []:
@@ -231,9 +233,12 @@ def conflicts_of(ctx: UnitContext, evidence_ids: set[str]) -> list[dict[str, Any
                 "class": c.get("class") or c.get("status"), "holds": c.get("holds"),
                 "holds_ids": c.get("holds_ids"), "reason": c.get("reason"),
                 "applies": c.get("applies"),
-                "sides": [{k: s[k] for k in ("evidence_id", "value", "source_id", "quote",
-                                             "locator", "source_title", "source_date")
-                           if s.get(k) not in (None, "")} for s in sides]}.items()
+                "sides": [{**{k: s[k] for k in ("evidence_id", "value", "source_id", "quote",
+                                                "locator", "source_title", "source_date")
+                              if s.get(k) not in (None, "")},
+                           **({} if s.get("quote") or str(s.get("evidence_id")) not in quotes
+                              else {"quote": quotes[str(s.get("evidence_id"))]})}
+                          for s in sides]}.items()
                 if v not in (None, "", [])})
     return out
 
@@ -271,7 +276,7 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
     step: StepResult | None = None
     support: dict[str, Any] = {}
     quotes = {str(e["id"]): str(e.get("quote", "")) for e in evidence}
-    conflicts = conflicts_of(ctx, set(quotes))
+    conflicts = conflicts_of(ctx, quotes)
     if evidence:
         ctx.safe_point(f"synthesize over {len(evidence)} statement(s)")
         step = run_model_step(ctx, prompt=_prompt(ctx, "synthesize"), inputs={
@@ -513,7 +518,7 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
     doc: dict[str, Any] = {"unit": ctx.unit.id, "title": ctx.unit.title, "question": question,
            "audience": audience, "risks": risks, "rounds": rounds, "stop": stop,
            "evidence": index, "notice": "; ".join(notices(*responses)),
-           "conflicts": conflicts_of(ctx, set(quotes)),
+           "conflicts": conflicts_of(ctx, quotes),
            "ranks": asks.get("ranks", "risks"), "criteria": asks.get("criteria", []),
            "ask": asks.get("ask", []), "models": models_of(*steps),
            "quotes": {i: quotes[i] for r in risks for i in r["evidence_ids"] if i in quotes},
