@@ -129,6 +129,7 @@ if TYPE_CHECKING:
     )
     from keepstep.engine.kinds.conflicts import (
         Conflict,
+        conflicts_text,
         run_conflicts,
     )
     from keepstep.engine.report.deliverables import (
@@ -297,6 +298,7 @@ _EXPORTS: dict[str, str] = {
     "expected_outputs": "keepstep.engine.kinds",
     "Conflict": "keepstep.engine.kinds.conflicts",
     "run_conflicts": "keepstep.engine.kinds.conflicts",
+    "conflicts_text": "keepstep.engine.kinds.conflicts",
     "delete_api_key": "keepstep.engine.gateway.keys",
     "env_var_name": "keepstep.engine.gateway.keys",
     "require_keyring": "keepstep.engine.gateway.keys",

@@ -273,3 +273,26 @@ def test_a_models_answers_carry_statements_without_numbers_and_its_classes() -> 
     [c] = load_conflicts({"U04": verified})
     assert (c.cls, c.holds, c.holds_ids) == ("superseded", "398,000", ["P2-e1"])
     assert "September 2024" in c.reason and c.metric == "annual passengers"
+
+
+async def test_the_tui_shows_the_disagreements(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`k` on the dashboard opens the disagreements: each with its class and value used."""
+    from keepstep.app.tui import make_app
+    from keepstep.app.tui.screens.conflicts import ConflictsScreen
+    from keepstep.engine import open_project
+    from tests.support.tui_support import APP_OPTIONS, screen_text
+
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")
+    root = tmp_path / "pack"
+    shutil.copytree(PACK, root)
+    with open_project(root) as project:
+        assert project.start_run("T1").run().decision == "done"
+    app = make_app(root, "T1", **APP_OPTIONS)
+    async with app.run_test(size=(120, 60)) as pilot:
+        await pilot.pause()
+        await pilot.press("k")
+        await pilot.pause()
+        assert isinstance(app.screen, ConflictsScreen)
+        text = screen_text(app)
+        assert "4 disagreement(s) between sources" in text and "outdated" in text

@@ -278,10 +278,37 @@ def run_conflicts(run: Any) -> list[Conflict]:
     return load_conflicts(docs)
 
 
+def conflicts_text(found: list[Conflict]) -> str:
+    """The listing ``keepstep conflicts`` prints and the TUI shows: one block per
+    disagreement — its class, what it measures, the value used (or none: open), each side
+    (``*`` marks the sides giving the value used) with its evidence, source, locator and
+    date, and why."""
+    if not found:
+        return "No disagreements between sources were recorded (no verify unit found one)."
+    real = [c for c in found if c.cls != "not-a-conflict"]
+    lines = [f"{len(real)} disagreement(s) between sources"
+             + (f", {len(found) - len(real)} apparent one(s) closed" if len(real) < len(found)
+                else "") + ":"]
+    for c in found:
+        what = " · ".join(x for x in (c.metric, c.entity, c.period) if x)
+        used = f"uses {c.holds}" if c.holds else "no value holds (open)"
+        lines += ["", f"{c.id} ({c.verify_unit})  {c.cls}: {what} — {used}"]
+        for side in c.sides:
+            where = f", {side.locator}" if side.locator else ""
+            dated = f" [{side.source_date}]" if side.source_date else ""
+            mark = "*" if side.evidence_id in c.holds_ids else " "
+            lines.append(f"  {mark} {side.value:<14} {side.evidence_id} "
+                         f"({side.source_id}{where}){dated}")
+        lines.append(f"    why: {c.reason}")
+        if c.applies:
+            lines.append(f"    applies: {c.applies}")
+    return "\n".join(lines)
+
+
 def _natural(text: str) -> list[Any]:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
 
 
 __all__ = ["CLASSES", "Candidate", "Conflict", "ConflictClass", "ConflictSide", "Quantity",
            "load_conflicts", "number",
-           "run_conflicts", "parse_conflicts", "propose", "quantities_of"]
+           "conflicts_text", "run_conflicts", "parse_conflicts", "propose", "quantities_of"]
