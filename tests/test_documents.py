@@ -587,3 +587,27 @@ def test_a_pack_with_planted_disagreements_comes_out_with_each_shown_offline() -
     findings = _body(memo[:memo.index("## Where the sources disagree")])
     assert "passengers travelled figure is superseded" in findings
     assert "No conflicting figures" not in memo
+
+
+def test_validate_warns_of_a_model_whose_calls_the_cost_budget_will_block() -> None:
+    """`keepstep validate`'s model check names an unpriced model under a cost budget (the
+    docs' own anthropic/claude-3-5-haiku-latest), not a priced one, not one behind an
+    api_base, and not without a cost limit."""
+    from types import SimpleNamespace
+
+    from keepstep.engine.gateway.model_check import check_project_models
+
+    def config(cost: float | None, api_base: str | None = None) -> Any:
+        return SimpleNamespace(
+            budget=SimpleNamespace(cost=cost), api_base_for=lambda m: api_base,
+            models_in_use=lambda units: {"anthropic/claude-3-5-haiku-latest": ["U5"],
+                                         "openai/gpt-4o-mini": ["U6"]})
+
+    env = {"ANTHROPIC_API_KEY": "x" * 20, "OPENAI_API_KEY": "x" * 20}
+    found = check_project_models(config(5.0), [("U5", "synthesize")], env=env)
+    unpriced = [f for f in found if "no known price" in f.message]
+    assert [(f.level, f.model, f.units) for f in unpriced] == [
+        ("warning", "anthropic/claude-3-5-haiku-latest", ["U5"])]
+    for quiet in (config(None), config(5.0, api_base="http://127.0.0.1:9")):
+        assert not [f for f in check_project_models(quiet, [], env=env)
+                    if "no known price" in f.message]
