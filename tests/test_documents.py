@@ -287,6 +287,15 @@ def test_no_finding_is_repeated_across_sections() -> None:
     assert memo.count("Readings arrived on time for 97% of meters.") == 1
     assert memo.count("The pilot covered 1,200 meters.") == 1
 
+    # The template's fill may say so: then the findings section repeats the lead finding.
+    unit = ctx.unit.model_copy(update={"params": {**ctx.unit.params, "fill": {
+        **ctx.unit.params["fill"], "findings": {"part": "findings", "repeat": True}}}})
+    again = _ctx("D1", artifacts, lambda p: {"sentences": []}, profile=None)
+    again.unit = unit
+    assert _run(again).passed
+    assert _body(again.outputs["memo.md"].decode()).count(
+        "Readings arrived on time for 97% of meters.") == 2
+
     pack = PackRunner()
     pack.run_all(until="U33")
     for doc in (pack.artifacts["U31"]["report.md"], pack.artifacts["U33"]["decision-brief.md"]):

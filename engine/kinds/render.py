@@ -284,11 +284,12 @@ def _short(quote: str) -> str:
 
 
 def repeated_items(text: str) -> list[str]:
-    """List items (findings, ranked items) that appear more than once in a document."""
+    """List items citing evidence (findings, ranked items) that appear more than once in a
+    document (a template's own fixed text may repeat)."""
     seen: dict[str, int] = {}
     for line in text.splitlines():
         m = re.match(r"^\s*(?:\d+[.)]|[-*+])\s+(.{40,})$", line)
-        if m:
+        if m and cited_evidence_ids(line):
             key = " ".join(m.group(1).split())
             seen[key] = seen.get(key, 0) + 1
     return [k for k, n in seen.items() if n > 1]
