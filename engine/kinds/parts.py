@@ -97,6 +97,10 @@ class Sources:
         for doc in self.syntheses + self.rankings:
             for sid, title in (doc.get("sources") or {}).items():
                 self.titles.setdefault(str(sid), str(title))
+        for doc in self.verified.values():
+            for sid, meta in (doc.get("source_meta") or {}).items():
+                if isinstance(meta, dict) and meta.get("title"):
+                    self.titles.setdefault(str(sid), str(meta["title"]))
         for e in self.evidence:
             if e.get("source_title") and e.get("source_id"):
                 self.titles.setdefault(str(e["source_id"]), str(e["source_title"]))

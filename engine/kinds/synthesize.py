@@ -245,14 +245,20 @@ def conflicts_of(ctx: UnitContext, quotes: Mapping[str, str]) -> list[dict[str, 
 
 def source_titles(ctx: UnitContext, evidence: list[dict[str, Any]],
                   ids: set[str]) -> dict[str, str]:
-    """The title of each source ``ids`` come from (the evidence's own source metadata, else
-    the source's header lines), so a document can name it."""
+    """The title of each source ``ids`` come from, so a document can name it: the verify
+    dependencies' source metadata (``source_meta``), else the evidence's own, else the
+    source's header lines."""
+    meta: dict[str, Any] = {}
+    for dep, name in verified_deps(ctx):
+        given = ctx.dep_json(dep.id, name).get("source_meta")
+        if isinstance(given, dict):
+            meta.update(given)
     out: dict[str, str] = {}
     for e in evidence:
         sid = str(e.get("source_id", ""))
         if str(e.get("id")) not in ids or not sid or sid in out:
             continue
-        title = str(e.get("source_title") or "")
+        title = str((meta.get(sid) or {}).get("title") or e.get("source_title") or "")
         if not title:
             try:
                 title = str(ctx.source_header(sid).get("title") or "")
