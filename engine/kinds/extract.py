@@ -458,7 +458,8 @@ def run(ctx: UnitContext) -> KindOutcome:
     citations = _citation_problems(evidence, convs, ctx.unit.id)
 
     doc = {"sources": [s.id for s in sources], "source_meta": metas, "evidence": evidence,
-           "notice": "; ".join(notices(*responses))}
+           "notice": "; ".join(notices(*responses)),
+           "models": sorted({m for _, s in steps for m in s.models})}
     ctx.write(OUTPUT, dump_json(doc), media_type=JSON, source_ids=[s.id for s in sources])
     facts: dict[str, Any] = {"evidence_count": len(evidence), "sources": len(sources)}
     chunked = sum(1 for c in planned.values() if len(c) > 1)

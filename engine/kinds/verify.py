@@ -384,7 +384,12 @@ def run(ctx: UnitContext) -> KindOutcome:
                  for e in supported if e["source_id"] not in own]
 
     source_ids = sorted({e["source_id"] for e in supported}, key=natural_key)
+    # The models that answered for this evidence: the extractions' and this unit's own.
+    models = {m for s in steps for m in s.models} | {
+        str(m) for d, name in evidence_deps(ctx) for m in ctx.dep_json(d.id, name).get("models")
+        or []}
     doc = {
+        "models": sorted(models),
         "from_units": [d.id for d, _ in evidence_deps(ctx)],
         "checked": checked,
         "evidence": supported,
