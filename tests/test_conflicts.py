@@ -296,3 +296,47 @@ async def test_the_tui_shows_the_disagreements(tmp_path: Path,
         assert isinstance(app.screen, ConflictsScreen)
         text = screen_text(app)
         assert "4 disagreement(s) between sources" in text and "outdated" in text
+
+
+def test_a_verify_unit_over_verify_units_finds_disagreements_across_the_run(
+        tmp_path: Path) -> None:
+    """P1 and P2 are verified by different units, so neither finds their disagreements; a
+    verify unit over both proposes candidates across all their verified evidence and asks
+    only for the classes (no claim is judged twice)."""
+    import tomli_w
+    import tomllib
+
+    root = tmp_path / "pack"
+    shutil.copytree(PACK, root)
+    sources = tomllib.loads((root / "sources.toml").read_text())
+    for s in sources["source"]:
+        s["group"] = "S" if s["id"] == "P2" else s["group"]
+    (root / "sources.toml").write_text(tomli_w.dumps(sources))
+
+    def unit(uid: str, kind: str, groups: str, deps: list[str]) -> dict[str, Any]:
+        out = {"id": uid, "title": f"{kind} {groups}", "phase": kind, "kind": kind,
+               "inputs": [f"group:{g}" for g in groups],
+               "outputs": ["evidence.json" if kind == "extract" else "verified.json"],
+               "validators": ["structure", "citations"] + (
+                   ["claim_check"] if kind == "verify" else [])}
+        return out | ({"depends_on": deps} if deps else {}) | (
+            {"required_final": True} if uid == "V3" else {})
+
+    units = [unit("E1", "extract", "P", []), unit("E2", "extract", "S", []),
+             unit("E3", "extract", "Q", []), unit("E4", "extract", "R", []),
+             unit("V1", "verify", "PQ", ["E1", "E3"]), unit("V2", "verify", "SR", ["E2", "E4"]),
+             unit("V3", "verify", "PQRS", ["V1", "V2"])]
+    (root / "plan.toml").write_text(tomli_w.dumps({"plan": {"title": "t", "deliverables": []},
+                                                   "unit": units}))
+    run = PackRunner(root)
+    run.run_all()
+    docs = {u: json.loads(run.artifacts[u]["verified.json"]) for u in ("V1", "V2", "V3")}
+    assert [c.cls for c in load_conflicts({"V1": docs["V1"]})] == ["outdated"]
+    assert [c.cls for c in load_conflicts({"V2": docs["V2"]})] == ["unexplained"]
+    across = load_conflicts({"V3": docs["V3"]})
+    assert {(c.metric, c.entity): (c.cls, c.holds) for c in across} == PLANTED
+    [call] = run.contexts["V3"].calls
+    assert call["payload"]["claims"] == [] and len(call["payload"]["candidates"]) == 5
+    assert run.outcomes["V3"].passed and len(docs["V3"]["evidence"]) == sum(
+        len(docs[u]["evidence"]) for u in ("V1", "V2"))
+    assert len(load_conflicts(docs)) == 5  # the whole run: each disagreement once

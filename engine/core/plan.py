@@ -502,7 +502,8 @@ def _kind_problems(u: Unit, units: dict[str, Unit], documents: dict[str, str]) -
     if kind == UnitKind.extract and not (u.input_refs("source") or u.input_refs("group")):
         out.append(unit_problem(u.id, "inputs", "an extract unit names no sources",
                                 "add group:<G> or source:<id> inputs", code="extract_sources"))
-    if kind == UnitKind.verify and not any(evidence_output(d) for d in deps):
+    if kind == UnitKind.verify and not any(evidence_output(d) or verified_output(d)
+                                           for d in deps):
         out.append(unit_problem(u.id, "depends_on", "a verify unit has no evidence-producing "
                                 "dependency", "depend on an extract unit (or a unit that "
                                 "writes evidence.json)", code="verify_evidence"))

@@ -34,6 +34,7 @@ from keepstep.engine.kinds.common import (
     result,
     structure_problems,
     unit_source_ids,
+    verified_deps,
 )
 from keepstep.engine.kinds.conflicts import CLASSES, Conflict, propose
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
@@ -264,16 +265,20 @@ SPEC = KindSpec(
 )
 
 
-def _gather(ctx: UnitContext, meta: dict[str, dict[str, str]] | None = None
+def _gather(ctx: UnitContext, meta: dict[str, dict[str, str]] | None = None,
+            pre: set[str] | None = None
             ) -> tuple[list[tuple[dict[str, Any], set[str]]], list[str]]:
-    """(evidence item, sources it may cite) from every evidence-producing dependency, first
-    id wins; ``meta`` gathers the dependencies' source metadata (``source_meta``)."""
+    """(evidence item, sources it may cite) from every evidence-producing dependency and
+    every verify dependency (its verified evidence: the ids go into ``pre``, already
+    judged), first id wins; ``meta`` gathers the dependencies' source metadata."""
     own = {s.id for s in ctx.sources_for_unit()}
     gathered: list[tuple[dict[str, Any], set[str]]] = []
     seen: set[str] = set()
     problems: list[str] = []
     meta = {} if meta is None else meta
-    deps = evidence_deps(ctx)
+    pre = set() if pre is None else pre
+    checked = verified_deps(ctx)
+    deps = evidence_deps(ctx) + checked
     if not deps:
         problems.append("no evidence-producing unit among the dependencies")
     for dep, name in deps:
@@ -296,13 +301,18 @@ def _gather(ctx: UnitContext, meta: dict[str, dict[str, str]] | None = None
                 continue
             seen.add(key)
             gathered.append((item, allowed))
+            if (dep, name) in checked and key:
+                pre.add(key)
     return gathered, problems
 
 
 @register(SPEC)
 def run(ctx: UnitContext) -> KindOutcome:
     meta: dict[str, dict[str, str]] = {}
-    gathered, shape = _gather(ctx, meta)
+    # Evidence a verify dependency already judged is not asked about again: a verify unit
+    # over verify units looks for disagreements across all their evidence (the whole run).
+    pre: set[str] = set()
+    gathered, shape = _gather(ctx, meta, pre)
     texts = _SourceTexts(ctx)
     candidates: list[dict[str, Any]] = []
     rejected: list[dict[str, str]] = []
@@ -334,10 +344,10 @@ def run(ctx: UnitContext) -> KindOutcome:
     claims = [{"id": e["id"], "source_id": e["source_id"], "quote": e["quote"],
                "passage": texts.passage(str(e["source_id"]), str(e["quote"])),
                **{k: e[k] for k in ("kind", "quantities") if k in e}}
-              for e in candidates]
+              for e in candidates if str(e["id"]) not in pre]
     proposed = [c.model_dump(exclude_none=True)
                 for c in propose([_with_quantities(e) for e in candidates], meta)]
-    batches = _batches(ctx, claims, proposed, meta) if claims else []
+    batches = _batches(ctx, claims, proposed, meta) if claims else [[]] if proposed else []
     for b, batch in enumerate(batches, start=1):
         part = f", batch {b}/{len(batches)}" if len(batches) > 1 else ""
         ctx.safe_point(f"claim check of {len(batch)} statement(s){part}")
@@ -361,7 +371,9 @@ def run(ctx: UnitContext) -> KindOutcome:
     unanswered: list[str] = []
     for e in candidates:
         verdict = verdicts.get(str(e["id"]))
-        if verdict is None:
+        if str(e["id"]) in pre:
+            supported.append(e)
+        elif verdict is None:
             unanswered.append(f"no verdict for {e['id']}")
             reject(e, "model", "no verdict returned")
         elif verdict.get("supported") is True:
@@ -390,7 +402,7 @@ def run(ctx: UnitContext) -> KindOutcome:
         or []}
     doc = {
         "models": sorted(models),
-        "from_units": [d.id for d, _ in evidence_deps(ctx)],
+        "from_units": [d.id for d, _ in evidence_deps(ctx) + verified_deps(ctx)],
         "checked": checked,
         "evidence": supported,
         "rejected": rejected,
