@@ -340,3 +340,28 @@ def test_a_verify_unit_over_verify_units_finds_disagreements_across_the_run(
     assert run.outcomes["V3"].passed and len(docs["V3"]["evidence"]) == sum(
         len(docs[u]["evidence"]) for u in ("V1", "V2"))
     assert len(load_conflicts(docs)) == 5  # the whole run: each disagreement once
+
+
+def test_a_padded_table_row_quoted_with_single_spaces_is_verbatim(tmp_path: Path) -> None:
+    """The quoting rule 'a run of spaces may be written as one space' agrees with the checks:
+    a padded row quoted as its cells joined by ' | ' passes the extract rules and the
+    citation check, and is located at its row."""
+    root = tmp_path / "pack"
+    shutil.copytree(PACK, root)
+    (root / "sources" / "R1-broker-note.md").write_text(
+        "# Broker note\n\n| Yard | Quote |\n|---|---|\n| Brisland Yards   |  18 million  |\n")
+
+    def answer(payload: dict[str, Any]) -> dict[str, Any]:
+        from keepstep.engine.gateway.offline_model import respond
+
+        if payload.get("source_id") != "R1":
+            return respond(payload)
+        return {"evidence": [{"id": "R1-e1", "source_id": "R1", "kind": "figure",
+                              "quote": "Brisland Yards | 18 million", "figures": ["18"]}]}
+
+    run = PackRunner(root, responder=answer)
+    run.run_all(until="U03")
+    assert run.outcomes["U03"].passed, run.outcomes["U03"].validators
+    [item] = [e for e in json.loads(run.artifacts["U03"]["evidence.json"])["evidence"]
+              if e["source_id"] == "R1"]
+    assert item["locator"]
