@@ -86,7 +86,11 @@ kind = "render"
 inputs = ["template:memo"]
 outputs = ["memo.md"]
 depends_on = ["S1", "R1"]
-params = { document = "memo", template = "memo", prose = "summary", fill = { summary = "executive_summary", options = "risks", disagreements = "conflicts" } }
+[unit.params]
+document = "memo"
+template = "memo"
+prose = "summary"
+fill = { summary = "executive_summary", options = "risks", disagreements = "conflicts" }
 
 [[unit]]
 id = "D2"
@@ -96,7 +100,10 @@ kind = "render"
 inputs = ["template:brief"]
 outputs = ["brief.md"]
 depends_on = ["S1", "R1"]
-params = { document = "brief", template = "brief", fill = { case = { part = "section", of = ["findings", "conflicts"], from = ["S1"] } } }
+[unit.params]
+document = "brief"
+template = "brief"
+fill = { case = { part = "section", of = ["findings", "conflicts"], from = ["S1"] } }
 
 [[unit]]
 id = "T1"

@@ -484,7 +484,8 @@ def verified_output(unit: Any) -> str | None:
 
 
 __all__ = ["ANSWERS", "CHECK_KINDS", "PARTS", "PRESETS", "TABLE_COLUMNS", "AuditCheck",
-           "AuditParams", "CitedIdsCheck", "ConflictsCheck", "CitedSourcesCheck", "CitesGroupsCheck",
+           "AuditParams", "CitedIdsCheck", "CitedSourcesCheck", "CitesGroupsCheck",
+           "ConflictsCheck",
            "DeliverParams", "FiguresCheck", "FillSpec",
            "IntakeParams", "ListsSourcesCheck", "ModelParams", "NotesParams", "Preset",
            "PresentCheck", "RankParams", "RenderParams", "RowsSpec", "SectionsCheck",

@@ -38,6 +38,7 @@ from keepstep.engine.core.presets import (
 from keepstep.engine.core.templates import section_ids, section_text
 from keepstep.engine.core.timefmt import parse_iso, readable_utc
 from keepstep.engine.gateway.offline_rules import normalise
+from keepstep.engine.kinds.claims import calculation_problems, figures_of
 from keepstep.engine.kinds.common import (
     JSON,
     LOCATED_CITE_RE,
@@ -59,9 +60,7 @@ from keepstep.engine.kinds.context import (
     ValidatorResult,
     register,
 )
-from keepstep.engine.kinds.claims import calculation_problems
 from keepstep.engine.kinds.parts import conflict_records, open_conflicts, real_conflicts
-from keepstep.engine.kinds.synthesize import figures_of
 from keepstep.storage.hashing import sha256_hex
 
 AUDIT = KindSpec(

@@ -179,5 +179,6 @@ def known_ids(field_name: str, ids: list[str], known: set[str]) -> list[Problem]
             for n, i in enumerate(ids) if i not in known]
 
 
-__all__ = ["DEFAULT_REVISE_ROUNDS", "CheckedAnswer", "Judge", "StepCall", "StepResult", "contract_view",
-           "known_ids", "render_step", "run_model_step", "step_tokens", "unit_view"]
+__all__ = ["DEFAULT_REVISE_ROUNDS", "CheckedAnswer", "Judge", "StepCall", "StepResult",
+           "contract_view", "known_ids", "render_step", "run_model_step", "step_tokens",
+           "unit_view"]

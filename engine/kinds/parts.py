@@ -19,7 +19,6 @@ import io
 from typing import Any
 
 from keepstep.engine.core.plan import UnitKind
-from keepstep.engine.gateway.offline_provider import PROVIDER as OFFLINE_PROVIDER
 from keepstep.engine.core.presets import (
     PARTS,
     TABLE_COLUMNS,
@@ -27,6 +26,7 @@ from keepstep.engine.core.presets import (
     document_format,
     document_output,
 )
+from keepstep.engine.gateway.offline_provider import PROVIDER as OFFLINE_PROVIDER
 from keepstep.engine.kinds.common import (
     cite,
     dep_units,

@@ -37,6 +37,7 @@ from keepstep.engine.core.presets import (
     document_output,
 )
 from keepstep.engine.core.templates import placeholders, syntax_error
+from keepstep.engine.kinds.claims import claim_rules
 from keepstep.engine.kinds.common import (
     CSV,
     LOCATED_CITE_RE,
@@ -50,7 +51,6 @@ from keepstep.engine.kinds.common import (
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, run_model_step
 from keepstep.engine.kinds.parts import PARTS, TABLE_COLUMNS, TOP_RISKS, Sources, fill_part
-from keepstep.engine.kinds.claims import claim_rules
 from keepstep.engine.kinds.synthesize import Claim, support_judge
 
 # A column of a table template: a list item such as "- source_id" or "- `quote`".

@@ -19,13 +19,14 @@ forward flagged (``converged: false`` and the open problems in ranking.json), so
 unit can record the risk.
 
 Every claim must cite evidence ids of the given evidence, and every figure a claim states
-must appear in the evidence it cites (``figure_problems``): what a model writes stays
-grounded, and the rules say exactly which claim broke which rule when it does not.
+must appear in the evidence it cites or come from a checked calculation (``kinds.claims``):
+what a model writes stays grounded, and the rules say exactly which claim broke which rule
+when it does not. A claims answer that passes the rules is then checked against its quotes
+(the support check) and revised where they do not support it.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -36,7 +37,6 @@ from keepstep.engine.gateway.offline_rules import normalise
 from keepstep.engine.kinds.claims import (
     SupportAnswer,
     claim_rules,
-    figure_problems,
     figures_of,
     support_inputs,
     support_problems,
@@ -289,7 +289,8 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
             "task": "synthesize", "question": question, "audience": audience,
             "evidence": evidence, **({"conflicts": conflicts} if conflicts else {}),
             **reading_hints(ctx, audience)}, schema=SynthesisAnswer,
-            rules=claim_rules("claims", quotes), judge=support_judge(ctx, "claims", quotes, support))
+            rules=claim_rules("claims", quotes),
+            judge=support_judge(ctx, "claims", quotes, support))
         response = step.parsed
         shape += [p.line() for p in step.problems if p.rule != "known_id"]
     raw = response.get("claims") if isinstance(response, dict) else None
