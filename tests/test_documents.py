@@ -627,3 +627,24 @@ def test_validate_warns_of_a_model_whose_calls_the_cost_budget_will_block() -> N
     for quiet in (config(None), config(5.0, api_base="http://127.0.0.1:9")):
         assert not [f for f in check_project_models(quiet, [], env=env)
                     if "no known price" in f.message]
+
+
+def test_a_written_section_does_not_repeat_what_the_document_already_says() -> None:
+    """A section written after the findings gets only findings not shown yet, and a sentence
+    repeating one is revised."""
+    artifacts = _synthesis_and_ranking([CONFLICT])
+    repeated = {"sentences": [{"text": "Readings arrived on time for 97% of meters.",
+                               "evidence_ids": ["A1-e1"]}]}
+    new = {"sentences": [{"text": "Two price lists disagree on the list price.",
+                          "evidence_ids": ["B1-e1", "B1-e2"]}]}
+    script = Script(render=[repeated, new])
+    ctx = _ctx("D2", artifacts, lambda p: _all_supported(p) if p["task"] == "support"
+               else script(p))
+    ctx.templates["brief"] = "# Brief\n\n{{ findings }}\n\n## The case\n\n{{ case }}\n"
+    assert _run(ctx).passed
+    first, second = [c for c in ctx.calls if c["task"] == "render"]
+    assert first["payload"]["findings"] == []  # every finding is shown above it
+    assert "sentences[0].text [repeated]" in second["messages"][-1]["content"]
+    brief = _body(ctx.outputs["brief.md"].decode())
+    assert brief.count("Readings arrived on time for 97% of meters.") == 1
+    assert "- Two price lists disagree on the list price." in brief

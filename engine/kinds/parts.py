@@ -113,6 +113,7 @@ class Sources:
         # Findings and ranked items a placeholder already showed (no repetition unless the
         # template's fill says ``repeat``).
         self.shown: set[str] = set()
+        self.written: set[str] = set()  # the words of every model-written sentence so far
         self.plan_title = str(getattr(getattr(ctx.plan, "plan", None), "title", "") or "")
         self.title = str(self.contract.get("title") or self.plan_title
                          or ctx.unit.title)

@@ -37,6 +37,7 @@ from keepstep.engine.core.presets import (
     document_output,
 )
 from keepstep.engine.core.templates import placeholders, syntax_error
+from keepstep.engine.gateway.answers import problem
 from keepstep.engine.kinds.claims import claim_rules
 from keepstep.engine.kinds.common import (
     CSV,
@@ -124,18 +125,34 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
     ids among ``quotes``, every figure in a quote it cites or given by a checked
     calculation, supported by its quotes) before the section is accepted."""
     record: dict[str, Any] = {}
+    base_rules = claim_rules("sentences", quotes)
+    shown = set(src.written) | set(src.shown)
+
+    def rules(answer: Any, given: Any) -> list[Any]:
+        # No sentence repeats what the document already says (a finding or an earlier
+        # written sentence): the section must add to it.
+        return base_rules(answer, given) + [
+            problem(f"sentences[{n}].text", "repeated", "the document already says this; "
+                    "write what this section adds, or leave the sentence out", c.text)
+            for n, c in enumerate(answer.sentences) if _words(c.text) in shown]
+
     step = run_model_step(ctx, prompt="render", inputs={
         "task": "render", "document": document, "section": section,
         "audience": src.audience, **inputs,
         "evidence": {k: v.strip() for k, v in sorted(quotes.items())}},
-        schema=RenderAnswer, rules=claim_rules("sentences", quotes),
+        schema=RenderAnswer, rules=rules,
         judge=support_judge(ctx, "sentences", quotes, record))
     steps = [step, *record.get("steps", [])]
     if not step.ok:
         return None, steps
     lines = [f"- {c.text.strip()} {cite(c.evidence_ids, src.index, locators=True)}"
              for c in step.value.sentences]
-    return "\n".join(lines), steps
+    src.written |= {_words(c.text) for c in step.value.sentences}
+    return "\n".join(lines) or "Nothing to add to what the sections above say.", steps
+
+
+def _words(text: str) -> str:
+    return " ".join(text.lower().split())
 
 
 def _prose(ctx: UnitContext, src: Sources, document: str,
@@ -162,11 +179,14 @@ def _written_section(ctx: UnitContext, src: Sources, document: str, section: str
     inputs: dict[str, Any] = {"made_of": of}
     cited: set[str] = set()
     if "findings" in of:
+        # Only the findings the document has not shown yet: the section adds to it.
+        fresh = [(s, [c for c in s.get("claims", []) if _words(str(c.get("text", "")))
+                      not in src.shown]) for s in src.syntheses]
         inputs["findings"] = [
             {"title": s.get("title", ""), "question": s.get("question", ""),
              "claims": [{k: c[k] for k in ("text", "evidence_ids", "calculation", "confidence")
-                         if c.get(k)} for c in s.get("claims", [])]} for s in src.syntheses]
-        cited |= {str(i) for s in src.syntheses for c in s.get("claims", [])
+                         if c.get(k)} for c in claims]} for s, claims in fresh if claims]
+        cited |= {str(i) for _, claims in fresh for c in claims
                   for i in c.get("evidence_ids", [])}
     if "rankings" in of:
         inputs["rankings"] = [{"title": d.get("title", ""), "ranks": d.get("ranks", "risks"),
@@ -206,7 +226,7 @@ def _fill_values(ctx: UnitContext, params: RenderParams, names: list[str], src: 
             ctx.safe_point(f"write the {name} of {params.document}")
             if part == "section" and spec is not None:
                 section_src = Sources(ctx, spec.from_) if spec.from_ else src
-                section_src.shown = src.shown
+                section_src.shown, section_src.written = src.shown, src.written
                 text, made = _written_section(ctx, section_src, params.document, name,
                                               list(spec.of))
             else:
