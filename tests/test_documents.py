@@ -648,3 +648,5 @@ def test_a_written_section_does_not_repeat_what_the_document_already_says() -> N
     brief = _body(ctx.outputs["brief.md"].decode())
     assert brief.count("Readings arrived on time for 97% of meters.") == 1
     assert "- Two price lists disagree on the list price." in brief
+    # Its template has no {{ notice }}: the models that answered are named all the same.
+    assert f"\n_Models that answered: {MODEL}._\n" in brief

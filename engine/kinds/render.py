@@ -369,6 +369,9 @@ def run(ctx: UnitContext) -> KindOutcome:
             first = src.offline_notice()
             if first:
                 text = first + "\n\n" + text
+            if "notice" not in names and src.notice_line():
+                # Every document names the models that answered, whatever its template.
+                text = text.rstrip("\n") + "\n\n" + src.notice_line() + "\n"
             text = with_footnotes(text, src)
         shape += [f"template {name} uses unknown placeholder {{{{{u}}}}}" for u in unknown]
         cited = cited_evidence_ids(text)
