@@ -127,6 +127,11 @@ if TYPE_CHECKING:
     from keepstep.engine.kinds import (
         expected_outputs,
     )
+    from keepstep.engine.kinds.conflicts import (
+        Conflict,
+        conflicts_text,
+        run_conflicts,
+    )
     from keepstep.engine.report.deliverables import (
         DeliverablesExport,
         ExportedFile,
@@ -295,6 +300,9 @@ _EXPORTS: dict[str, str] = {
     "SourceInfo": "keepstep.engine.files.convert",
     "detect_format": "keepstep.engine.files.convert",
     "expected_outputs": "keepstep.engine.kinds",
+    "Conflict": "keepstep.engine.kinds.conflicts",
+    "run_conflicts": "keepstep.engine.kinds.conflicts",
+    "conflicts_text": "keepstep.engine.kinds.conflicts",
     "delete_api_key": "keepstep.engine.gateway.keys",
     "env_var_name": "keepstep.engine.gateway.keys",
     "require_keyring": "keepstep.engine.gateway.keys",

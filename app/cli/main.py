@@ -4,8 +4,8 @@ This module holds the typer app, the entry point and the wiring; the commands li
 modules named for what they act on — ``project`` (init, validate, sources), ``runs``
 (status, run, resume, retry, replay, restart, branch, tui), ``records`` (calls, events,
 effects, budget, approvals, approve, revoke, keys), ``inspect`` (verify, explain, preview),
-``takeover``, ``deliverables`` (export), ``maintenance`` (backup, restore, gc), ``drill``
-and ``handover``. Each has a ``register(app)``. None of them touches SQL or storage
+``takeover``, ``deliverables`` (export), ``maintenance`` (backup, restore, gc), ``drill``,
+``conflicts`` and ``handover``. Each has a ``register(app)``. None of them touches SQL or storage
 internals, and none imports the engine, litellm or textual at module level, so ``keepstep
 status`` starts fast and never loads a model client or the TUI.
 
@@ -31,6 +31,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperArgument
 
+from keepstep.app.cli import conflicts as cli_conflicts
 from keepstep.app.cli import deliverables as cli_deliverables
 from keepstep.app.cli import drill as cli_drill
 from keepstep.app.cli import handover as cli_handover
@@ -123,7 +124,8 @@ def _root(ctx: typer.Context, _show_version: Annotated[bool, typer.Option(
 def _register_all(target: typer.Typer) -> None:
     # Each command module stays cheap to import: the engine loads inside the commands.
     for module in (cli_project, cli_runs, cli_records, cli_inspect, cli_takeover,
-                   cli_deliverables, cli_maintenance, cli_drill, cli_handover):
+                   cli_deliverables, cli_maintenance, cli_drill, cli_handover,
+                   cli_conflicts):
         module.register(target)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from keepstep.engine.core.hashing import canonical_json, sha256_hex
 
@@ -42,7 +42,20 @@ class SourceEntry(BaseModel):
     group: str = ""
     title: str = ""
     kind: str = ""
+    # Optional metadata a prompt carries (``date``: when the source was published or last
+    # amended, e.g. 2025-06-01; ``publisher``: who issued it). Left out of sources.toml when
+    # empty.
+    date: str = ""
+    publisher: str = ""
     approved: bool = False
+
+    @model_serializer(mode="wrap")
+    def _drop_empty_metadata(self, handler: Any) -> Any:
+        data = handler(self)
+        for name in ("date", "publisher"):
+            if isinstance(data, dict) and data.get(name) == "":
+                data.pop(name)
+        return data
 
 
 class InputSnapshot(BaseModel):
@@ -97,6 +110,7 @@ def source_hashes(entry: SourceEntry, data: bytes) -> tuple[str, str]:
     except UnicodeDecodeError:
         header, body_hash = "", sha256_hex(data)
     meta = {"header": header, "title": entry.title, "kind": entry.kind, "path": entry.path}
+    meta.update({k: v for k, v in (("date", entry.date), ("publisher", entry.publisher)) if v})
     return sha256_hex(canonical_json(meta)), body_hash
 
 

@@ -37,6 +37,7 @@ from keepstep.engine.core.presets import (
     CitedIdsCheck,
     CitedSourcesCheck,
     CitesGroupsCheck,
+    ConflictsCheck,
     FiguresCheck,
     FillSpec,
     ListsSourcesCheck,
@@ -101,7 +102,7 @@ BINDINGS: dict[str, str] = {
 
 CHECKS: tuple[type[BaseModel], ...] = (PresentCheck, SectionsCheck, CitedIdsCheck,
                                        CitedSourcesCheck, ListsSourcesCheck, FiguresCheck,
-                                       CitesGroupsCheck)
+                                       CitesGroupsCheck, ConflictsCheck)
 
 
 def described_models() -> list[type[BaseModel]]:

@@ -73,6 +73,13 @@ class RankParams(_Params):
     question: str = Field(default="", description="the question the ranking answers")
     prompt: str = Field(default="rank", description="the prompt of the generate step")
     check_prompt: str = Field(default="check", description="the prompt of the claim check")
+    ranks: str = Field(default="risks", description="what is ranked: risks (scored likelihood "
+                       "x impact), or options, vendors, price points ... (scored on the "
+                       "criteria); the documents' table is a table of these")
+    criteria: list[str] = Field(default_factory=list, description="the criteria each ranked "
+                                "item is given a value for (the table's columns)")
+    ask: list[Literal["likelihood", "impact", "rationale", "owner", "mitigation"]] = Field(
+        default_factory=list, description="further fields each ranked item must carry")
 
 
 class ModelParams(_Params):
@@ -88,6 +95,13 @@ class ModelParams(_Params):
     question: str = Field(default="", description="the question the answer addresses")
     check_prompt: str = Field(default="check", description="answer = risks: the prompt of the "
                               "claim check")
+    ranks: str = Field(default="risks", description="what is ranked: risks (scored likelihood "
+                       "x impact), or options, vendors, price points ... (scored on the "
+                       "criteria); the documents' table is a table of these")
+    criteria: list[str] = Field(default_factory=list, description="the criteria each ranked "
+                                "item is given a value for (the table's columns)")
+    ask: list[Literal["likelihood", "impact", "rationale", "owner", "mitigation"]] = Field(
+        default_factory=list, description="further fields each ranked item must carry")
 
 
 # --- document render ------------------------------------------------------------------------------
@@ -105,6 +119,13 @@ class FillSpec(_Params):
     data: str | None = Field(default=None, description="rule-based parts (recommendation): "
                              "the pack data file holding the rules, declared as a data:<name> "
                              "input")
+    of: list[Literal["findings", "rankings", "conflicts", "gaps", "evidence"]] = Field(
+        default_factory=list, description="part = section: what the written section is made "
+        "of (drawn from the from units); a language model writes it for the audience from "
+        "these inputs only, the offline heuristic composes it by rule")
+    repeat: bool = Field(default=False, description="may repeat findings or ranked items an "
+                         "earlier placeholder of the document already shows (default: each "
+                         "appears once)")
 
 
 class RowsSpec(_Params):
@@ -215,11 +236,21 @@ class CitesGroupsCheck(_Check):
     min_groups: int = Field(default=2, ge=1, description="distinct source groups at least")
 
 
+class ConflictsCheck(_Check):
+    """The documents are honest about disagreements between sources: none says none were
+    found when some were, and none states a value of an unexplained disagreement as fact (a
+    line citing it without saying it is disputed). Reads the disagreements of the audit's
+    dependencies that write synthesis.json, ranking.json or verified.json."""
+
+    check: Literal["conflicts"] = Field(description="conflicts")
+    documents: list[str] = Field(description="the documents checked")
+
+
 AuditCheck = Annotated[
     PresentCheck | SectionsCheck | CitedIdsCheck | CitedSourcesCheck | ListsSourcesCheck
-    | FiguresCheck | CitesGroupsCheck, Field(discriminator="check")]
+    | FiguresCheck | CitesGroupsCheck | ConflictsCheck, Field(discriminator="check")]
 CHECK_KINDS = ("present", "sections", "cited_ids", "cited_sources", "lists_sources", "figures",
-               "cites_groups")
+               "cites_groups", "conflicts")
 
 
 class AuditParams(_Params):
@@ -266,7 +297,12 @@ PARTS: dict[str, str] = {
     "schema_fields": "the evidence schema's required and optional fields",
     "evidence_table_columns": "the columns of a CSV table dependency, each described",
     "evidence": "the verified statements as a table (filter with topic, n)",
-    "conflicts": "the conflicting figures the verification units found, with their status",
+    "conflicts": "every disagreement between sources the verification units found: each "
+                 "side's value and evidence, its class and the value the documents use",
+    "gaps": "what the syntheses say the sources do not answer",
+    "section": "a section written from what fill's `of` names (findings, rankings, "
+               "conflicts, gaps, evidence) of the `from` units: by the model, checked claim "
+               "by claim, or by rule offline",
     "audit": "the verdict of an audit dependency and each of its checks",
     "unconverged": "the loops that went forward unconverged, with their open problems",
 }
@@ -279,6 +315,7 @@ TABLE_COLUMNS = {
     "figures": "the figures in the quote, separated by '; '",
     "quote": "the statement, verbatim from the source",
     "locator": "where in the source the statement is (a page, a sheet, a table), when known",
+    "models": "the models that answered for the statement (from the units' call records)",
 }
 
 # --- the presets ------------------------------------------------------------------------------
@@ -475,6 +512,7 @@ def verified_output(unit: Any) -> str | None:
 
 __all__ = ["ANSWERS", "CHECK_KINDS", "PARTS", "PRESETS", "TABLE_COLUMNS", "AuditCheck",
            "AuditParams", "CitedIdsCheck", "CitedSourcesCheck", "CitesGroupsCheck",
+           "ConflictsCheck",
            "DeliverParams", "FiguresCheck", "FillSpec",
            "IntakeParams", "ListsSourcesCheck", "ModelParams", "NotesParams", "Preset",
            "PresentCheck", "RankParams", "RenderParams", "RowsSpec", "SectionsCheck",

@@ -7,6 +7,9 @@ that name the field, the rule and the offending value (what a revise round feeds
    small syntax slips (trailing commas, a missing closing bracket) are tolerated. The text is
    tried as plain JSON first, then from its first ``{``, and only then repaired with the
    ``json-repair`` library (which would otherwise "repair" almost anything into something).
+   An answer whose JSON never closes (an object or a string left open: the model stopped
+   mid-answer) is repaired only so its partial value can be reported: it is a ``truncated``
+   problem, and the kind revises it rather than taking what json-repair had to invent.
 2. ``validate_answer`` — strict: the parsed value against the kind's pydantic model.
 3. the kind's own rules (verbatim quotes, known ids, score ranges) — in the kinds.
 
@@ -98,9 +101,35 @@ def parse_json_answer(text: str) -> tuple[Any, list[Problem]]:
             pass
         repaired = _repair(candidate[start:])
         if isinstance(repaired, dict) and repaired:
+            if unclosed(candidate[start:]):
+                return repaired, [problem(
+                    "(answer)", "truncated", "the JSON stops before it closes (the answer "
+                    "was cut off); answer again with the complete JSON object, more briefly "
+                    "if it is long")]
             return repaired, []
     return None, [problem("(answer)", "json", "the answer holds no JSON object; answer with "
                           "one JSON object only", text)]
+
+
+def unclosed(text: str) -> bool:
+    """Whether JSON text ends inside a string or an open object or array (it was cut off),
+    as opposed to a slip json-repair mends without inventing an ending (a trailing comma)."""
+    depth, in_string, escaped = 0, False, False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+    return in_string or depth > 0
 
 
 def _repair(text: str) -> Any:
@@ -151,7 +180,8 @@ def check_answer(text: str, schema: type[BaseModel]) -> tuple[BaseModel | None, 
     """Parse then validate: ``(instance or None, the parsed dict or {}, problems)``."""
     value, problems = parse_json_answer(text)
     if problems:
-        return None, {}, problems
+        # A cut-off answer keeps its partial value for the kind to report; it is not valid.
+        return None, value if isinstance(value, dict) else {}, problems
     parsed, problems = validate_answer(schema, value)
     return parsed, value if isinstance(value, dict) else {}, problems
 
@@ -202,4 +232,4 @@ def _nullable(prop: dict[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["Problem", "check_answer", "json_schema_of", "parse_json_answer", "problem",
-           "shorten", "strict_schema", "summary", "validate_answer"]
+           "shorten", "strict_schema", "summary", "unclosed", "validate_answer"]

@@ -10,6 +10,7 @@ tokens, cost 0). ``response_artifact`` is ``"<path> sha256:<hex>"`` of the recor
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from keepstep.engine.errors import BudgetExhausted
@@ -17,6 +18,23 @@ from keepstep.storage import BudgetLimitReached, Store
 
 OUTCOME_REUSED = "reused"
 OUTCOME_INVALID = "invalid_output"
+# Providers that run on the person's own machine: no price, and none is owed.
+FREE_PROVIDERS = ("local", "ollama", "ollama_chat")
+
+
+class UnpricedModel(BudgetExhausted):
+    """A model with no known price, called under a cost budget: the budget could not be kept,
+    so the call is not made (the unit is blocked, as by any budget)."""
+
+
+def unpriced_error(unit: str, model: str) -> UnpricedModel:
+    error = UnpricedModel(
+        f"{unit}: {model} has no known price (litellm's price map has none, or 0), so the "
+        "run's cost budget could not be kept; the call was not made")
+    error.hint = ("use a model litellm prices, call it through your own server (api_base: "
+                  "its price is then yours to watch), or remove `cost` from [budget] in "
+                  "keepstep.toml (the calls and tokens limits still apply); then resume")
+    return error
 
 
 def artifact_ref(path: str, sha256: str) -> str:
@@ -67,10 +85,14 @@ class StoreCallLedger:
     budget back.
     """
 
-    def __init__(self, store: Store, run_id: str, branch_id: str) -> None:
+    def __init__(self, store: Store, run_id: str, branch_id: str, *,
+                 api_base_for: Callable[[str], str | None] | None = None) -> None:
         self.store = store
         self.run_id = run_id
         self.branch_id = branch_id
+        # Where a model is called: an unpriced model behind the person's own server (an
+        # api_base) is theirs to price; a provider's own endpoint is not free.
+        self.api_base_for = api_base_for
         self.calls_made = 0
         self._estimates: dict[str, tuple[int, float]] = {}
 
@@ -89,6 +111,8 @@ class StoreCallLedger:
         delta: dict[str, float] = {"calls": 1, "tokens": est_tokens}
         if est_cost > 0:
             delta["cost"] = est_cost
+        elif self._unpriced(model):
+            raise unpriced_error(ctx.unit, model)
         try:
             call_id = self.store.reserve_call(
                 self.run_id, branch_id=self.branch_id, unit=ctx.unit, attempt_id=ctx.attempt,
@@ -99,6 +123,15 @@ class StoreCallLedger:
         self._estimates[call_id] = (est_tokens, est_cost if est_cost > 0 else 0.0)
         self.calls_made += 1
         return call_id
+
+    def _unpriced(self, model: str) -> bool:
+        """Whether a call of ``model`` at no price would leave a cost limit unkept."""
+        if self.api_base_for is None or model.split("/", 1)[0] in FREE_PROVIDERS:
+            return False
+        if self.api_base_for(model):
+            return False
+        limits = self.store.get_budget(self.run_id, self.branch_id).limits
+        return bool(limits.get("cost"))
 
     def reserve_retry(self, ctx: Any) -> None:
         """Charge one retry of a call to the ``retries`` budget; BudgetExhausted when that

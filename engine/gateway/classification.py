@@ -137,6 +137,15 @@ def classify(exc: BaseException, *, secrets: Iterable[str | None] = ()) -> Model
             f"{who}timed out waiting for the provider",
             hint="keepstep retries timeouts; raise timeout_s for slow models",
         )
+    if status is None and _is_unreachable(exc):
+        # Nothing listens at the address (or the name does not resolve): retrying for minutes
+        # would only hide it, so say so at once.
+        return PermanentModelError(
+            f"{who}the model's server is unreachable (nothing answers at its api_base, or "
+            f"its host name does not resolve): {detail}",
+            hint="start the model's server, or fix api_base / api_bases in keepstep.toml "
+                 "(`keepstep validate` shows where each model is called); then resume",
+        )
     if _is_connection_error(exc) and status in (None, 500):
         return TransientModelError(
             f"{who}could not connect: {detail}",
@@ -179,6 +188,27 @@ def _is_timeout(exc: BaseException) -> bool:
     names = _mro_names(exc)
     return isinstance(exc, TimeoutError) or bool(
         names & {"openai.APITimeoutError", "httpx.TimeoutException", "litellm.Timeout"})
+
+
+_UNREACHABLE_MARKERS = ("connection refused", "name or service not known",
+                        "nodename nor servname", "no address associated with hostname",
+                        "temporary failure in name resolution", "getaddrinfo failed",
+                        "errno 111", "errno 61", "winerror 10061")
+
+
+def _is_unreachable(exc: BaseException) -> bool:
+    """A refused connection or an unresolvable host, anywhere in the exception's chain."""
+    seen: set[int] = set()
+    node: BaseException | None = exc
+    while node is not None and id(node) not in seen:
+        seen.add(id(node))
+        if isinstance(node, ConnectionRefusedError) or type(node).__name__ == "gaierror":
+            return True
+        if _is_connection_error(node) and any(
+                m in str(node).lower() for m in _UNREACHABLE_MARKERS):
+            return True
+        node = node.__cause__ or node.__context__
+    return False
 
 
 def _is_connection_error(exc: BaseException) -> bool:

@@ -92,8 +92,32 @@ def check_project_models(config: object, units: list[tuple[str, str]],
                                     f"{model}: offline heuristic model, no key needed"))
         out += [ModelFinding(level=level, model=model, units=used_by, message=message)
                 for level, message in found]
+        if _unpriced_under_budget(config, model):
+            out.append(ModelFinding(
+                level="warning", model=model, units=used_by,
+                message=f"{model}: no known price, and keepstep.toml sets a cost budget: its "
+                "calls will be blocked (the budget could not be kept); use a priced model, "
+                "call it through your own server (api_base), or remove [budget] cost"))
     order = {"error": 0, "warning": 1, "ok": 2}
     return sorted(out, key=lambda f: order[f.level])
+
+
+def _unpriced_under_budget(config: object, model: str) -> bool:
+    """Whether the call ledger will refuse ``model``'s calls (see call_ledger.UnpricedModel)."""
+    from keepstep.engine.gateway.call_ledger import FREE_PROVIDERS
+    from keepstep.engine.gateway.profile import model_profile
+
+    budget = getattr(config, "budget", None)
+    if not getattr(budget, "cost", None) or model.split("/", 1)[0] in FREE_PROVIDERS:
+        return False
+    if config.api_base_for(model):  # type: ignore[attr-defined]
+        return False
+    try:
+        profile = model_profile(model)
+    except Exception:  # noqa: BLE001 - an unknown name has its own finding already
+        return False
+    return profile.provider not in FREE_PROVIDERS and profile.input_cost_per_token <= 0 \
+        and profile.output_cost_per_token <= 0
 
 
 # -- keys: where each provider's key comes from and where its calls go ----------------------

@@ -50,7 +50,7 @@ def _audience_key(audience: object) -> str:
 
 # --- extract ---------------------------------------------------------------------------
 def extract_evidence(source_id: str, text: str, first_id: int = 1,
-                     topics: rules.Topics | None = None) -> list[dict]:
+                     topics: rules.Topics | None = None, question: str = "") -> list[dict]:
     """Evidence statements of one source (or one chunk of it), in document order.
 
     A statement is a body sentence (not a heading, front matter, link-list entry or list
@@ -60,16 +60,29 @@ def extract_evidence(source_id: str, text: str, first_id: int = 1,
     with n from ``first_id`` (1 for a whole source; a later chunk continues the count, so
     ids do not depend on how a source was split); a sentence's ``quote`` is the sentence
     with whitespace collapsed.
+
+    Each item also gets its ``kind`` (by cue words), its ``relevance`` to ``question`` (shared
+    content words), its ``quantities`` (figure, value, unit, metric, entity, period, read by
+    rule) and, for a caveat or a definition, ``qualifies``: the statement before it. (The
+    heuristic keeps to statements with a figure: a statement without one is evidence for a
+    language model, but no rule here tells which of them matter.)
     """
     evidence: list[dict] = []
     for kind, quote, header in rules.statements(text):
         if not any(ch.isdigit() for ch in quote):
             continue
+        item_id = f"{source_id}-e{first_id + len(evidence)}"
+        what = rules.statement_kind(quote)
         evidence.append({
-            "id": f"{source_id}-e{first_id + len(evidence)}",
+            "id": item_id,
             "source_id": source_id,
             "quote": quote,
+            "kind": what,
+            "relevance": rules.relevance(quote, question),
             "figures": rules.figures(quote),
+            "quantities": rules.structured_quantities(quote),
+            "qualifies": [evidence[-1]["id"]] if what in ("caveat", "definition") and evidence
+            else [],
             "topic": rules.classify_topic(f"{header} {quote}" if kind == "row" else quote,
                                           topics or []),
         })
@@ -82,8 +95,10 @@ def _task_extract(payload: dict) -> dict:
     first_id = payload.get("first_id", 1)
     if not isinstance(first_id, int) or first_id < 1:
         raise ValueError("extract: 'first_id' must be an int >= 1")
-    return {"evidence": extract_evidence(source_id, text, first_id,
-                                         rules.topic_list(payload.get("topics")))}
+    return {"evidence": extract_evidence(
+        source_id, text, first_id,
+        rules.topic_list(payload.get("topics"), payload.get("offline_hints")),
+        str(payload.get("question") or ""))}
 
 
 # --- verify ----------------------------------------------------------------------------
@@ -105,11 +120,17 @@ def verify_claim(quote: str, passage: str) -> tuple[bool, str]:
 
 
 def _task_verify(payload: dict) -> dict:
+    """A verdict per claim; with INPUT ``candidates`` (disagreements proposed by code), each
+    classified by rule (``offline_rules.classify``); without, the pairs ``find_conflicts``
+    reads from the quotes (the older request)."""
     results = []
     claims = _dicts(payload, "claims")
     for claim in claims:
         ok, reason = verify_claim(str(claim.get("quote", "")), str(claim.get("passage", "")))
         results.append({"id": claim.get("id"), "supported": ok, "reason": reason})
+    if "candidates" in payload:
+        return {"results": results,
+                "conflicts": [rules.classify(c) for c in _dicts(payload, "candidates")]}
     supported = {str(r["id"]) for r in results if r["supported"]}
     return {"results": results,
             "conflicts": rules.find_conflicts([c for c in claims
@@ -325,6 +346,30 @@ def _task_check(payload: dict) -> dict:
     return {"problems": problems}
 
 
+def _task_support(payload: dict) -> dict:
+    """The support check by rule: a claim is supported when every figure it states is in its
+    quotes (or, with a calculation, every operand is) and it shares a content word with them;
+    else its quotes do not address it. (A rule cannot see a contradiction.)"""
+    verdicts = []
+    for n, claim in enumerate(_dicts(payload, "claims"), start=1):
+        quotes = " ".join(str(q.get("quote", "")) for q in claim.get("quotes") or []
+                          if isinstance(q, dict))
+        said = rules.normalise(quotes)
+        text = rules.normalise(str(claim.get("text", "")))
+        stated = re.findall(r"(?<![A-Za-z0-9_.,-])\d+(?:[.,]\d+)*%?(?![A-Za-z0-9_-])",
+                            rules.normalise(str(claim.get("calculation") or "")) or text)
+        words = {w for w in re.findall(r"[a-z]{4,}", text) if w not in _STOPWORDS}
+        missing = [f for f in stated if f not in said and f not in ("1", "100", "1000")]
+        shared = any(w in said for w in words) or not words
+        ok = bool(quotes) and not missing and shared
+        verdicts.append({"claim": str(claim.get("id", n)),
+                         "verdict": "supports" if ok else "does_not_address",
+                         "reason": "" if ok else (
+                             f"the quotes do not state {', '.join(missing)}" if missing
+                             else "the quotes share nothing with the claim")})
+    return {"verdicts": verdicts}
+
+
 def _task_render(payload: dict) -> dict:
     """Sentences for a document section: each finding's lead claim, then the top risk.
 
@@ -406,6 +451,7 @@ _TASKS: dict[str, Callable[[dict], dict]] = {
     "rank": _task_rank,
     "check": _task_check,
     "render": _task_render,
+    "support": _task_support,
     "summarise": _task_summarise,
 }
 

@@ -17,14 +17,18 @@ GENERAL_TOPIC = "general"
 Topics = list[tuple[str, tuple[str, ...]]]
 
 
-def topic_list(raw: object) -> Topics:
+def topic_list(raw: object, hints: object = None) -> Topics:
     """INPUT's ``topics`` as (name, keywords) pairs, in the order given (ties go to the
-    earlier topic); malformed entries are skipped."""
+    earlier topic); malformed entries are skipped. The keywords are the heuristic's side data:
+    a topic's own ``keywords``, else ``hints["topic_keywords"][name]`` (INPUT's
+    ``offline_hints``, sent only to this heuristic)."""
     out: Topics = []
+    side = hints.get("topic_keywords") if isinstance(hints, dict) else None
+    side = side if isinstance(side, dict) else {}
     if isinstance(raw, list):
         for item in raw:
             if isinstance(item, dict) and isinstance(item.get("name"), str):
-                words = item.get("keywords") or []
+                words = item.get("keywords") or side.get(item["name"]) or []
                 out.append((item["name"], tuple(str(w).lower() for w in words
                                                 if isinstance(w, str))))
     return out
@@ -343,3 +347,183 @@ def find_conflicts(claims: list[dict]) -> list[dict]:
                                   "period": period, "values": [aval, bval],
                                   "status": status, "reason": reason})
     return conflicts
+
+
+# --- statement kinds, quantities and classifying disagreements ---------------------------
+# The heuristic's reading of what a statement is (extract's ``kind``), in this order: the
+# first cue that matches wins; a statement with a figure and no cue is a ``figure``.
+_KIND_CUES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("definition", ("defined as", "definition", "refers to", "counts only", "is measured as",
+                    "are measured as", " means ")),
+    ("caveat", ("however", "excluding", "except", "unless", "subject to", "provided that",
+                "only if", "note:", "caveat")),
+    ("recommendation", ("recommend", "should", "we advise", "advises", "suggest")),
+    ("obligation", ("must", "shall", "is required to", "are required to", "obliged")),
+    ("requirement", ("required", "requirement", "mandatory", "minimum", "at least")),
+    ("forecast", ("forecast", "expected to", "projected", "will ", "outlook")),
+    ("opinion", ("we believe", "in our view", "told us", "said", "thinks", "considers",
+                 "according to")),
+)
+
+
+def statement_kind(sentence: str) -> str:
+    """fact, figure, requirement, obligation, opinion, recommendation, caveat, forecast or
+    definition, by the cue words above."""
+    text = f" {normalise(sentence)} "
+    for kind, cues in _KIND_CUES:
+        if any(c in text for c in cues):
+            return kind
+    return "figure" if any(ch.isdigit() for ch in sentence) else "fact"
+
+
+_WORD_RE = re.compile(r"[a-z]{4,}")
+_QUESTION_STOP = frozenset(("what", "which", "whether", "should", "would", "could", "with",
+                            "from", "that", "this", "their", "there", "about", "into", "toward",
+                            "have", "does", "when", "where", "how", "they", "them", "than"))
+
+
+def relevance(sentence: str, question: str) -> str:
+    """high (two or more of the question's content words occur), medium (one), else low."""
+    words = {w for w in _WORD_RE.findall(normalise(question)) if w not in _QUESTION_STOP}
+    said = normalise(sentence)
+    hits = sum(1 for w in words if re.search(r"\b" + re.escape(w[:6]), said))
+    return "high" if hits >= 2 else "medium" if hits == 1 else "low"
+
+
+_SENTENCE_STARTERS = frozenset((
+    "In", "On", "At", "By", "For", "From", "With", "Our", "We", "A", "An", "As", "According",
+    "After", "Before", "Since", "Under", "Each", "Every", "All", "Most", "Some", "Only",
+    "Across", "Among", "Both", "If", "When", "While", "Its", "Their", "There", "These",
+    "Those", "That", "This", "The", "It", "They", "Of", "To", "Per", "Total", "Note",
+    "However", "Excluding", "Including", "Unless", "Over", "About", "Around", "Nearly",
+))
+
+
+def entity_of(sentence: str) -> str:
+    """Who or what a sentence's figures belong to: its first capitalised word that is not a
+    sentence starter or a month ('' when none)."""
+    for word in re.findall(r"[A-Za-z][A-Za-z'-]*", sentence):
+        word = word.removesuffix("'s")
+        if word[:1].isupper() and word not in _SENTENCE_STARTERS and word not in _NOT_NAMES \
+                and not word.isupper():
+            return word
+    return ""
+
+
+def structured_quantities(sentence: str) -> list[dict[str, str]]:
+    """The figures of a sentence that measure something, as extract's ``quantities``:
+    figure (as written), value, unit, metric, entity, period — read by ``quantities``."""
+    written = figures(sentence)
+    entity = entity_of(sentence)
+    out = []
+    for metric, value, period in quantities(sentence):
+        figure, _, scale = value.partition(" ")
+        if figure not in written:
+            continue
+        # The figure as written, with its scale word ("18 million"), in the sentence's case.
+        found = re.search(r"(?<![\w.,])" + re.escape(value).replace(r"\ ", r"\s+"), sentence,
+                          re.IGNORECASE)
+        number = figure.rstrip("%").replace(",", "")
+        factor = _SCALE_FACTORS.get(scale, 1)
+        if factor != 1:
+            number = _plain(float(number) * factor)
+        out.append({"figure": found.group(0) if found else figure, "value": number,
+                    "unit": "%" if figure.endswith("%") or scale in ("percent", "per cent")
+                    else "", "metric": metric, "entity": entity, "period": period})
+    taken = {q["figure"].split()[0] for q in out}
+    for m in _PRICE_RE.finditer(sentence):
+        currency, figure, scale, per = m.group(1) or m.group(2), m.group(3), m.group(4), m.group(5)
+        if figure in taken or figure not in written:
+            continue
+        number = figure.replace(",", "")
+        factor = _SCALE_FACTORS.get((scale or "").lower(), 1)
+        if factor != 1:
+            number = _plain(float(number) * factor)
+        out.append({"figure": f"{figure} {scale}" if scale else figure, "value": number,
+                    "unit": currency, "metric": f"price per {per.lower()}", "entity": entity,
+                    "period": _period(sentence, figure)})
+    return out
+
+
+# A price: a currency code or sign, the amount, "per" (or "a") and what it is per.
+_PRICE_RE = re.compile(r"(?:\b([A-Z]{3})|([€$£]))\s?(\d+(?:[.,]\d+)*)"
+                       r"(?:\s+(million|billion|thousand))?\s+(?:per|a|an)\s+([a-z]+)")
+
+
+def _period(sentence: str, figure: str) -> str:
+    return ",".join(sorted(set(_YEAR_RE.findall(sentence)) - {figure}))
+
+
+_SCALE_FACTORS = {"thousand": 1_000, "million": 1_000_000, "billion": 1_000_000_000}
+
+
+def _plain(x: float) -> str:
+    return str(int(x)) if x == int(x) else f"{x:.6g}"
+
+
+# Disagreement classes, by rule (the sides' quotes and their sources' dates).
+_AMENDS = ("amend", "supersed", "replace", "revised", "revision", "updated", "corrected",
+           "restated", " now ", "has been changed")
+_SCOPE = ("special", "discount", "promotional", "introductory", "one-off", "negotiated",
+          "pilot", "trial", "target", "forecast", "expected", "projected", "scenario",
+          "proposed", "draft", "before rebate", "temporary")
+_DEFINES = ("defined as", "definition", "counts only", "counting only", "excluding",
+            "including", "excludes", "includes", "measured as", "net of", "gross", "on a ")
+_OLD = ("footnote", "outdated", "earlier estimate", "previous estimate", "previously",
+        "out of date", "superseded")
+
+
+def _has(text: str, cues: tuple[str, ...]) -> bool:
+    t = f" {normalise(text)} "
+    return any(c in t for c in cues)
+
+
+def classify(candidate: dict) -> dict:
+    """One candidate disagreement classified by rules: {candidate, class, holds, holds_ids,
+    reason, applies}. In this order: a side whose wording amends or replaces holds
+    (superseded); a side scoped as special, a target or a forecast beside a plain one is no
+    conflict (the plain value holds); definitional wording on a side is a definition (each
+    holds for what it counts; the plain side is the headline); different source dates or
+    out-of-date wording: the newest holds (outdated); else unexplained."""
+    sides = [s for s in candidate.get("sides") or [] if isinstance(s, dict)]
+    cid = str(candidate.get("id", ""))
+
+    def out(cls: str, holding: list[dict], reason: str, applies: str = "") -> dict:
+        value = str(holding[0].get("value")) if holding else None
+        return {"candidate": cid, "class": cls, "holds": value,
+                "holds_ids": [str(s.get("evidence_id")) for s in holding
+                              if str(s.get("value")) == value],
+                "reason": reason, "applies": applies}
+
+    quotes = {id(s): str(s.get("quote", "")) for s in sides}
+    amending = [s for s in sides if _has(quotes[id(s)], _AMENDS)]
+    if amending and len(amending) < len(sides):
+        src = ", ".join(str(s.get("source_id")) for s in amending)
+        return out("superseded", amending, f"{src} amends or replaces the earlier figure")
+    scoped = [s for s in sides if _has(quotes[id(s)], _SCOPE)]
+    if scoped and len(scoped) < len(sides):
+        plain = [s for s in sides if s not in scoped]
+        return out("not-a-conflict", plain, "the values describe different cases (a special, "
+                   "target or forecast figure beside the standard one)")
+    # A definition difference: some sides define what they count and others do not (wording
+    # all sides share, "including hosting" on every price, is no difference).
+    defining = [s for s in sides if _has(quotes[id(s)], _DEFINES)]
+    if defining and len(defining) < len(sides):
+        plain = [s for s in sides if s not in defining] or defining
+        applies = "; ".join(f"{s.get('value')} ({s.get('source_id')}): {quotes[id(s)]}"
+                            for s in sides)
+        return out("definition", plain, "the sources count different things", applies)
+    dated = sorted((s for s in sides if str(s.get("source_date") or "").strip()),
+                   key=lambda s: str(s.get("source_date")))
+    old = [s for s in sides if _has(quotes[id(s)], _OLD)]
+    if old and len(old) < len(sides):
+        return out("outdated", [s for s in sides if s not in old],
+                   "the other figure is marked as out of date")
+    if len(dated) == len(sides) and str(dated[0].get("source_date")) != str(
+            dated[-1].get("source_date")):
+        newest = [s for s in dated if s.get("source_date") == dated[-1].get("source_date")]
+        return out("outdated", newest, f"the newest source ({newest[0].get('source_id')}, "
+                   f"{newest[0].get('source_date')}) holds; the older figure is out of date")
+    return {"candidate": cid, "class": "unexplained", "holds": None, "holds_ids": [],
+            "reason": "the sources give different values and neither says which holds",
+            "applies": ""}

@@ -13,8 +13,21 @@ The user message carries the unit's inputs as ONE delimited block::
     ```
 
 rendered by ``input_block`` (sorted keys, one value per line, so the block ends at the first
-line that is exactly ```` ``` ````). Every model — the offline heuristic included — reads the
-same block (``read_input_block``); there is no other payload format.
+line that is exactly ```` ``` ````). A source text (the ``text`` input) is not sent as a JSON
+string: it follows the INPUT block as a raw, delimited block, each paragraph opening with its
+id (``[P1]``, ``[P2]`` …; the ids are not part of the text)::
+
+    SOURCE TEXT (raw; ...)
+    <<<text END_OF_TEXT
+    [P1] # Title
+    <BLANKLINE>
+    [P2] First paragraph ...
+    END_OF_TEXT
+
+The terminator never occurs in the text (a suffix is added when it would). Every model — the
+offline heuristic included — reads the same blocks (``read_input_block`` returns the INPUT
+object with each raw block's text, markers removed, under its key); there is no other
+payload format.
 
 Callers may rely on: ``Prompt.sha256`` being the hash of the file's bytes (what joins a
 unit's fingerprint and what a prompt change compares); ``prompt_hashes`` listing every
@@ -146,10 +159,59 @@ def prompt_hashes(root: Path | None = None) -> dict[str, str]:
 
 # --- rendering -------------------------------------------------------------------------------
 
+# Inputs sent as raw delimited blocks after INPUT rather than as JSON strings inside it.
+RAW_KEYS = ("text",)
+_RAW_HEADING = ("SOURCE TEXT (the source's raw text, between the two marker lines; each "
+                "paragraph opens with its id [P1], [P2] ... which is NOT part of the text: "
+                "never copy an id into a quote)")
+_RAW_RE = re.compile(r"^<<<([a-z_]+) (END_OF_[A-Z]+(?:_\d+)?)[ \t]*\n(.*?)\n\2[ \t]*$",
+                     re.DOTALL | re.MULTILINE)
+_PARA = "\n\n"
+
+
 def input_block(inputs: Mapping[str, Any]) -> str:
-    """The delimited INPUT block of a user message (see the module doc)."""
-    body = indented_json(dict(inputs), ascii=False)
-    return f"INPUT\n```json\n{body}\n```"
+    """The delimited INPUT block of a user message, then a raw block per ``RAW_KEYS`` input
+    that is a string (see the module doc)."""
+    raw = {k: v for k, v in inputs.items() if k in RAW_KEYS and isinstance(v, str)}
+    body = indented_json({k: v for k, v in inputs.items() if k not in raw}, ascii=False)
+    out = f"INPUT\n```json\n{body}\n```"
+    for key, text in raw.items():
+        out += f"\n\n{_RAW_HEADING}\n" + raw_block(key, text)
+    return out
+
+
+def raw_block(key: str, text: str) -> str:
+    """``text`` between ``<<<key END_OF_…`` and its terminator line, paragraphs marked."""
+    end = f"END_OF_{key.upper()}"
+    n = 0
+    while end in text:
+        n += 1
+        end = f"END_OF_{key.upper()}_{n}"
+    return f"<<<{key} {end}\n{mark_paragraphs(text)}\n{end}"
+
+
+def mark_paragraphs(text: str) -> str:
+    """Each blank-line-separated paragraph of ``text`` opened with its id ``[P<n>] ``
+    (after any leading newlines); ``unmark_paragraphs`` gives the text back exactly."""
+    pieces, n = text.split(_PARA), 0
+    for i, piece in enumerate(pieces):
+        if piece.strip():
+            n += 1
+            lead = len(piece) - len(piece.lstrip("\n"))
+            pieces[i] = f"{piece[:lead]}[P{n}] {piece[lead:]}"
+    return _PARA.join(pieces)
+
+
+def unmark_paragraphs(text: str) -> str:
+    pieces, n = text.split(_PARA), 0
+    for i, piece in enumerate(pieces):
+        if piece.strip():
+            n += 1
+            lead = len(piece) - len(piece.lstrip("\n"))
+            marker = f"[P{n}] "
+            if piece[lead:].startswith(marker):
+                pieces[i] = piece[:lead] + piece[lead + len(marker):]
+    return _PARA.join(pieces)
 
 
 class _NotPlainJson(Exception):
@@ -225,7 +287,12 @@ def read_input_block(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
             value = json.loads(found.group(1))
         except ValueError:
             return None
-        return value if isinstance(value, dict) else None
+        if not isinstance(value, dict):
+            return None
+        rest = message_text(message.get("content"))[found.end():]
+        for raw in _RAW_RE.finditer(rest):
+            value.setdefault(raw.group(1), unmark_paragraphs(raw.group(3)))
+        return value
     return None
 
 
@@ -290,6 +357,7 @@ def revise_messages(revise: Prompt, messages: list[dict[str, str]], answer: str,
             {"role": "user", "content": feedback}]
 
 
-__all__ = ["PROJECT_PROMPTS_DIR", "Prompt", "input_block", "load_prompt", "message_text",
+__all__ = ["PROJECT_PROMPTS_DIR", "RAW_KEYS", "Prompt", "input_block", "mark_paragraphs",
+           "raw_block", "unmark_paragraphs", "load_prompt", "message_text",
            "packaged_names", "parse_prompt", "prompt_hashes", "read_input_block",
            "render_messages", "revise_messages"]

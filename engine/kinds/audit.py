@@ -27,6 +27,7 @@ from keepstep.engine.core.presets import (
     CitedIdsCheck,
     CitedSourcesCheck,
     CitesGroupsCheck,
+    ConflictsCheck,
     FiguresCheck,
     ListsSourcesCheck,
     PresentCheck,
@@ -37,6 +38,7 @@ from keepstep.engine.core.presets import (
 from keepstep.engine.core.templates import section_ids, section_text
 from keepstep.engine.core.timefmt import parse_iso, readable_utc
 from keepstep.engine.gateway.offline_rules import normalise
+from keepstep.engine.kinds.claims import calculation_problems, figures_of
 from keepstep.engine.kinds.common import (
     JSON,
     LOCATED_CITE_RE,
@@ -46,6 +48,7 @@ from keepstep.engine.kinds.common import (
     dep_units,
     deps_writing,
     dump_json,
+    expand_footnotes,
     natural_key,
     result,
     verified_deps,
@@ -57,7 +60,7 @@ from keepstep.engine.kinds.context import (
     ValidatorResult,
     register,
 )
-from keepstep.engine.kinds.synthesize import figures_of
+from keepstep.engine.kinds.parts import conflict_records, open_conflicts, real_conflicts
 from keepstep.storage.hashing import sha256_hex
 
 AUDIT = KindSpec(
@@ -106,10 +109,14 @@ class _Documents:
         self.units = {str(u.params.get("document")): u for u in dep_units(ctx, UnitKind.render)
                       if u.params.get("document")}
         self.raw = {d: ctx.dep_bytes(u.id, document_output(u)) for d, u in self.units.items()}
-        self.text = {d: b.decode("utf-8") for d, b in self.raw.items()}
+        self.text = {d: expand_footnotes(b.decode("utf-8")) for d, b in self.raw.items()}
         self.evidence = {str(e["id"]): e for u, name in verified_deps(ctx)
                          for e in ctx.dep_json(u.id, name).get("evidence", [])
                          if isinstance(e, dict) and e.get("id")}
+        records = [ctx.dep_json(u.id, n) for n in ("synthesis.json", "ranking.json")
+                   for u in deps_writing(ctx, n)]
+        records += [ctx.dep_json(u.id, name) for u, name in verified_deps(ctx)]
+        self.conflicts = conflict_records(records)
         inv = deps_writing(ctx, "inventory.json")
         self.inventory = ({s["id"]: s for s in ctx.dep_json(inv[0].id, "inventory.json")
                            .get("sources", [])} if inv else None)
@@ -236,6 +243,16 @@ def _figures(docs: _Documents, check: FiguresCheck) -> tuple[list[str], str]:
                 continue
             quoted = {f for i in ids for f in figures_of(normalise(
                 str(docs.evidence.get(i, {}).get("quote", ""))))}
+            calc = _CALCULATED_RE.search(line)
+            if calc:
+                # A derived figure passes when its calculation recomputes from cited figures.
+                quotes = {i: str(docs.evidence.get(i, {}).get("quote", "")) for i in ids}
+                rest = line.replace(calc.group(0), " ")
+                wrong, derived = calculation_problems("", rest, calc.group(1), sorted(ids),
+                                                      quotes)
+                if not wrong:
+                    quoted |= derived | set(figures_of(normalise(calc.group(1))))
+                line = rest
             for f in _stated_figures(line):
                 checked += 1
                 if f not in quoted:
@@ -267,6 +284,47 @@ def _cites_groups(docs: _Documents, check: CitesGroupsCheck) -> tuple[list[str],
                       f"{', '.join(sorted(groups))}")
 
 
+# A finding's checked calculation as a document shows it: "(calculated: `1,200 * 97% = 1,164`)".
+_CALCULATED_RE = re.compile(r"\(calculated: `([^`]*)`\)")
+# A document saying it found no disagreement ("No conflicting figures were found.").
+_NONE_FOUND_RE = re.compile(
+    r"\bno (?:conflicting figures|conflicts?|disagreements?)(?: between (?:the )?sources)? "
+    r"(?:were|was) found\b|\bhold no disagreement\b", re.IGNORECASE)
+# Words that say a figure is disputed, not stated as fact.
+_HEDGE_RE = re.compile(r"unresolved|disagree|disput|conflict|differ|uncertain|either|"
+                       r"\bvs\.?\b|versus|unexplained", re.IGNORECASE)
+
+
+def _conflicts(docs: _Documents, check: ConflictsCheck) -> tuple[list[str], str]:
+    problems = docs.missing(check.documents)
+    real = real_conflicts(docs.conflicts)
+    unresolved = open_conflicts(docs.conflicts)
+    for d in check.documents:
+        text = docs.text.get(d)
+        if text is None:
+            continue
+        if real and _NONE_FOUND_RE.search(text):
+            problems.append(f"{d} says no disagreement was found, but {len(real)} were: "
+                            + ", ".join(c["metric"] for c in real[:3]))
+        for c in unresolved:
+            for side in c["sides"]:
+                wanted = set(figures_of(normalise(side["value"])))
+                if not wanted:
+                    continue
+                for line in text.splitlines():
+                    if side["evidence_id"] not in cited_evidence_ids(line) or \
+                            _HEDGE_RE.search(line):
+                        continue
+                    if wanted <= set(_stated_figures(line)):
+                        problems.append(
+                            f"{d} states {side['value']} ({c['metric']}, "
+                            f"{side['evidence_id']}) as fact, but the sources disagree on it "
+                            "and nothing says which holds")
+                        break
+    return problems, (f"{', '.join(check.documents)}: {len(real)} disagreement(s), "
+                      f"{len(unresolved)} unresolved, none stated as fact or denied")
+
+
 def _default_checks(docs: _Documents) -> list[Any]:
     checks: list[Any] = [PresentCheck(check="present", documents=sorted(docs.units))]
     markdown = [d for d in sorted(docs.units) if not docs.is_table(d)]
@@ -278,7 +336,8 @@ def _default_checks(docs: _Documents) -> list[Any]:
 def _run_check(ctx: UnitContext, docs: _Documents, check: Any) -> dict[str, Any]:
     runners: dict[str, Any] = {
         "present": _present, "cited_ids": _cited_ids, "cited_sources": _cited_sources,
-        "lists_sources": _lists_sources, "figures": _figures, "cites_groups": _cites_groups}
+        "lists_sources": _lists_sources, "figures": _figures, "cites_groups": _cites_groups,
+        "conflicts": _conflicts}
     if isinstance(check, SectionsCheck):
         problems, ok = _sections(ctx, docs, check)
     else:

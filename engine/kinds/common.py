@@ -303,6 +303,27 @@ def cite(ids: Iterable[str], index: dict[str, dict[str, str]], *,
     return text + (f" (sources: {', '.join(sources)})" if sources else "")
 
 
+# A footnoted citation in a document's body, "(Title (A1), p. 2)[^3]", and its definition,
+# "[^3]: [A1-e3] (A1, p. 2) — A1-e3: “quote”".
+_FOOTNOTE_REF_RE = re.compile(r"\((?:[^()]|\([^()]*\))*\)\[\^(\d+)\]")
+_FOOTNOTE_DEF_RE = re.compile(r"^\[\^(\d+)\]: (.*)$", re.MULTILINE)
+
+
+def expand_footnotes(text: str) -> str:
+    """A document with each footnoted citation put back in place as its ``[ids] (source,
+    locator)`` form and the footnote definitions dropped: what the audit checks line by line
+    (a figure next to the ids it cites, never a digit of a title or a quote)."""
+    notes = {}
+    for m in _FOOTNOTE_DEF_RE.finditer(text):
+        found = LOCATED_CITE_RE.search(m.group(2))
+        if found:
+            notes[m.group(1)] = found.group(0)
+    if not notes:
+        return text
+    body = _FOOTNOTE_DEF_RE.sub("", text)
+    return _FOOTNOTE_REF_RE.sub(lambda m: notes.get(m.group(1), m.group(0)), body)
+
+
 def cited_evidence_ids(text: str) -> set[str]:
     return set(EVIDENCE_ID_RE.findall(text))
 

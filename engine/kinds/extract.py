@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,8 +43,8 @@ from keepstep.engine.kinds.common import (
     quote_cited,
     result,
     structure_problems,
-    topic_inputs,
 )
+from keepstep.engine.kinds.conflicts import Quantity
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, render_step, run_model_step, step_tokens
 from keepstep.engine.kinds.source_chunks import Chunk, json_tokens, plan_chunks
@@ -70,15 +70,32 @@ SPEC = KindSpec(
 )
 
 
+EVIDENCE_KINDS = ("fact", "figure", "requirement", "obligation", "opinion", "recommendation",
+                  "caveat", "forecast", "definition")
+RELEVANCE = ("high", "medium", "low")
+
+
 class EvidenceItem(BaseModel):
     model_config = ConfigDict(extra="allow", coerce_numbers_to_str=True)
 
     id: str = Field(description="<source_id>-e<n>, n counting up in document order")
-    source_id: str = Field(description="the source_id given in INPUT")
-    quote: str = Field(description="the sentence (or table row, cells joined by ' | '), "
-                       "verbatim from the source text")
-    figures: list[str] = Field(description="the numbers of the quote, as written there")
-    topic: str | None = Field(default=None, description="one topic word")
+    source_id: str = Field(description="the source id given in INPUT")
+    quote: str = Field(description="one whole sentence, or one table row with its cells "
+                       "joined by ' | ', copied character for character from the source text")
+    kind: Literal["fact", "figure", "requirement", "obligation", "opinion", "recommendation",
+                  "caveat", "forecast", "definition"] = Field(
+        default="fact", description="what kind of statement the quote is")
+    relevance: Literal["high", "medium", "low"] = Field(
+        default="medium", description="how directly the quote bears on the question")
+    figures: list[str] = Field(description="every number of the quote, as written there "
+                               "([] for a statement without numbers)")
+    quantities: list[Quantity] = Field(
+        default_factory=list, description="one entry per figure that measures something: "
+        "the figure as written and what it means")
+    qualifies: list[str] = Field(
+        default_factory=list, description="for a caveat or a definition: the ids of the items "
+        "it qualifies")
+    topic: str | None = Field(default=None, description="the topic the quote fits best")
 
 
 class ExtractAnswer(BaseModel):
@@ -105,14 +122,113 @@ def required_fields(ctx: UnitContext) -> list[str]:
     return [str(f) for f in required] if isinstance(required, list) else list(EVIDENCE_REQUIRED)
 
 
-def answer_schema(item_schema: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The answer's JSON Schema built around the published item schema (what the model is
-    told to return), or None to use ``ExtractAnswer``'s own."""
-    if not item_schema:
-        return None
-    item = {k: v for k, v in item_schema.items() if k not in ("$schema", "title")}
-    return {"title": "ExtractAnswer", "type": "object", "required": ["evidence"],
-            "properties": {"evidence": {"type": "array", "items": item}}}
+def answer_schema(item_schema: dict[str, Any] | None,
+                  topics: list[str] | None = None) -> dict[str, Any]:
+    """The answer's JSON Schema (what the model is told to return): the published item schema
+    when there is one, with the fields ``EvidenceItem`` adds that it lacks (kind, relevance,
+    quantities, qualifies), the topic an enum of the topic names when the pack names topics."""
+    own = ExtractAnswer.model_json_schema()
+    defs = own.get("$defs", {})
+    own_item = defs["EvidenceItem"]
+    if item_schema:
+        item = {k: v for k, v in item_schema.items() if k not in ("$schema", "title")}
+        props = dict(item.get("properties") or {})
+        for name in ("kind", "relevance", "quantities", "qualifies", "topic"):
+            props.setdefault(name, own_item["properties"][name])
+        item["properties"] = props
+    else:
+        item = dict(own_item)
+        item["properties"] = dict(own_item["properties"])
+    if topics:
+        item["properties"]["topic"] = {"type": "string", "enum": list(topics),
+                                       "description": "the topic (from INPUT topics) the "
+                                       "quote fits best"}
+    schema: dict[str, Any] = {"title": "ExtractAnswer", "type": "object",
+                              "required": ["evidence"],
+                              "properties": {"evidence": {"type": "array", "items": item}}}
+    if "Quantity" in defs:
+        schema["$defs"] = {"Quantity": defs["Quantity"]}
+    return schema
+
+
+# --- what a prompt carries -------------------------------------------------------------------
+
+_HEADER_KEYS = {"title": ("title",), "kind": ("type", "kind"),
+                "date": ("date", "published", "updated", "as_of"),
+                "publisher": ("publisher", "issuer", "author", "source", "organisation",
+                              "organization")}
+
+
+def source_meta(ctx: UnitContext, entry: Any) -> dict[str, str]:
+    """What a prompt says of a source: id, title, kind, date, publisher — from sources.toml,
+    else from the source's header lines (front matter); empty fields left out."""
+    try:
+        header = {k.lower(): v for k, v in ctx.source_header(entry.id).items()}
+    except Exception:  # a header that cannot be read is no metadata, not a failure
+        header = {}
+    meta = {"id": entry.id}
+    for name, keys in _HEADER_KEYS.items():
+        given = str(getattr(entry, name, "") or "")
+        if name == "title" and given == entry.id:
+            given = ""
+        value = given or next((str(header[k]) for k in keys if header.get(k)), "")
+        if value:
+            meta[name] = value
+    return meta
+
+
+def _contract_field(ctx: UnitContext, *names: str) -> str:
+    """The first of the contract ``names`` the unit reads (a ``contract:<name>`` input: so an
+    edit of it invalidates the unit), '' when it reads none of them."""
+    read = set(ctx.unit.input_refs("contract"))
+    return next((str(ctx.contract.fields[n]).strip() for n in names
+                 if n in read and ctx.contract.fields.get(n)), "")
+
+
+def question_of(ctx: UnitContext) -> str:
+    """The question the unit's evidence serves: its ``question`` param, else its title and
+    the contract's goal (when the unit reads ``contract:goal``)."""
+    given = str(ctx.unit.params.get("question") or "").strip()
+    if given:
+        return given
+    goal = _contract_field(ctx, "goal")
+    return f"{ctx.unit.title}" + (f" (toward: {goal})" if goal else "")
+
+
+def today_of(ctx: UnitContext) -> str:
+    """The contract's date (its ``date`` or ``today`` field, when the unit reads it) — what
+    a prompt calls today."""
+    return _contract_field(ctx, "date", "today")
+
+
+def topic_view(ctx: UnitContext) -> dict[str, Any]:
+    """The pack's topics as a prompt carries them: names with one-line descriptions. The
+    keyword lists are the offline heuristic's side data: only its requests carry them
+    (``offline_hints``), never a language model's."""
+    raw = ctx.data("topics").get("topic")
+    if not isinstance(raw, list):
+        return {}
+    topics = [t for t in raw if isinstance(t, dict) and t.get("name")]
+    if not topics:
+        return {}
+    out: dict[str, Any] = {"topics": [
+        {"name": str(t["name"]),
+         "description": str(t.get("description") or "").strip()
+         or str(t["name"]).replace("_", " ")} for t in topics]}
+    if ctx.model_profile().offline:
+        out["offline_hints"] = {"topic_keywords": {
+            str(t["name"]): [str(k) for k in t.get("keywords", [])] for t in topics}}
+    return out
+
+
+def base_inputs(ctx: UnitContext, entry: Any, meta: dict[str, str]) -> dict[str, Any]:
+    """The INPUT of an extract step without its text."""
+    out: dict[str, Any] = {"task": "extract", "source_id": entry.id, "source": meta,
+                           "question": question_of(ctx), **topic_view(ctx)}
+    today = today_of(ctx)
+    if today:
+        out["today"] = today
+    return out
 
 
 # --- chunks ----------------------------------------------------------------------------------
@@ -136,8 +252,8 @@ def paragraphs(text: str) -> list[str]:
     return out
 
 
-def _surely_fits(ctx: UnitContext, profile: Any, source_id: str, text: str | TextFile,
-                 topics: dict[str, Any], schema: dict[str, Any] | None) -> bool:
+def _surely_fits(ctx: UnitContext, profile: Any, text: str | TextFile,
+                 base: dict[str, Any], schema: dict[str, Any] | None) -> bool:
     """Whether the whole text fits in one request, shown without a tokenizer: no tokenizer
     makes more tokens than a text has UTF-8 bytes (plus a few per message), so a request
     whose bytes fit fits. Most sources are far below any window, and counting them exactly
@@ -147,7 +263,7 @@ def _surely_fits(ctx: UnitContext, profile: Any, source_id: str, text: str | Tex
         return False  # a large source on disk: always chunked
     if len(text) > min(profile.input_tokens, profile.output_tokens):
         return False  # more characters than room: its bytes cannot show that it fits
-    whole = {"task": "extract", "source_id": source_id, "text": text, **topics}
+    whole = {**base, "text": text}
     messages, _schema, _sha = render_step(ctx, prompt=PROMPT, inputs=whole,
                                           schema=ExtractAnswer, json_schema=schema)
     bound = sum(len(str(m.get("content") or "").encode()) + _PER_MESSAGE_TOKENS
@@ -157,14 +273,13 @@ def _surely_fits(ctx: UnitContext, profile: Any, source_id: str, text: str | Tex
     return bound <= profile.input_tokens and len(text.encode()) + _PER_MESSAGE_TOKENS <= room
 
 
-def _chunks(ctx: UnitContext, source_id: str, text: str | TextFile,
+def _chunks(ctx: UnitContext, source_id: str, text: str | TextFile, base: dict[str, Any],
             schema: dict[str, Any] | None) -> list[Chunk]:
     """The text in one piece when its request fits, else chunks that each fit."""
     profile = ctx.model_profile()
-    topics = topic_inputs(ctx)
-    if _surely_fits(ctx, profile, source_id, text, topics, schema):
+    if _surely_fits(ctx, profile, text, base, schema):
         return [Chunk(0, len(text))]
-    empty = {"task": "extract", "source_id": source_id, "text": "", "first_id": 1, **topics}
+    empty = {**base, "text": "", "first_id": 1}
     overhead = step_tokens(ctx, prompt=PROMPT, inputs=empty, schema=ExtractAnswer,
                            json_schema=schema)
     # An answer quotes the text, so a chunk is also kept within what an answer may hold —
@@ -174,7 +289,7 @@ def _chunks(ctx: UnitContext, source_id: str, text: str | TextFile,
     # (A large source's text is on disk, millions of characters: it is chunked whatever the
     # window, never rendered whole.)
     if isinstance(text, str) and len(text) <= _CHARS_PER_TOKEN_BOUND * room:
-        whole = {"task": "extract", "source_id": source_id, "text": text, **topics}
+        whole = {**base, "text": text}
         if step_tokens(ctx, prompt=PROMPT, inputs=whole, schema=ExtractAnswer,
                        json_schema=schema) <= profile.input_tokens \
                 and profile.count_text(text) <= room:
@@ -191,7 +306,7 @@ def _chunks(ctx: UnitContext, source_id: str, text: str | TextFile,
 
 # --- rules -----------------------------------------------------------------------------------
 
-def _rules(text: str, source_id: str, required: list[str]) -> Any:
+def _rules(text: str, source_id: str, required: list[str], topics: list[str]) -> Any:
     id_re = re.compile(rf"{re.escape(source_id)}-e(\d+)")
     collapsed = collapse_ws(text)
 
@@ -228,6 +343,20 @@ def _rules(text: str, source_id: str, required: list[str]) -> Any:
             problems += [problem(f"{at}.figures", "invented_figure",
                                  "every figure must occur in the quote", f)
                          for f in item.figures if str(f) not in quote]
+            problems += [problem(f"{at}.quantities[{q}].figure", "invented_figure",
+                                 "a quantity's figure is a figure of the quote, as written "
+                                 "there", quantity.figure)
+                         for q, quantity in enumerate(item.quantities)
+                         if not quantity.figure or collapse_ws(quantity.figure) not in quote]
+            if topics and item.topic is not None and item.topic not in topics:
+                problems.append(problem(f"{at}.topic", "known_topic",
+                                        f"must be one of {', '.join(topics)}", item.topic))
+        ids = {item.id for item in answer.evidence}
+        for n, item in enumerate(answer.evidence):
+            problems += [problem(f"evidence[{n}].qualifies", "known_id",
+                                 "names an item of this answer (the statement it qualifies)",
+                                 q) for q in item.qualifies if q not in ids and q != item.id
+                         and not id_re.fullmatch(q)]
         return problems
 
     return rules
@@ -276,12 +405,16 @@ def _citation_problems(evidence: list[Any], convs: dict[str, ConvertedSource],
 def run(ctx: UnitContext) -> KindOutcome:
     sources = sorted(ctx.sources_for_unit(), key=lambda s: natural_key(s.id))
     required = required_fields(ctx)
-    schema = answer_schema(evidence_schema(ctx))
+    topics = [str(t["name"]) for t in topic_view(ctx).get("topics", [])]
+    schema = answer_schema(evidence_schema(ctx), topics)
     convs: dict[str, ConvertedSource] = {}
     for n, source in enumerate(sources, start=1):
         ctx.safe_point(f"convert {source.id} ({n}/{len(sources)})")
         convs[source.id] = ctx.converted_source(source.id)
-    planned = {s.id: _chunks(ctx, s.id, convs[s.id].text, schema) for s in sources}
+    metas = {s.id: source_meta(ctx, s) for s in sources}
+    bases = {s.id: base_inputs(ctx, s, metas[s.id]) for s in sources}
+    planned = {s.id: _chunks(ctx, s.id, convs[s.id].text, bases[s.id], schema)
+               for s in sources}
     evidence: list[Any] = []
     responses: list[dict[str, Any]] = []
     steps: list[tuple[str, StepResult]] = []
@@ -297,12 +430,12 @@ def run(ctx: UnitContext) -> KindOutcome:
             # A large source's text is never read whole: even a single chunk is cut from it.
             text = chunk.text(conv.text) if len(chunks) > 1 or not isinstance(conv.text, str) \
                 else conv.text
-            inputs: dict[str, Any] = {"task": "extract", "source_id": source.id, "text": text,
-                                      **topic_inputs(ctx)}
+            inputs: dict[str, Any] = {**bases[source.id], "text": text}
             if len(chunks) > 1:
                 inputs["first_id"] = next_id
             step = run_model_step(ctx, prompt=PROMPT, inputs=inputs, schema=ExtractAnswer,
-                                  rules=_rules(text, source.id, required), json_schema=schema,
+                                  rules=_rules(text, source.id, required, topics),
+                                  json_schema=schema,
                                   label=f"{source.id}{part}")
             steps.append((f"{source.id}{part}", step))
             responses.append(step.parsed)
@@ -324,8 +457,9 @@ def run(ctx: UnitContext) -> KindOutcome:
               if p.rule not in _CITATION_RULES]
     citations = _citation_problems(evidence, convs, ctx.unit.id)
 
-    doc = {"sources": [s.id for s in sources], "evidence": evidence,
-           "notice": "; ".join(notices(*responses))}
+    doc = {"sources": [s.id for s in sources], "source_meta": metas, "evidence": evidence,
+           "notice": "; ".join(notices(*responses)),
+           "models": sorted({m for _, s in steps for m in s.models})}
     ctx.write(OUTPUT, dump_json(doc), media_type=JSON, source_ids=[s.id for s in sources])
     facts: dict[str, Any] = {"evidence_count": len(evidence), "sources": len(sources)}
     chunked = sum(1 for c in planned.values() if len(c) > 1)

@@ -14,7 +14,12 @@ Callers may rely on:
 - ``StepResult.value`` being the validated answer when ``problems`` is empty, else None —
   ``StepResult.parsed`` holds the last answer's JSON (possibly partial) either way, so a kind
   can still write what it got and report it;
-- ``StepResult.answers`` naming the recorded artifacts of every rejected answer.
+- ``StepResult.answers`` naming the recorded artifacts of every rejected answer;
+- ``StepResult.models`` naming the model that answered (the unit's model, whose calls the
+  ledger records), empty when no call was made;
+- a ``judge`` (a second question about an answer that passed the rules, e.g. whether its
+  claims' quotes support them) being asked only of an answer that passed the rules; what it
+  finds is revised like a rule's problem.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from keepstep.engine.kinds.context import UnitContext
 DEFAULT_REVISE_ROUNDS = 2
 
 Rules = Callable[[Any, Mapping[str, Any]], list[Problem]]
+Judge = Callable[[Any], list[Problem]]
 Checker = Callable[[str], tuple[Any, dict[str, Any], list[Problem]]]
 
 
@@ -69,6 +75,7 @@ class StepResult:
     problems: list[Problem] = field(default_factory=list)
     calls: int = 0
     answers: list[str] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -119,7 +126,8 @@ def step_tokens(ctx: UnitContext, *, prompt: str, inputs: Mapping[str, Any],
 def run_model_step(ctx: UnitContext, *, prompt: str, inputs: Mapping[str, Any],
                    schema: type[BaseModel], rules: Rules | None = None,
                    max_rounds: int | None = None, round: int = 1, label: str = "",
-                   json_schema: dict[str, Any] | None = None) -> StepResult:
+                   json_schema: dict[str, Any] | None = None,
+                   judge: Judge | None = None) -> StepResult:
     """Ask, check, and revise on problems; see the module doc.
 
     ``json_schema`` replaces the schema sent to the model (e.g. the evidence schema an intake
@@ -149,16 +157,19 @@ def run_model_step(ctx: UnitContext, *, prompt: str, inputs: Mapping[str, Any],
             # The conversation grew past the window: stop revising, report what is wrong.
             break
         result.calls += 1
+        result.models = [ctx.model_profile().model]
         result.parsed = answer.parsed
         result.problems = list(answer.problems)
-        if not answer.problems:
+        if not result.problems and judge is not None:
+            result.problems = judge(answer.value)
+        if not result.problems:
             result.value = answer.value
             return result
         if answer.artifact:
             result.answers.append(answer.artifact)
         if revision + 1 < rounds:
             messages = revise_messages(ctx.prompt(REVISE), messages, answer.content,
-                                       [p.line() for p in answer.problems])
+                                       [p.line() for p in result.problems])
     return result
 
 
@@ -168,5 +179,6 @@ def known_ids(field_name: str, ids: list[str], known: set[str]) -> list[Problem]
             for n, i in enumerate(ids) if i not in known]
 
 
-__all__ = ["DEFAULT_REVISE_ROUNDS", "CheckedAnswer", "StepCall", "StepResult", "contract_view",
-           "known_ids", "render_step", "run_model_step", "step_tokens", "unit_view"]
+__all__ = ["DEFAULT_REVISE_ROUNDS", "CheckedAnswer", "Judge", "StepCall", "StepResult",
+           "contract_view", "known_ids", "render_step", "run_model_step", "step_tokens",
+           "unit_view"]

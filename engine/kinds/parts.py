@@ -26,6 +26,7 @@ from keepstep.engine.core.presets import (
     document_format,
     document_output,
 )
+from keepstep.engine.gateway.offline_provider import PROVIDER as OFFLINE_PROVIDER
 from keepstep.engine.kinds.common import (
     cite,
     dep_units,
@@ -36,6 +37,7 @@ from keepstep.engine.kinds.common import (
     verified_deps,
 )
 from keepstep.engine.kinds.context import UnitContext
+from keepstep.engine.kinds.synthesize import ranking_table
 
 TOP_RISKS = 3
 
@@ -81,8 +83,44 @@ class Sources:
         # without a contract intake dependency; a dependency's copy wins where both have one.
         self.project_contract = {str(k): v for k, v in (ctx.contract.fields or {}).items()
                                  if isinstance(v, str | int | float | bool)}
+        # Quotes of every cited id (a synthesis or ranking carries those it cites).
+        self.quotes: dict[str, str] = {}
+        for doc in self.syntheses + self.rankings:
+            self.quotes.update({str(k): str(v) for k, v in (doc.get("quotes") or {}).items()})
+        self.quotes.update({str(e["id"]): str(e.get("quote", "")) for e in self.evidence
+                            if e.get("id") is not None})
+        docs = [*self.syntheses, *self.rankings, *self.verified.values()]
+        self.models = sorted({str(m) for d in docs for m in d.get("models") or []} | {
+            # An artifact written before units recorded their models: only the offline
+            # heuristic writes a notice into its answers.
+            f"{OFFLINE_PROVIDER}/keepstep-offline" for d in docs
+            if "models" not in d and d.get("notice")})
+        self.conflicts = conflict_records(docs)
+        self.titles = {str(s["id"]): str((s.get("header") or {}).get("title") or s.get("title")
+                                         or "") for s in self.inventory if s.get("id")}
+        for doc in self.syntheses + self.rankings:
+            for sid, title in (doc.get("sources") or {}).items():
+                self.titles.setdefault(str(sid), str(title))
+        for doc in self.verified.values():
+            for sid, meta in (doc.get("source_meta") or {}).items():
+                if isinstance(meta, dict) and meta.get("title"):
+                    self.titles.setdefault(str(sid), str(meta["title"]))
+        for e in self.evidence:
+            if e.get("source_title") and e.get("source_id"):
+                self.titles.setdefault(str(e["source_id"]), str(e["source_title"]))
+        for c in self.conflicts:
+            for side in c["sides"]:
+                if side.get("quote"):
+                    self.quotes.setdefault(side["evidence_id"], str(side["quote"]))
+                if side.get("source_title"):
+                    self.titles.setdefault(str(side["source_id"]), str(side["source_title"]))
+        # Findings and ranked items a placeholder already showed (no repetition unless the
+        # template's fill says ``repeat``).
+        self.shown: set[str] = set()
+        self.written: set[str] = set()  # the words of every model-written sentence so far
+        self.plan_title = str(getattr(getattr(ctx.plan, "plan", None), "title", "") or "")
         self.title = str(self.contract.get("title") or self.project_contract.get("title")
-                         or ctx.plan.plan.title or "Research pack")
+                         or self.plan_title or ctx.unit.title)
         self.client = str(self.contract.get("client", ""))
         audiences = sorted({str(d.get("audience")) for d in self.syntheses + self.rankings
                             if d.get("audience") and d.get("audience") != "general"})
@@ -92,8 +130,34 @@ class Sources:
     def risks(self) -> list[dict[str, Any]]:
         return [r for doc in self.rankings for r in doc.get("risks", [])]
 
+    @property
+    def offline(self) -> bool:
+        return any(m.startswith(f"{OFFLINE_PROVIDER}/") for m in self.models)
+
     def notice_line(self) -> str:
-        return f"_Produced with the {self.notice}._" if self.notice else ""
+        """Which models answered (from the units' records of their calls)."""
+        if not self.models:
+            return ""
+        named = [f"{m} (the offline heuristic model: rules, no language model)"
+                 if m.startswith(f"{OFFLINE_PROVIDER}/") else m for m in self.models]
+        return f"_Models that answered: {', '.join(named)}._"
+
+    def offline_notice(self) -> str:
+        """The first line of every document an offline heuristic answered for."""
+        if not self.offline:
+            return ""
+        return ("> **Written by keepstep's offline heuristic model, not a language model**: "
+                "its findings are sentences picked from the sources by rule. Check them "
+                "before relying on them.")
+
+    def fresh(self, key: str, repeat: bool) -> bool:
+        """Whether the item ``key`` may be shown now (marks it shown)."""
+        if repeat:
+            return True
+        if key in self.shown:
+            return False
+        self.shown.add(key)
+        return True
 
     def base_values(self) -> dict[str, str]:
         """The contract fields (every field the contract dependency carries), the audience and
@@ -115,30 +179,171 @@ def with_provenance(text: str, line: str) -> str:
     return text.rstrip("\n") + "\n\n" + line + "\n"
 
 
+# --- disagreements -----------------------------------------------------------------------------
+_LEGACY_CLASS = {"conflict-open": "unexplained", "conflict-resolved": "superseded",
+                 "not-a-conflict": "not-a-conflict"}
+
+
+def conflict_records(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The disagreements recorded in ``docs`` (verified.json's full records, a synthesis's
+    or ranking's copies, older ids/values/status records), one per set of evidence ids:
+    metric, entity, period, cls, holds, holds_ids, reason, applies, sides."""
+    out: dict[frozenset[str], dict[str, Any]] = {}
+    for doc in docs:
+        for c in doc.get("conflicts") or []:
+            if not isinstance(c, dict):
+                continue
+            sides = [dict(s) for s in c.get("sides") or [] if isinstance(s, dict)]
+            if not sides:
+                values = list(c.get("values") or [])
+                sides = [{"evidence_id": str(i), "value": str(values[n]) if n < len(values)
+                          else ""} for n, i in enumerate(c.get("ids") or [])]
+            for side in sides:
+                side["evidence_id"] = str(side.get("evidence_id", ""))
+                side["source_id"] = str(side.get("source_id") or
+                                        side["evidence_id"].rsplit("-e", 1)[0])
+                side["value"] = str(side.get("value", ""))
+            key = frozenset(s["evidence_id"] for s in sides)
+            if not key or key in out:
+                continue
+            cls = str(c.get("class") or _LEGACY_CLASS.get(str(c.get("status")), "unexplained"))
+            out[key] = {"metric": str(c.get("metric") or "a quantity"),
+                        "entity": str(c.get("entity") or ""), "period": str(c.get("period") or ""),
+                        "cls": cls, "holds": str(c.get("holds") or ""),
+                        "holds_ids": [str(i) for i in c.get("holds_ids") or []],
+                        "reason": str(c.get("reason") or ""),
+                        "applies": str(c.get("applies") or ""), "sides": sides}
+    return sorted(out.values(), key=lambda c: natural_key(min(c["sides"][0]["evidence_id"],
+                                                                  default="")))
+
+
+def open_conflicts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [c for c in records if c["cls"] == "unexplained"]
+
+
+def real_conflicts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [c for c in records if c["cls"] != "not-a-conflict"]
+
+
+_VERDICT = {
+    "definition": "Two definitions, both valid",
+    "superseded": "Superseded",
+    "outdated": "Out of date",
+    "unexplained": "Unresolved",
+}
+
+
+def _sentence(text: str) -> str:
+    text = text.strip().rstrip(".").strip()
+    return text[:1].upper() + text[1:] + "." if text else ""
+
+
+def _conflict_line(c: dict[str, Any], src: Sources) -> str:
+    what = c["metric"] + (f" ({', '.join(x for x in (c['entity'], c['period']) if x)})"
+                          if c["entity"] or c["period"] else "")
+    sides = "; ".join(f"{s['value']} {_cite([s['evidence_id']], src.index)}"
+                      for s in c["sides"])
+    if c["cls"] == "unexplained":
+        verdict = ("nothing in the sources says which holds, so the documents state "
+                   "neither value as fact")
+    elif c["cls"] == "definition":
+        verdict = (f"the documents use {c['holds']}" if c["holds"] else
+                   "each value applies to its own definition")
+    else:
+        verdict = f"the documents use {c['holds']}" if c["holds"] else "see why"
+    why = " ".join(x for x in (_sentence(c["applies"]) if c["cls"] == "definition" else "",
+                               _sentence(c["reason"])) if x)
+    return (f"- **{what}**: {sides}. **{_VERDICT.get(c['cls'], c['cls'])}**: {verdict}."
+            + (f" {why}" if why else ""))
+
+
+def caveat(claim: dict[str, Any], src: Sources) -> str:
+    """A note for a finding that cites the losing side of a settled disagreement (a
+    superseded or out-of-date value) or a side of an unresolved one."""
+    ids = set(claim.get("evidence_ids") or [])
+    notes = []
+    for c in real_conflicts(src.conflicts):
+        if c["cls"] == "definition":
+            continue
+        hit = [s for s in c["sides"] if s["evidence_id"] in ids
+               and s["evidence_id"] not in c["holds_ids"]
+               and (c["cls"] == "unexplained" or s["value"] != c["holds"])]
+        if not hit:
+            continue
+        # Figure-free, so the note never adds a figure the line's quotes do not hold.
+        if c["cls"] == "unexplained":
+            notes.append(f"the sources disagree on {c['metric']} and none says which holds")
+        else:
+            state = "superseded" if c["cls"] == "superseded" else "out of date"
+            notes.append(f"its {c['metric']} figure is {state}; the value used is under "
+                         "where the sources disagree")
+    return f" _(Note: {'; '.join(notes)}.)_" if notes else ""
+
+
+def conflicts(src: Sources) -> str:
+    """Every disagreement between sources, each side with its evidence, its class and the
+    value the documents use; the apparent ones after, as such."""
+    real = real_conflicts(src.conflicts)
+    apparent = [c for c in src.conflicts if c["cls"] == "not-a-conflict"]
+    if not real and not apparent:
+        return ("The verified figures hold no disagreement between sources: no two sources "
+                "give different values for the same quantity.")
+    lines = [_conflict_line(c, src) for c in real]
+    if apparent:
+        lines += ["", "Figures that look alike but do not disagree:"]
+        lines += [f"- {c['metric']}: " + ", ".join(
+            f"{s['value']} {_cite([s['evidence_id']], src.index)}" for s in c["sides"])
+            + (f" — {c['reason'].rstrip('.')}." if c["reason"] else ".") for c in apparent]
+    return "\n".join(lines).strip()
+
+
+def gaps(src: Sources) -> str:
+    lines = [f"- {g} ({s.get('title', s.get('unit', ''))})" for s in src.syntheses
+             for g in s.get("gaps") or []]
+    return "\n".join(lines) or "The syntheses name nothing the sources leave unanswered."
+
+
 # --- parts -------------------------------------------------------------------------------------
-def claim_line(claim: dict[str, Any], index: dict[str, dict[str, str]]) -> str:
-    return f"{claim['text']} {_cite(claim['evidence_ids'], index)}"
+def claim_line(claim: dict[str, Any], index: dict[str, dict[str, str]],
+               src: Sources | None = None) -> str:
+    """A finding with its checked calculation and a confidence short of high, then where it
+    comes from."""
+    extra = ""
+    if claim.get("calculation"):
+        extra += f" (calculated: `{claim['calculation']}`)"
+    if claim.get("confidence") in ("medium", "low"):
+        extra += f" _(confidence: {claim['confidence']})_"
+    if src is not None:
+        extra += caveat(claim, src)
+    return f"{claim['text']}{extra} {_cite(claim['evidence_ids'], index)}"
+
+
+def _key(doc: dict[str, Any], item: dict[str, Any]) -> str:
+    """What makes two items the same finding: their words (two syntheses may find one)."""
+    return " ".join(str(item.get("text", item.get("title", ""))).lower().split())
 
 
 def risk_table(src: Sources) -> str:
+    """Each ranking as a table of what it ranks (risks, options, vendors, ...)."""
     if not src.rankings:
-        return "No risk ranking was given for this document."
-    lines = ["| Rank | Risk | Score | Evidence |", "|---|---|---|---|"]
-    lines += [f"| {r['id']} | {r['title']} | {r['score']} | {_cite(r['evidence_ids'], src.index)} |"
-              for r in src.risks()]
+        return "No ranking was given for this document."
+    lines: list[str] = []
     for doc in src.rankings:
-        rounds = len(doc.get("rounds", []))
-        note = (f"Scores are likelihood × impact (1-25). The ranking was settled after "
-                f"{rounds} round(s) of generate → check → revise ({doc.get('stop', '')}).")
+        if len(src.rankings) > 1:
+            lines += [f"**{doc.get('title', '')}**", ""]
+        lines += ranking_table(doc, lambda ids: _cite(ids, src.index))
+        if str(doc.get("ranks") or "risks") == "risks":
+            lines += ["", "Scores are likelihood × impact (1-25)."]
         if doc.get("converged") is False:
-            note += " It did not converge: the check's open problems are listed with it."
-        lines += ["", note]
-    return "\n".join(lines)
+            lines += ["", "This ranking's check still found problems it could not settle: "
+                      "they are listed with the open problems."]
+        lines.append("")
+    return "\n".join(lines).strip()
 
 
-def executive_summary(src: Sources) -> str:
-    summary = [f"- **{s['title']}**: {claim_line(s['claims'][0], src.index)}"
-               for s in src.syntheses if s.get("claims")]
+def executive_summary(src: Sources, repeat: bool = False) -> str:
+    summary = [f"- **{s['title']}**: {claim_line(c, src.index, src)}"
+               for s in src.syntheses if (c := _first_fresh(src, s, repeat)) is not None]
     if src.risks():
         top = src.risks()[0]
         summary.append(f"- **Top risk**: {top['title']} (score {top['score']}) "
@@ -146,12 +351,19 @@ def executive_summary(src: Sources) -> str:
     return "\n".join(summary) or "No synthesis was given for this report."
 
 
-def findings(src: Sources) -> str:
+def findings(src: Sources, repeat: bool = False) -> str:
     lines: list[str] = []
     for s in src.syntheses:
+        claims = s.get("claims", [])
+        fresh = [c for c in claims if src.fresh(_key(s, c), repeat)]
         lines += [f"### {s['title']}", "", f"_Question: {s['question']}_", ""]
-        lines += [f"{n}. {claim_line(c, src.index)}"
-                  for n, c in enumerate(s.get("claims", []), start=1)] or ["No findings."]
+        if len(fresh) < len(claims):
+            lines += ["(Its findings shown above are not repeated here.)", ""]
+        lines += [f"{n}. {claim_line(c, src.index, src)}"
+                  for n, c in enumerate(fresh, start=1)] or (
+            [] if claims else ["No findings."])
+        if s.get("gaps"):
+            lines += ["", "Not answered by the sources: " + "; ".join(s["gaps"])]
         lines.append("")
     return "\n".join(lines).strip() or "No findings."
 
@@ -167,10 +379,37 @@ def top_risks(src: Sources, n: int = TOP_RISKS) -> str:
     return "\n".join(top) or "No ranked risks."
 
 
-def supporting_findings(src: Sources) -> str:
-    support = [f"- **{s['title']}**: {claim_line(s['claims'][0], src.index)}"
-               for s in src.syntheses if s.get("claims")]
+def supporting_findings(src: Sources, repeat: bool = False) -> str:
+    support = [f"- **{s['title']}**: {claim_line(c, src.index, src)}"
+               for s in src.syntheses if (c := _first_fresh(src, s, repeat)) is not None]
+    if not support and any(s.get("claims") for s in src.syntheses):
+        return "The findings that support it are in the summary above."
     return "\n".join(support) or "No supporting findings were given."
+
+
+def _first_fresh(src: Sources, synthesis: dict[str, Any], repeat: bool) -> dict[str, Any] | None:
+    """The synthesis's first finding the document has not shown yet (marked shown)."""
+    return next((c for c in synthesis.get("claims", [])
+                 if src.fresh(_key(synthesis, c), repeat)), None)
+
+
+def section_by_rule(src: Sources, of: list[str], repeat: bool = False) -> str:
+    """A written section composed by rule (the offline heuristic's way) from what ``of``
+    names: the findings not shown yet, the rankings, the disagreements, the gaps."""
+    parts: list[str] = []
+    if "findings" in of:
+        lines = [f"- {claim_line(c, src.index, src)}" for s in src.syntheses
+                 for c in s.get("claims", []) if src.fresh(_key(s, c), repeat)]
+        parts.append("\n".join(lines) or "Every finding is shown above.")
+    if "rankings" in of:
+        parts.append(risk_table(src))
+    if "conflicts" in of:
+        parts.append(conflicts(src))
+    if "gaps" in of:
+        parts.append(gaps(src))
+    if "evidence" in of:
+        parts.append(evidence(src, [], None))
+    return "\n\n".join(p for p in parts if p)
 
 
 GENERIC_RULES: dict[str, Any] = {
@@ -258,20 +497,6 @@ def evidence(src: Sources, topics: list[str], n: int | None) -> str:
     return "\n".join(lines)
 
 
-def conflicts(src: Sources) -> str:
-    found = [c for doc in src.verified.values() for c in doc.get("conflicts", [])
-             if isinstance(c, dict)]
-    if not found:
-        return "No conflicting figures were found."
-    lines = []
-    for c in found:
-        ids = [str(i) for i in c.get("ids", [])]
-        values = " vs ".join(str(v) for v in c.get("values", []))
-        lines.append(f"- {c.get('metric', 'a quantity')}: {values} {_cite(ids, src.index)} — "
-                     f"{c.get('reason', '')} ({c.get('status', 'conflict-open')})")
-    return "\n".join(lines)
-
-
 def audit(src: Sources) -> str:
     if not src.audits:
         return "No audit was given."
@@ -296,15 +521,22 @@ def fill_part(ctx: UnitContext, part: str, spec: FillSpec | None, default: Sourc
     """The text of one part (``spec`` narrows where it draws from and how much)."""
     src = Sources(ctx, spec.from_) if spec is not None and spec.from_ else default
     n = spec.n if spec is not None else None
+    repeat = spec.repeat if spec is not None else False
+    if spec is not None and spec.from_:
+        src.shown = default.shown  # one document: what it showed, whatever a part draws from
     values = src.base_values()
     if part in values:
         return values[part]
     if part == "executive_summary":
-        return executive_summary(src)
+        return executive_summary(src, repeat)
     if part == "findings":
-        return findings(src)
+        return findings(src, repeat)
     if part == "supporting_findings":
-        return supporting_findings(src)
+        return supporting_findings(src, repeat)
+    if part == "section":
+        return section_by_rule(src, list(spec.of) if spec is not None else [], repeat)
+    if part == "gaps":
+        return gaps(src)
     if part == "risks":
         return risk_table(src)
     if part == "top_risks":
@@ -334,5 +566,6 @@ def fill_part(ctx: UnitContext, part: str, spec: FillSpec | None, default: Sourc
     raise KeyError(part)
 
 
-__all__ = ["PARTS", "TABLE_COLUMNS", "Sources", "claim_line", "fill_part", "recommendation",
+__all__ = ["PARTS", "TABLE_COLUMNS", "Sources", "claim_line", "conflict_records", "fill_part",
+           "open_conflicts", "real_conflicts", "recommendation", "section_by_rule",
            "with_provenance"]

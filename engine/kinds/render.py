@@ -37,8 +37,11 @@ from keepstep.engine.core.presets import (
     document_output,
 )
 from keepstep.engine.core.templates import placeholders, syntax_error
+from keepstep.engine.gateway.answers import problem
+from keepstep.engine.kinds.claims import claim_rules
 from keepstep.engine.kinds.common import (
     CSV,
+    LOCATED_CITE_RE,
     MARKDOWN,
     cite,
     cited_evidence_ids,
@@ -48,15 +51,8 @@ from keepstep.engine.kinds.common import (
 )
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, run_model_step
-from keepstep.engine.kinds.parts import (
-    PARTS,
-    TABLE_COLUMNS,
-    TOP_RISKS,
-    Sources,
-    fill_part,
-    with_provenance,
-)
-from keepstep.engine.kinds.synthesize import Claim, claim_rules
+from keepstep.engine.kinds.parts import PARTS, TABLE_COLUMNS, TOP_RISKS, Sources, fill_part
+from keepstep.engine.kinds.synthesize import Claim, support_judge
 
 # A column of a table template: a list item such as "- source_id" or "- `quote`".
 _COLUMN_ITEM_RE = re.compile(r"^\s*[-*+]\s+`?([A-Za-z_][A-Za-z0-9_]*)`?\s*$", re.MULTILINE)
@@ -116,45 +112,108 @@ def _evidence_table(src: Sources, template: str, params: RenderParams) -> tuple[
     for e in rows:
         row = {**{k: str(e.get(k, "")) for k in TABLE_COLUMNS},
                "group": str(e.get("group") or src.index.get(str(e["id"]), {}).get("group", "")),
-               "figures": "; ".join(str(f) for f in e.get("figures", []))}
+               "figures": "; ".join(str(f) for f in e.get("figures", [])),
+               "models": "; ".join(src.models)}
         writer.writerow([row.get(h, "") for h in header])
     return out.getvalue(), problems
 
 
+def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
+                    inputs: dict[str, Any], quotes: dict[str, str]) -> tuple[str | None,
+                                                                              list[StepResult]]:
+    """Sentences a model writes for one section from ``inputs`` only, each checked (cited
+    ids among ``quotes``, every figure in a quote it cites or given by a checked
+    calculation, supported by its quotes) before the section is accepted."""
+    record: dict[str, Any] = {}
+    base_rules = claim_rules("sentences", quotes)
+    shown = set(src.written) | set(src.shown)
+
+    def rules(answer: Any, given: Any) -> list[Any]:
+        # No sentence repeats what the document already says (a finding or an earlier
+        # written sentence): the section must add to it.
+        return base_rules(answer, given) + [
+            problem(f"sentences[{n}].text", "repeated", "the document already says this; "
+                    "write what this section adds, or leave the sentence out", c.text)
+            for n, c in enumerate(answer.sentences) if _words(c.text) in shown]
+
+    step = run_model_step(ctx, prompt="render", inputs={
+        "task": "render", "document": document, "section": section,
+        "audience": src.audience, **inputs,
+        "evidence": {k: v.strip() for k, v in sorted(quotes.items())}},
+        schema=RenderAnswer, rules=rules,
+        judge=support_judge(ctx, "sentences", quotes, record))
+    steps = [step, *record.get("steps", [])]
+    if not step.ok:
+        return None, steps
+    lines = [f"- {c.text.strip()} {cite(c.evidence_ids, src.index, locators=True)}"
+             for c in step.value.sentences]
+    src.written |= {_words(c.text) for c in step.value.sentences}
+    return "\n".join(lines) or "Nothing to add to what the sections above say.", steps
+
+
+def _words(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
 def _prose(ctx: UnitContext, src: Sources, document: str,
-           section: str) -> tuple[str | None, StepResult]:
-    """The model-written section (``None`` when the step failed) and the step."""
+           section: str) -> tuple[str | None, list[StepResult]]:
+    """The model-written section ``params.prose`` names, from every synthesis and the top
+    risks; each sentence cites the quotes that hold its figures (the real quotes of the ids
+    it names)."""
     findings = [{"title": s.get("title", ""), "question": s.get("question", ""),
                  "claims": [{"text": c.get("text", ""), "evidence_ids": c.get("evidence_ids", [])}
                             for c in s.get("claims", [])]} for s in src.syntheses]
     risks = [{"title": r["title"], "score": r["score"], "evidence_ids": r["evidence_ids"]}
              for r in src.risks()[:TOP_RISKS]]
-    quotes = {str(e["id"]): str(e.get("quote", "")) for e in src.evidence}
-    # Ids cited by a finding or risk but not among the verified evidence given here carry
-    # the text that cites them, so a sentence restating that text passes the figure rule.
-    for item in [c for f in findings for c in f["claims"]] + [
-            {"text": r["title"], "evidence_ids": r["evidence_ids"]} for r in risks]:
-        for i in item["evidence_ids"]:
-            quotes[str(i)] = quotes.get(str(i), "") + " " + str(item["text"])
-    inputs = {"task": "render", "document": document, "section": section,
-              "audience": src.audience, "findings": findings, "risks": risks,
-              "evidence": {k: v.strip() for k, v in sorted(quotes.items())}}
-    step = run_model_step(ctx, prompt="render", inputs=inputs, schema=RenderAnswer,
-                          rules=claim_rules("sentences", quotes))
-    if not step.ok:
-        return None, step
-    lines = [f"- {c.text.strip()} {cite(c.evidence_ids, src.index)}"
-             for c in step.value.sentences]
-    return "\n".join(lines), step
+    cited = {str(i) for f in findings for c in f["claims"] for i in c["evidence_ids"]} | {
+        str(i) for r in risks for i in r["evidence_ids"]}
+    quotes = {i: src.quotes[i] for i in cited if i in src.quotes}
+    return _sentences_step(ctx, src, document, section,
+                           {"findings": findings, "risks": risks}, quotes)
+
+
+def _written_section(ctx: UnitContext, src: Sources, document: str, section: str,
+                     of: list[str]) -> tuple[str | None, list[StepResult]]:
+    """A section a model writes from what ``of`` names (of ``src``'s units) and nothing
+    else: findings, rankings, disagreements, gaps, evidence."""
+    inputs: dict[str, Any] = {"made_of": of}
+    cited: set[str] = set()
+    if "findings" in of:
+        # Only the findings the document has not shown yet: the section adds to it.
+        fresh = [(s, [c for c in s.get("claims", []) if _words(str(c.get("text", "")))
+                      not in src.shown]) for s in src.syntheses]
+        inputs["findings"] = [
+            {"title": s.get("title", ""), "question": s.get("question", ""),
+             "claims": [{k: c[k] for k in ("text", "evidence_ids", "calculation", "confidence")
+                         if c.get(k)} for c in claims]} for s, claims in fresh if claims]
+        cited |= {str(i) for _, claims in fresh for c in claims
+                  for i in c.get("evidence_ids", [])}
+    if "rankings" in of:
+        inputs["rankings"] = [{"title": d.get("title", ""), "ranks": d.get("ranks", "risks"),
+                               "criteria": d.get("criteria", []), "items": d.get("risks", [])}
+                              for d in src.rankings]
+        cited |= {str(i) for r in src.risks() for i in r.get("evidence_ids", [])}
+    if "conflicts" in of:
+        inputs["conflicts"] = src.conflicts
+        cited |= {s["evidence_id"] for c in src.conflicts for s in c["sides"]}
+    if "gaps" in of:
+        inputs["gaps"] = [g for s in src.syntheses for g in s.get("gaps") or []]
+    if "evidence" in of:
+        cited |= {str(e["id"]) for e in src.evidence}
+    quotes = {i: src.quotes[i] for i in cited if i in src.quotes}
+    return _sentences_step(ctx, src, document, section, inputs, quotes)
 
 
 def _fill_values(ctx: UnitContext, params: RenderParams, names: list[str], src: Sources
-                 ) -> tuple[dict[str, str], list[str]]:
-    """A value for every placeholder; the names nothing fills are returned (and kept as
-    written)."""
+                 ) -> tuple[dict[str, str], list[str], list[StepResult], list[str]]:
+    """A value for every placeholder, in the template's order (so an item shows once);
+    the names nothing fills, the model steps, and the written sections that failed."""
     values: dict[str, str] = {}
     unknown: list[str] = []
+    steps: list[StepResult] = []
+    failed: list[str] = []
     base = src.base_values()
+    writes = not ctx.model_profile().offline
     for name in names:
         spec = params.fill.get(name)
         if isinstance(spec, str):
@@ -163,12 +222,97 @@ def _fill_values(ctx: UnitContext, params: RenderParams, names: list[str], src: 
         if spec is None and name in base:
             values[name] = base[name]
             continue
+        if writes and (name == params.prose or (part == "section" and spec is not None)):
+            ctx.safe_point(f"write the {name} of {params.document}")
+            if part == "section" and spec is not None:
+                section_src = Sources(ctx, spec.from_) if spec.from_ else src
+                section_src.shown, section_src.written = src.shown, src.written
+                text, made = _written_section(ctx, section_src, params.document, name,
+                                              list(spec.of))
+            else:
+                text, made = _prose(ctx, src, params.document, name)
+            steps += made
+            if text is not None:
+                values[name] = text
+                _mark_restated(src, text)
+                continue
+            failed += [f"{name}: {p.line()}" for p in made[0].problems]
         try:
             values[name] = fill_part(ctx, part, spec, src)
         except KeyError:
             unknown.append(name)
             values[name] = "{{ " + name + " }}"
-    return values, unknown
+    return values, unknown, steps, failed
+
+
+_FOOTNOTE_QUOTE_CHARS = 220
+
+
+def _mark_restated(src: Sources, written: str) -> None:
+    """Findings a written section restates (their words within its text) count as shown,
+    so a later part does not repeat them."""
+    said = " ".join(written.lower().split())
+    for s in src.syntheses:
+        for c in s.get("claims", []):
+            key = " ".join(str(c.get("text", "")).lower().split())
+            if key and key in said:
+                src.shown.add(key)
+
+
+def with_footnotes(text: str, src: Sources) -> str:
+    """Citations a reader can follow: each ``[ids] (source, locator; ...)`` becomes the
+    sources' titles and locators, with the evidence ids and their quotes as a numbered
+    footnote (one per distinct citation). The footnote keeps the ``[ids] (source, locator)``
+    form, so the audit reads the same ids and sources back."""
+    notes: dict[str, int] = {}
+
+    def sub(match: re.Match[str]) -> str:
+        whole = match.group(0)
+        n = notes.setdefault(whole, len(notes) + 1)
+        ids = sorted(cited_evidence_ids(whole), key=natural_key)
+        where: dict[str, list[str]] = {}
+        for i in ids:
+            if i in src.index and src.index[i]["source_id"]:
+                locs = where.setdefault(src.index[i]["source_id"], [])
+                loc = src.index[i].get("locator", "")
+                if loc and loc not in locs:
+                    locs.append(loc)
+        places = []
+        for sid, locs in where.items():
+            title = src.titles.get(sid, "")
+            name = f"{title} ({sid})" if title else sid
+            places.append(f"{name}, {' · '.join(locs)}" if locs else name)
+        human = "; ".join(places) or ", ".join(ids)
+        return f"({human.replace('|', '/')})[^{n}]"
+
+    body = LOCATED_CITE_RE.sub(sub, text)
+    if not notes:
+        return text
+    lines = ["", "---", ""]
+    for whole, n in notes.items():
+        ids = sorted(cited_evidence_ids(whole), key=natural_key)
+        quoted = "; ".join(
+            f"{i}: “{_short(src.quotes[i])}”" for i in ids if src.quotes.get(i))
+        lines.append(f"[^{n}]: {whole}" + (f" — {quoted}" if quoted else ""))
+    return body.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
+
+
+def _short(quote: str) -> str:
+    text = " ".join(quote.split()).replace("|", "/")
+    return text if len(text) <= _FOOTNOTE_QUOTE_CHARS else \
+        text[: _FOOTNOTE_QUOTE_CHARS - 1] + "…"
+
+
+def repeated_items(text: str) -> list[str]:
+    """List items citing evidence (findings, ranked items) that appear more than once in a
+    document (a template's own fixed text may repeat)."""
+    seen: dict[str, int] = {}
+    for line in text.splitlines():
+        m = re.match(r"^\s*(?:\d+[.)]|[-*+])\s+(.{40,})$", line)
+        if m and cited_evidence_ids(line):
+            key = " ".join(m.group(1).split())
+            seen[key] = seen.get(key, 0) + 1
+    return [k for k, n in seen.items() if n > 1]
 
 
 def render_text(template: str, values: dict[str, str]) -> str:
@@ -184,7 +328,7 @@ def render_text(template: str, values: dict[str, str]) -> str:
 @register(SPEC)
 def run(ctx: UnitContext) -> KindOutcome:
     shape: list[str] = []
-    step: StepResult | None = None
+    steps: list[StepResult] = []
     try:
         params = RenderParams.model_validate(ctx.unit.params)
     except ValidationError as exc:
@@ -216,15 +360,20 @@ def run(ctx: UnitContext) -> KindOutcome:
             text, unknown = template, list[str]()
         else:
             names = placeholders(template)
-            values, unknown = _fill_values(ctx, params, names, src)
-            if params.prose and params.prose in values and not ctx.model_profile().offline:
-                ctx.safe_point(f"write the {params.prose} of {document}")
-                prose, step = _prose(ctx, src, document, params.prose)
-                if prose is not None:
-                    values[params.prose] = prose
-                else:
-                    shape += [f"{params.prose}: {p.line()}" for p in step.problems]
-            text = with_provenance(render_text(template, values), src.notice_line())
+            values, unknown, steps, failed = _fill_values(ctx, params, names, src)
+            shape += failed
+            text = render_text(template, values)
+            repeats = [r for r in repeated_items(text)
+                       if not any(isinstance(f, FillSpec) and f.repeat
+                                  for f in params.fill.values())]
+            shape += [f"repeats across sections: {r[:80]}" for r in repeats]
+            first = src.offline_notice()
+            if first:
+                text = first + "\n\n" + text
+            if "notice" not in names and src.notice_line():
+                # Every document names the models that answered, whatever its template.
+                text = text.rstrip("\n") + "\n\n" + src.notice_line() + "\n"
+            text = with_footnotes(text, src)
         shape += [f"template {name} uses unknown placeholder {{{{{u}}}}}" for u in unknown]
         cited = cited_evidence_ids(text)
         cited_sources = cited_source_ids(text)
@@ -242,8 +391,8 @@ def run(ctx: UnitContext) -> KindOutcome:
         validators=[result("structure", shape, f"{output} rendered"),
                     result("citations", citations, "every cited id is verified evidence")],
         facts=facts,
-        problems=[p.model_dump() for p in (step.problems if step else [])],
-        answers=list(step.answers if step else []),
+        problems=[p.model_dump() for s in steps[:1] for p in s.problems],
+        answers=[a for s in steps for a in s.answers],
     )
 
 

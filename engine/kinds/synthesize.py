@@ -19,20 +19,28 @@ forward flagged (``converged: false`` and the open problems in ranking.json), so
 unit can record the risk.
 
 Every claim must cite evidence ids of the given evidence, and every figure a claim states
-must appear in the evidence it cites (``figure_problems``): what a model writes stays
-grounded, and the rules say exactly which claim broke which rule when it does not.
+must appear in the evidence it cites or come from a checked calculation (``kinds.claims``):
+what a model writes stays grounded, and the rules say exactly which claim broke which rule
+when it does not. A claims answer that passes the rules is then checked against its quotes
+(the support check) and revised where they do not support it.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from keepstep.engine.gateway.answers import Problem, problem
 from keepstep.engine.gateway.offline_rules import normalise
+from keepstep.engine.kinds.claims import (
+    SupportAnswer,
+    claim_rules,
+    figures_of,
+    support_inputs,
+    support_problems,
+)
 from keepstep.engine.kinds.common import (
     JSON,
     MARKDOWN,
@@ -56,7 +64,14 @@ class Claim(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     text: str = Field(description="one or two sentences")
-    evidence_ids: list[str] = Field(description="the ids of the evidence it rests on")
+    evidence_ids: list[str] = Field(description="the ids of the evidence it rests on (the "
+                                    "quote that holds each figure it states)")
+    calculation: str | None = Field(default=None, description="for a derived figure (a "
+                                    "price, margin, break-even): the arithmetic from figures "
+                                    "of the cited quotes, e.g. \"1200 * (1 - 15%) = 1020\"; "
+                                    "code recomputes it")
+    confidence: Literal["high", "medium", "low"] | None = Field(
+        default=None, description="how firmly the cited evidence carries the claim")
 
 
 class SynthesisAnswer(BaseModel):
@@ -66,19 +81,31 @@ class SynthesisAnswer(BaseModel):
 
     claims: list[Claim]
     summary: str = ""
+    gaps: list[str] = Field(default_factory=list, description="what the question needs and "
+                            "the evidence does not answer, one short sentence each")
 
 
 class Risk(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     id: str = Field(description="R1, R2, ... from the top")
-    title: str
-    score: int = Field(description="likelihood (1-5) x impact (1-5)")
+    title: str = Field(description="what is ranked: the risk, option, vendor or price point")
+    score: int = Field(description="risks: likelihood (1-5) x impact (1-5); other rankings: "
+                       "1-25 on the question's criteria, higher is better")
     evidence_ids: list[str]
+    criteria: dict[str, str] = Field(default_factory=dict, description="the value of each "
+                                     "criterion INPUT names (its columns), as stated or "
+                                     "derived from the cited quotes")
+    likelihood: int | None = Field(default=None, description="risks: 1-5")
+    impact: int | None = Field(default=None, description="risks: 1-5")
+    rationale: str = Field(default="", description="why it ranks here, from the quotes")
+    owner: str = Field(default="", description="who should own it, when INPUT asks")
+    mitigation: str = Field(default="", description="what reduces it, when INPUT asks")
 
 
 class RankAnswer(BaseModel):
-    """The rank step's answer: risks from the highest score down."""
+    """The rank step's answer: what the unit ranks (risks, options, vendors, ...) from the
+    highest score down."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -95,44 +122,31 @@ class CheckAnswer(BaseModel):
     problems: list[str]
 
 
-# A figure standing on its own: "2026", "4.5%", "1,250" — not the digits of "S01" or "A1-e3".
-_FIGURE_RE = re.compile(r"(?<![A-Za-z0-9_.,-])\d+(?:[.,]\d+)*%?(?![A-Za-z0-9_-])")
+def support_judge(ctx: UnitContext, field_name: str, quotes: Mapping[str, str],
+           record: dict[str, Any]) -> Any:
+    """The support check of a claims answer (see ``kinds.claims``): its verdicts go into
+    ``record`` (claim -> verdict), its calls into ``record["steps"]``."""
 
-
-def figures_of(text: str) -> list[str]:
-    """The stand-alone figures of a text, in order."""
-    return _FIGURE_RE.findall(text)
-
-
-def figure_problems(at: str, text: str, ids: list[str], quotes: Mapping[str, str]) -> list[Problem]:
-    """A problem per figure of ``text`` that none of the cited quotes contains."""
-    cited = set()
-    for i in ids:
-        cited |= set(figures_of(normalise(quotes.get(i, ""))))
-    return [problem(f"{at}.text", "cited_figure", "the figure is in none of the cited quotes",
-                    f) for f in figures_of(normalise(text)) if f not in cited]
-
-
-def claim_rules(field_name: str, quotes: Mapping[str, str]) -> Any:
-    """Rules for an answer of claims: text, at least one known id, figures in the cited
-    quotes."""
-
-    def rules(answer: Any, inputs: Mapping[str, Any]) -> list[Problem]:
+    def judge(answer: Any) -> list[Problem]:
         claims = getattr(answer, field_name)
-        problems: list[Problem] = []
-        if quotes and not claims:
-            problems.append(problem(field_name, "non_empty", "no claims were made"))
-        for n, c in enumerate(claims):
-            at = f"{field_name}[{n}]"
-            if not c.text.strip():
-                problems.append(problem(f"{at}.text", "required", "the claim has no text"))
-            if not c.evidence_ids:
-                problems.append(problem(f"{at}.evidence_ids", "cites", "cites no evidence"))
-            problems += known_ids(f"{at}.evidence_ids", c.evidence_ids, set(quotes))
-            problems += figure_problems(at, c.text, c.evidence_ids, quotes)
-        return problems
+        # The offline heuristic's claims are its quotes' own sentences: its support rule could
+        # only repeat the figure check code has already made, so it is not asked (a call
+        # that adds nothing).
+        if not claims or ctx.model_profile().offline:
+            return []
+        ctx.safe_point(f"check {len(claims)} claim(s) against their quotes")
+        step = run_model_step(ctx, prompt="support", schema=SupportAnswer,
+                              inputs=support_inputs(field_name, claims, quotes),
+                              label="support check")
+        record.setdefault("steps", []).append(step)
+        if not step.ok:
+            record["verdicts"] = {}
+            return []
+        record["verdicts"] = {v.claim: v.verdict for v in step.value.verdicts}
+        return support_problems(field_name, claims, step.value)
 
-    return rules
+    return judge
+
 
 SYNTHESIZE = KindSpec(
     name="synthesize",
@@ -200,6 +214,65 @@ def _prompt(ctx: UnitContext, default: str, key: str = "prompt") -> str:
 
 
 # --- synthesize ------------------------------------------------------------------------
+def conflicts_of(ctx: UnitContext, quotes: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The disagreements the verify dependencies recorded that touch the evidence of
+    ``quotes``, as a prompt carries them: each side's value, evidence and quote, the class
+    and the value that holds."""
+    evidence_ids = set(quotes)
+    out = []
+    for dep, name in verified_deps(ctx):
+        for c in ctx.dep_json(dep.id, name).get("conflicts") or []:
+            if not isinstance(c, dict):
+                continue
+            sides = [s for s in c.get("sides") or [] if isinstance(s, dict)]
+            ids = {str(s.get("evidence_id")) for s in sides} or {str(i) for i in c.get("ids", [])}
+            if not ids & evidence_ids:
+                continue
+            out.append({k: v for k, v in {
+                "metric": c.get("metric"), "entity": c.get("entity"), "period": c.get("period"),
+                "class": c.get("class") or c.get("status"), "holds": c.get("holds"),
+                "holds_ids": c.get("holds_ids"), "reason": c.get("reason"),
+                "applies": c.get("applies"),
+                "sides": [{**{k: s[k] for k in ("evidence_id", "value", "source_id", "quote",
+                                                "locator", "source_title", "source_date")
+                              if s.get(k) not in (None, "")},
+                           **({} if s.get("quote") or str(s.get("evidence_id")) not in quotes
+                              else {"quote": quotes[str(s.get("evidence_id"))]})}
+                          for s in sides]}.items()
+                if v not in (None, "", [])})
+    return out
+
+
+def source_titles(ctx: UnitContext, evidence: list[dict[str, Any]],
+                  ids: set[str]) -> dict[str, str]:
+    """The title of each source ``ids`` come from, so a document can name it: the verify
+    dependencies' source metadata (``source_meta``), else the evidence's own, else the
+    source's header lines."""
+    meta: dict[str, Any] = {}
+    for dep, name in verified_deps(ctx):
+        given = ctx.dep_json(dep.id, name).get("source_meta")
+        if isinstance(given, dict):
+            meta.update(given)
+    out: dict[str, str] = {}
+    for e in evidence:
+        sid = str(e.get("source_id", ""))
+        if str(e.get("id")) not in ids or not sid or sid in out:
+            continue
+        title = str((meta.get(sid) or {}).get("title") or e.get("source_title") or "")
+        if not title:
+            try:
+                title = str(ctx.source_header(sid).get("title") or "")
+            except Exception:  # noqa: BLE001 - a title is a courtesy; the id still cites it
+                title = ""
+        if title:
+            out[sid] = title
+    return dict(sorted(out.items()))
+
+
+def models_of(*steps: StepResult | None) -> list[str]:
+    return sorted({m for s in steps if s is not None for m in s.models})
+
+
 @register(SYNTHESIZE)
 def run_synthesize(ctx: UnitContext) -> KindOutcome:
     evidence, shape = verified_evidence(ctx)
@@ -207,18 +280,23 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
     audience, question = audience_for(ctx), question_for(ctx)
     response: dict[str, Any] = {}
     step: StepResult | None = None
+    support: dict[str, Any] = {}
+    quotes = {str(e["id"]): str(e.get("quote", "")) for e in evidence}
+    conflicts = conflicts_of(ctx, quotes)
     if evidence:
         ctx.safe_point(f"synthesize over {len(evidence)} statement(s)")
-        quotes = {str(e["id"]): str(e.get("quote", "")) for e in evidence}
         step = run_model_step(ctx, prompt=_prompt(ctx, "synthesize"), inputs={
             "task": "synthesize", "question": question, "audience": audience,
-            "evidence": evidence, **reading_hints(ctx, audience)}, schema=SynthesisAnswer,
-            rules=claim_rules("claims", quotes))
+            "evidence": evidence, **({"conflicts": conflicts} if conflicts else {}),
+            **reading_hints(ctx, audience)}, schema=SynthesisAnswer,
+            rules=claim_rules("claims", quotes),
+            judge=support_judge(ctx, "claims", quotes, support))
         response = step.parsed
         shape += [p.line() for p in step.problems if p.rule != "known_id"]
     raw = response.get("claims") if isinstance(response, dict) else None
     if evidence and not isinstance(raw, list):
         shape.append("the response has no claims list")
+    verdicts = support.get("verdicts", {})
     claims: list[dict[str, Any]] = []
     for n, c in enumerate(raw if isinstance(raw, list) else [], start=1):
         c = c if isinstance(c, dict) else {}
@@ -227,20 +305,35 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
             shape.append(f"claim C{n} has no text")
         if not ids:
             shape.append(f"claim C{n} cites no evidence")
-        claims.append({"id": f"C{n}", "text": str(c.get("text", "")).strip(),
-                       "evidence_ids": ids, "source_ids": _source_ids(ids, index)})
+        claim = {"id": f"C{n}", "text": str(c.get("text", "")).strip(),
+                 "evidence_ids": ids, "source_ids": _source_ids(ids, index)}
+        for key in ("calculation", "confidence"):
+            if c.get(key):
+                claim[key] = str(c[key])
+        if f"claims[{n - 1}]" in verdicts:
+            claim["support"] = verdicts[f"claims[{n - 1}]"]
+        claims.append(claim)
     if evidence and not claims:
         shape.append("no claims were made")
     citations = [f"{c['id']} cites unknown evidence {i}" for c in claims
                  for i in c["evidence_ids"] if i not in index]
-
+    gaps = [str(g) for g in (response.get("gaps") or []) if str(g).strip()] \
+        if isinstance(response, dict) and isinstance(response.get("gaps"), list) else []
+    checks: list[StepResult] = support.get("steps", [])
+    models = models_of(step, *checks)
     notice = "; ".join(notices(response))
+    cited = {i for c in claims for i in c["evidence_ids"]}
     doc: dict[str, Any] = {"unit": ctx.unit.id, "title": ctx.unit.title, "question": question,
-           "audience": audience, "claims": claims, "evidence": index, "notice": notice}
+           "audience": audience, "claims": claims, "evidence": index, "notice": notice,
+           "quotes": {i: quotes[i] for i in sorted(cited, key=natural_key) if i in quotes},
+           "gaps": gaps, "conflicts": conflicts, "models": models,
+           "sources": source_titles(ctx, evidence, cited)}
     lines = [f"# {ctx.unit.title}", "", f"Question: {question}", "",
              f"Written for: {audience}", ""]
     lines += [f"{n}. {c['text']} {cite(c['evidence_ids'], index)}"
               for n, c in enumerate(claims, start=1)] or ["No findings: no verified evidence."]
+    if gaps:
+        lines += ["", "Not answered by the sources:", *[f"- {g}" for g in gaps]]
     if notice:
         lines += ["", f"_{notice}_"]
     sources = sorted({s for c in claims for s in c["source_ids"]}, key=natural_key)
@@ -251,15 +344,19 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
                     result("citations", citations, "every cited id is in the given evidence")],
         facts={"claims": len(claims), "evidence_count": len(evidence), "audience": audience},
         problems=[p.model_dump() for p in (step.problems if step else [])],
-        answers=list(step.answers if step else []),
+        answers=list(step.answers if step else []) + [a for s in checks for a in s.answers],
     )
 
 
 # --- rank ------------------------------------------------------------------------------
-def _rank_rules(known: set[str], quotes: Mapping[str, str]) -> Any:
+def _rank_rules(known: set[str], quotes: Mapping[str, str],
+                asks: Mapping[str, Any] | None = None) -> Any:
     """What a ranking must satisfy whatever the model says: ids unique, scores 1-25, sorted,
-    cited ids known, a figure in a title in the evidence it cites. (Whether the evidence
-    bears a risk out is the claim check's question.)"""
+    cited ids known, a figure in a title in the evidence it cites, a value for every
+    criterion and every field the unit asks for, and a risk's score its likelihood × impact
+    when it gives both. (Whether the evidence bears an item out is the claim check's
+    question.)"""
+    asks = asks or {}
 
     def rules(answer: RankAnswer, inputs: Mapping[str, Any]) -> list[Problem]:
         problems: list[Problem] = []
@@ -267,6 +364,15 @@ def _rank_rules(known: set[str], quotes: Mapping[str, str]) -> Any:
         previous: int | None = None
         for n, risk in enumerate(answer.risks):
             at = f"risks[{n}]"
+            problems += [problem(f"{at}.criteria", "criterion", "gives no value for the "
+                                 "criterion (write \"not stated\" when no quote gives one)", c)
+                         for c in asks.get("criteria", []) if not str(
+                             risk.criteria.get(c, "")).strip()]
+            problems += [problem(f"{at}.{f}", "asked", "the unit asks for it")
+                         for f in asks.get("ask", []) if getattr(risk, f, None) in (None, "")]
+            if risk.likelihood and risk.impact and risk.likelihood * risk.impact != risk.score:
+                problems.append(problem(f"{at}.score", "product", f"is not likelihood × impact "
+                                        f"({risk.likelihood} × {risk.impact})", risk.score))
             if risk.id in seen:
                 problems.append(problem(f"{at}.id", "unique", "is listed twice", risk.id))
             seen.add(risk.id)
@@ -289,23 +395,64 @@ def _rank_rules(known: set[str], quotes: Mapping[str, str]) -> Any:
     return rules
 
 
+RANK_FIELDS = ("likelihood", "impact", "rationale", "owner", "mitigation")
+
+
 def _risks_of(response: Any, index: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
     raw = response.get("risks") if isinstance(response, dict) else None
     risks = []
     for r in raw if isinstance(raw, list) else []:
         if isinstance(r, dict):
             ids = [str(i) for i in r.get("evidence_ids") or []]
-            risks.append({"id": str(r.get("id", "")), "title": str(r.get("title", "")),
-                          "score": r.get("score"), "evidence_ids": ids,
-                          "source_ids": _source_ids(ids, index)})
+            item = {"id": str(r.get("id", "")), "title": str(r.get("title", "")),
+                    "score": r.get("score"), "evidence_ids": ids,
+                    "source_ids": _source_ids(ids, index)}
+            if isinstance(r.get("criteria"), dict) and r["criteria"]:
+                item["criteria"] = {str(k): str(v) for k, v in r["criteria"].items()}
+            item.update({k: r[k] for k in RANK_FIELDS if r.get(k) not in (None, "")})
+            risks.append(item)
     return risks
+
+
+def _rank_asks(ctx: UnitContext) -> dict[str, Any]:
+    """What the unit ranks and on what, as INPUT carries it (nothing for a plain risk
+    ranking, so its requests stay as they were)."""
+    p = ctx.unit.params
+    out: dict[str, Any] = {}
+    if p.get("ranks", "risks") != "risks":
+        out["ranks"] = str(p["ranks"])
+    if p.get("criteria"):
+        out["criteria"] = [str(c) for c in p["criteria"]]
+    if p.get("ask"):
+        out["ask"] = [str(a) for a in p["ask"]]
+    return out
+
+
+def ranking_table(doc: dict[str, Any], cite_ids: Any) -> list[str]:
+    """A ranking as a Markdown table of what it ranks, its criteria as columns (and
+    likelihood, impact, owner, mitigation, rationale when the items carry them)."""
+    items = doc.get("risks") or []
+    what = str(doc.get("ranks") or "risks")
+    noun = what[:-1] if what.endswith("s") else what
+    criteria = [str(c) for c in doc.get("criteria") or []]
+    extra = [k for k in RANK_FIELDS if any(r.get(k) not in (None, "") for r in items)]
+    score = "Score (likelihood × impact)" if what == "risks" else "Score"
+    head = ["Rank", noun.capitalize(), *[c for c in criteria], score,
+            *[k.capitalize() for k in extra], "Evidence"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in items:
+        crit = r.get("criteria") or {}
+        cells = [r["id"], r["title"], *[str(crit.get(c, "")) for c in criteria],
+                 str(r.get("score")), *[str(r.get(k, "")) for k in extra],
+                 cite_ids(r["evidence_ids"])]
+        lines.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in cells)
+                     + " |")
+    return lines
 
 
 def _ranking_md(ctx: UnitContext, doc: dict[str, Any], index: dict[str, dict[str, str]]) -> str:
     lines = [f"# {ctx.unit.title}", "", f"Written for: {doc['audience']}", "",
-             "| Rank | Risk | Score (likelihood × impact) | Evidence |", "|---|---|---|---|"]
-    lines += [f"| {r['id']} | {r['title']} | {r['score']} | {cite(r['evidence_ids'], index)} |"
-              for r in doc["risks"]]
+             *ranking_table(doc, lambda ids: cite(ids, index))]
     lines += ["", f"Settled after {len(doc['rounds'])} round(s): {doc['stop']}.", ""]
     if doc.get("converged") is False:
         lines += ["**Not converged**: the check still found problems at the last round; this "
@@ -333,14 +480,15 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
     stop = "no verified evidence"
     quotes = {str(e["id"]): str(e.get("quote", "")) for e in evidence}
     steps: list[StepResult] = []
-    checklist = risk_checklist(ctx, audience)
+    asks = _rank_asks(ctx)
+    checklist = risk_checklist(ctx, audience) if "ranks" not in asks else None
     vocabulary = {"checklist": checklist} if checklist is not None else {}
     for rnd in range(1, max_rounds + 1) if evidence else ():
         ctx.safe_point(f"rank round {rnd}/{max_rounds}")
         rank_step = run_model_step(ctx, prompt=_prompt(ctx, "rank"), inputs={
             "task": "rank", "question": question, "audience": audience, "evidence": evidence,
-            "round": rnd, "feedback": problems, **vocabulary}, schema=RankAnswer,
-            rules=_rank_rules(set(known), quotes), round=rnd, label=f"round {rnd}")
+            "round": rnd, "feedback": problems, **vocabulary, **asks}, schema=RankAnswer,
+            rules=_rank_rules(set(known), quotes, asks), round=rnd, label=f"round {rnd}")
         ranked = rank_step.parsed
         risks = _risks_of(ranked, index)
         ctx.safe_point(f"check round {rnd}/{max_rounds}")
@@ -376,7 +524,12 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
     unconverged = stop == "max_rounds reached" and ctx.unit.on_last_round == "unconverged"
     doc: dict[str, Any] = {"unit": ctx.unit.id, "title": ctx.unit.title, "question": question,
            "audience": audience, "risks": risks, "rounds": rounds, "stop": stop,
-           "evidence": index, "notice": "; ".join(notices(*responses))}
+           "evidence": index, "notice": "; ".join(notices(*responses)),
+           "conflicts": conflicts_of(ctx, quotes),
+           "ranks": asks.get("ranks", "risks"), "criteria": asks.get("criteria", []),
+           "ask": asks.get("ask", []), "models": models_of(*steps),
+           "quotes": {i: quotes[i] for r in risks for i in r["evidence_ids"] if i in quotes},
+           "sources": source_titles(ctx, evidence, {i for r in risks for i in r["evidence_ids"]})}
     if unconverged:
         # Goes forward flagged: a later unit (a document, an audit) can record the risk.
         doc.update({"converged": False, "open_problems": problems,

@@ -34,14 +34,17 @@ from keepstep.engine.kinds.common import (
     result,
     structure_problems,
     unit_source_ids,
+    verified_deps,
 )
+from keepstep.engine.kinds.conflicts import CLASSES, Conflict, propose
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
-from keepstep.engine.kinds.extract import paragraphs
+from keepstep.engine.kinds.extract import paragraphs, today_of
 from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_step, step_tokens
 
 OUTPUT = "verified.json"
 DEFAULT_MIN_SUPPORTED = 0.5
-_KEPT_FIELDS = ("id", "source_id", "group", "topic", "quote", "figures", "locator")
+_KEPT_FIELDS = ("id", "source_id", "group", "topic", "kind", "relevance", "quote", "figures",
+                "quantities", "qualifies", "locator")
 
 PROMPT = "verify"
 CONFLICT_STATES = ("conflict-open", "conflict-resolved")
@@ -55,24 +58,31 @@ class Verdict(BaseModel):
     reason: str = ""
 
 
-class Conflict(BaseModel):
-    model_config = ConfigDict(extra="allow", coerce_numbers_to_str=True)
+class Classification(BaseModel):
+    """The model's reading of one candidate disagreement."""
 
-    ids: list[str] = Field(description="the two claim ids that disagree")
-    metric: str = Field(description="the quantity both give")
-    values: list[str] = Field(description="the two values, as quoted")
-    reason: str = Field(description="why they differ")
-    status: Literal["conflict-open", "conflict-resolved"]
-    period: str | None = None
+    model_config = ConfigDict(extra="allow", coerce_numbers_to_str=True, populate_by_name=True)
+
+    candidate: str = Field(description="the candidate id from INPUT (K1, K2 ...)")
+    cls: Literal["definition", "superseded", "outdated", "unexplained", "not-a-conflict"] = \
+        Field(alias="class", description="what the disagreement is")
+    holds: str | None = Field(default=None, description="the value the documents should use, "
+                              "copied from a side's value (null when unexplained)")
+    holds_ids: list[str] = Field(default_factory=list,
+                                 description="the evidence ids of the sides giving that value")
+    reason: str = Field(description="why, in one or two sentences, naming the sources")
+    applies: str = Field(default="", description="for a definition: which value applies "
+                         "when (what each counts)")
 
 
 class VerifyAnswer(BaseModel):
-    """The claim check's answer: a verdict per claim, and the conflicts found."""
+    """The claim check's answer: a verdict per claim, and a class for each candidate
+    disagreement."""
 
     model_config = ConfigDict(extra="allow")
 
     results: list[Verdict]
-    conflicts: list[Conflict] = Field(default_factory=list)
+    conflicts: list[Classification] = Field(default_factory=list)
 
 
 def _verify_rules(answer: VerifyAnswer, inputs: Mapping[str, Any]) -> list[Problem]:
@@ -88,17 +98,37 @@ def _verify_rules(answer: VerifyAnswer, inputs: Mapping[str, Any]) -> list[Probl
         answered.add(verdict.id)
     problems += [problem("results", "complete", "no verdict for this claim", cid)
                  for cid in sorted(claims - answered, key=natural_key)]
-    quotes = {str(c["id"]): str(c.get("quote", "")) for c in inputs.get("claims", [])}
-    for n, conflict in enumerate(answer.conflicts):
-        problems += known_ids(f"conflicts[{n}].ids", conflict.ids, claims)
-        both = collapse_ws(" ".join(quotes.get(i, "") for i in conflict.ids)).lower()
-        problems += [problem(f"conflicts[{n}].values", "quoted_value",
-                             "a value must be copied from one of the two quotes", v)
-                     for v in conflict.values if collapse_ws(str(v)).lower() not in both]
-        if len(set(conflict.ids)) != 2:
-            problems.append(problem(f"conflicts[{n}].ids", "pair",
-                                    "a conflict names exactly two different claims",
-                                    conflict.ids))
+    candidates = {str(c.get("id")): c for c in inputs.get("candidates", [])
+                  if isinstance(c, dict)}
+    classified: set[str] = set()
+    for n, item in enumerate(answer.conflicts):
+        at = f"conflicts[{n}]"
+        candidate = candidates.get(item.candidate)
+        if candidate is None:
+            problems.append(problem(f"{at}.candidate", "known_id",
+                                    "is not a candidate id of INPUT", item.candidate))
+            continue
+        if item.candidate in classified:
+            problems.append(problem(f"{at}.candidate", "unique", "classified twice",
+                                    item.candidate))
+        classified.add(item.candidate)
+        sides = [s for s in candidate.get("sides", []) if isinstance(s, dict)]
+        values = {collapse_ws(str(s.get("value"))).lower() for s in sides}
+        ids = {str(s.get("evidence_id")) for s in sides}
+        if item.holds is not None and collapse_ws(item.holds).lower() not in values:
+            problems.append(problem(f"{at}.holds", "side_value",
+                                    "must be one side's value, copied as given", item.holds))
+        if item.holds is None and item.cls in ("superseded", "outdated", "definition"):
+            problems.append(problem(f"{at}.holds", "required",
+                                    f"a {item.cls} disagreement names the value that holds"))
+        problems += known_ids(f"{at}.holds_ids", item.holds_ids, ids)
+        if item.cls == "definition" and not item.applies.strip():
+            problems.append(problem(f"{at}.applies", "required",
+                                    "say which value applies when (what each counts)"))
+        if not item.reason.strip():
+            problems.append(problem(f"{at}.reason", "required", "say why"))
+    problems += [problem("conflicts", "complete", "this candidate is not classified", cid)
+                 for cid in sorted(set(candidates) - classified, key=natural_key)]
     return problems
 
 
@@ -161,32 +191,68 @@ class _SourceTexts:
             else passage_near(source, quote)
 
 
-def _batches(ctx: UnitContext, claims: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """The claims in one batch when the request fits, else consecutive batches that each do."""
-    limit = ctx.model_profile().input_tokens
+def _batches(ctx: UnitContext, claims: list[dict[str, Any]],
+             candidates: list[dict[str, Any]],
+             meta: Mapping[str, Mapping[str, str]] | None = None
+             ) -> list[list[dict[str, Any]]]:
+    """The claims in one batch when the request fits, else consecutive batches that each do
+    (the first batch also carries the candidates). A request fits when its prompt fits the
+    window and its expected answer (a verdict per claim, a classification per candidate)
+    fits the model's output limit: a batch never forces reasons to shrink."""
+    profile = ctx.model_profile()
+    answer_room = int(profile.output_tokens * _ANSWER_MARGIN)
+    classifying = sum(_CANDIDATE_ANSWER + _SIDE_ANSWER * len(c.get("sides", []))
+                      for c in candidates)
 
-    def fits(batch: list[dict[str, Any]]) -> bool:
-        return step_tokens(ctx, prompt=PROMPT, inputs={"task": "verify", "claims": batch},
-                           schema=VerifyAnswer) <= limit
+    def tokens(batch: list[dict[str, Any]], first: bool) -> int:
+        answer = _VERDICT_ANSWER * len(batch) + (classifying if first else 0)
+        if answer > answer_room and len(batch) > 1:
+            return profile.input_tokens + 1  # too much to answer at once: split
+        inputs = _inputs(batch, candidates if first else [], meta, today_of(ctx))
+        return step_tokens(ctx, prompt=PROMPT, inputs=inputs, schema=VerifyAnswer)
 
-    if fits(claims):
+    limit = profile.input_tokens
+
+    if tokens(claims, True) <= limit:
         return [claims]
     batches: list[list[dict[str, Any]]] = []
     current: list[dict[str, Any]] = []
     for claim in claims:
-        if current and not fits([*current, claim]):
+        first = not batches
+        if current and tokens([*current, claim], first) > limit:
             batches.append(current)
             current = []
-        if not fits([claim]):
-            tokens = step_tokens(ctx, prompt=PROMPT, inputs={"task": "verify",
-                                                              "claims": [claim]},
-                                 schema=VerifyAnswer)
+            first = False
+        if tokens([claim], first) > limit:
             raise ctx.model_profile().too_large(
-                f"{ctx.unit.id}: the claim check of {claim['id']}", tokens)
+                f"{ctx.unit.id}: the claim check of {claim['id']}", tokens([claim], first))
         current.append(claim)
     if current:
         batches.append(current)
     return batches
+
+
+# Expected answer sizes in tokens: a verdict with a one-sentence reason, a classification
+# with its reason, and each side it names; what an answer may fill of the output limit.
+_VERDICT_ANSWER, _CANDIDATE_ANSWER, _SIDE_ANSWER = 40, 90, 12
+_ANSWER_MARGIN = 0.8
+
+
+def _inputs(batch: list[dict[str, Any]], candidates: list[dict[str, Any]],
+            meta: Mapping[str, Mapping[str, str]] | None = None, today: str = ""
+            ) -> dict[str, Any]:
+    """A claim check's INPUT: the claims, the candidates, the metadata of the sources they
+    cite (title, kind, date, publisher) and today's date when the unit reads it."""
+    out: dict[str, Any] = {"task": "verify", "claims": batch, "candidates": candidates}
+    cited = sorted({str(c.get("source_id")) for c in batch} | {
+        str(s.get("source_id")) for c in candidates for s in c.get("sides", [])},
+        key=natural_key)
+    sources = {sid: dict(meta[sid]) for sid in cited if meta and sid in meta}
+    if sources:
+        out["sources"] = sources
+    if today:
+        out["today"] = today
+    return out
 
 
 SPEC = KindSpec(
@@ -199,14 +265,20 @@ SPEC = KindSpec(
 )
 
 
-def _gather(ctx: UnitContext) -> tuple[list[tuple[dict[str, Any], set[str]]], list[str]]:
-    """(evidence item, sources it may cite) from every evidence-producing dependency, first
-    id wins."""
+def _gather(ctx: UnitContext, meta: dict[str, dict[str, str]] | None = None,
+            pre: set[str] | None = None
+            ) -> tuple[list[tuple[dict[str, Any], set[str]]], list[str]]:
+    """(evidence item, sources it may cite) from every evidence-producing dependency and
+    every verify dependency (its verified evidence: the ids go into ``pre``, already
+    judged), first id wins; ``meta`` gathers the dependencies' source metadata."""
     own = {s.id for s in ctx.sources_for_unit()}
     gathered: list[tuple[dict[str, Any], set[str]]] = []
     seen: set[str] = set()
     problems: list[str] = []
-    deps = evidence_deps(ctx)
+    meta = {} if meta is None else meta
+    pre = set() if pre is None else pre
+    checked = verified_deps(ctx)
+    deps = evidence_deps(ctx) + checked
     if not deps:
         problems.append("no evidence-producing unit among the dependencies")
     for dep, name in deps:
@@ -214,7 +286,12 @@ def _gather(ctx: UnitContext) -> tuple[list[tuple[dict[str, Any], set[str]]], li
         # A verify unit that declares its sources may only check those; one that declares
         # none trusts its dependencies' approved inputs.
         allowed = allowed & own if own else allowed
-        items = ctx.dep_json(dep.id, name).get("evidence")
+        doc = ctx.dep_json(dep.id, name)
+        items = doc.get("evidence")
+        given = doc.get("source_meta")
+        for sid, info in (given.items() if isinstance(given, dict) else []):
+            if isinstance(info, dict):
+                meta.setdefault(str(sid), {str(k): str(v) for k, v in info.items()})
         if not isinstance(items, list):
             problems.append(f"{dep.id}/{name} has no evidence list")
             continue
@@ -224,12 +301,18 @@ def _gather(ctx: UnitContext) -> tuple[list[tuple[dict[str, Any], set[str]]], li
                 continue
             seen.add(key)
             gathered.append((item, allowed))
+            if (dep, name) in checked and key:
+                pre.add(key)
     return gathered, problems
 
 
 @register(SPEC)
 def run(ctx: UnitContext) -> KindOutcome:
-    gathered, shape = _gather(ctx)
+    meta: dict[str, dict[str, str]] = {}
+    # Evidence a verify dependency already judged is not asked about again: a verify unit
+    # over verify units looks for disagreements across all their evidence (the whole run).
+    pre: set[str] = set()
+    gathered, shape = _gather(ctx, meta, pre)
     texts = _SourceTexts(ctx)
     candidates: list[dict[str, Any]] = []
     rejected: list[dict[str, str]] = []
@@ -256,16 +339,21 @@ def run(ctx: UnitContext) -> KindOutcome:
 
     verdicts: dict[str, dict[str, Any]] = {}
     responses: list[dict[str, Any]] = []
-    conflicts: list[dict[str, Any]] = []
+    classes: dict[str, dict[str, Any]] = {}
     steps: list[StepResult] = []
     claims = [{"id": e["id"], "source_id": e["source_id"], "quote": e["quote"],
-               "passage": texts.passage(str(e["source_id"]), str(e["quote"]))}
-              for e in candidates]
-    batches = _batches(ctx, claims) if claims else []
+               "passage": texts.passage(str(e["source_id"]), str(e["quote"])),
+               **{k: e[k] for k in ("kind", "quantities") if k in e}}
+              for e in candidates if str(e["id"]) not in pre]
+    proposed = [c.model_dump(exclude_none=True)
+                for c in propose([_with_quantities(e) for e in candidates], meta)]
+    batches = _batches(ctx, claims, proposed, meta) if claims else [[]] if proposed else []
     for b, batch in enumerate(batches, start=1):
         part = f", batch {b}/{len(batches)}" if len(batches) > 1 else ""
         ctx.safe_point(f"claim check of {len(batch)} statement(s){part}")
-        step = run_model_step(ctx, prompt=PROMPT, inputs={"task": "verify", "claims": batch},
+        step = run_model_step(ctx, prompt=PROMPT,
+                              inputs=_inputs(batch, proposed if b == 1 else [], meta,
+                                             today_of(ctx)),
                               schema=VerifyAnswer, rules=_verify_rules, label=part.lstrip(", "))
         steps.append(step)
         responses.append(step.parsed)
@@ -275,14 +363,17 @@ def run(ctx: UnitContext) -> KindOutcome:
             results = []
         verdicts.update({str(r.get("id")): r for r in results if isinstance(r, dict)})
         found = step.parsed.get("conflicts")
-        conflicts += [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
+        classes.update({str(c.get("candidate")): c for c in found if isinstance(c, dict)}
+                       if isinstance(found, list) and b == 1 else {})
         shape += [p.line() for p in step.problems if p.rule != "complete"]
 
     supported: list[dict[str, Any]] = []
     unanswered: list[str] = []
     for e in candidates:
         verdict = verdicts.get(str(e["id"]))
-        if verdict is None:
+        if str(e["id"]) in pre:
+            supported.append(e)
+        elif verdict is None:
             unanswered.append(f"no verdict for {e['id']}")
             reject(e, "model", "no verdict returned")
         elif verdict.get("supported") is True:
@@ -290,6 +381,7 @@ def run(ctx: UnitContext) -> KindOutcome:
         else:
             reject(e, "model", str(verdict.get("reason") or "not supported"))
     rejected.sort(key=lambda r: natural_key(r["id"]))
+    records = _records(ctx, proposed, classes, {str(e["id"]) for e in supported})
 
     checked = len(gathered)
     fraction = round(len(supported) / checked, 3) if checked else 0.0
@@ -304,12 +396,19 @@ def run(ctx: UnitContext) -> KindOutcome:
                  for e in supported if e["source_id"] not in own]
 
     source_ids = sorted({e["source_id"] for e in supported}, key=natural_key)
+    # The models that answered for this evidence: the extractions' and this unit's own.
+    models = {m for s in steps for m in s.models} | {
+        str(m) for d, name in evidence_deps(ctx) for m in ctx.dep_json(d.id, name).get("models")
+        or []}
     doc = {
-        "from_units": [d.id for d, _ in evidence_deps(ctx)],
+        "models": sorted(models),
+        "from_units": [d.id for d, _ in evidence_deps(ctx) + verified_deps(ctx)],
         "checked": checked,
         "evidence": supported,
         "rejected": rejected,
-        "conflicts": conflicts,
+        "candidates": len(proposed),
+        "conflicts": [r.record() for r in records],
+        "source_meta": {sid: meta[sid] for sid in source_ids if sid in meta},
         "notice": "; ".join(notices(*responses)),
     }
     ctx.write(OUTPUT, dump_json(doc), media_type=JSON, source_ids=source_ids)
@@ -321,7 +420,58 @@ def run(ctx: UnitContext) -> KindOutcome:
         ],
         facts={"checked": checked, "supported": len(supported), "rejected": len(rejected),
                "supported_fraction": fraction,
-               **({"conflicts": len(conflicts)} if conflicts else {})},
+               **_conflict_facts(records)},
         problems=[p.model_dump() for s in steps for p in s.problems],
         answers=[a for s in steps for a in s.answers],
     )
+
+
+# --- disagreements ---------------------------------------------------------------------------
+
+def _with_quantities(item: dict[str, Any]) -> dict[str, Any]:
+    """The item with structured figures: its own ``quantities``, or — for evidence that has
+    none (an older extraction) — those a rule reads from its quote."""
+    if isinstance(item.get("quantities"), list):
+        return item
+    from keepstep.engine.gateway.offline_rules import structured_quantities
+
+    return {**item, "quantities": structured_quantities(str(item.get("quote", "")))}
+
+
+def _records(ctx: UnitContext, proposed: list[dict[str, Any]],
+             classes: dict[str, dict[str, Any]], supported: set[str]) -> list[Conflict]:
+    """The typed records: each candidate with its class (one the model left unclassified is
+    ``unexplained``), keeping the sides whose evidence was supported; a candidate left with
+    fewer than two sources or one value is dropped."""
+    out: list[Conflict] = []
+    model = ctx.model_profile().model
+    for cand in proposed:
+        sides = [s for s in cand["sides"] if s["evidence_id"] in supported]
+        values = {collapse_ws(str(s["value"])).lower() for s in sides}
+        if len({s["source_id"] for s in sides}) < 2 or len(values) < 2:
+            continue
+        got = classes.get(str(cand["id"])) or {}
+        cls = got.get("class") if got.get("class") in CLASSES else "unexplained"
+        holds = got.get("holds") if cls != "unexplained" else None
+        holds = str(holds) if holds not in (None, "") else None
+        ids = [str(i) for i in got.get("holds_ids") or [] if isinstance(i, str)]
+        if holds is not None and not ids:
+            ids = [s["evidence_id"] for s in sides
+                   if collapse_ws(str(s["value"])).lower() == collapse_ws(holds).lower()]
+        out.append(Conflict.model_validate({
+            **{k: cand[k] for k in ("id", "metric", "entity", "period", "unit") if k in cand},
+            "sides": sides, "class": cls, "holds": holds, "holds_ids": ids,
+            "reason": str(got.get("reason") or "the model did not classify it"),
+            "applies": str(got.get("applies") or ""), "verify_unit": ctx.unit.id,
+            "classified_by": model}))
+    return out
+
+
+def _conflict_facts(records: list[Conflict]) -> dict[str, int]:
+    real = [r for r in records if r.cls != "not-a-conflict"]
+    out = {"conflicts": len(real)} if real else {}
+    if any(r.open for r in records):
+        out["open_conflicts"] = sum(1 for r in records if r.open)
+    if len(real) < len(records):
+        out["apparent_conflicts"] = len(records) - len(real)
+    return out

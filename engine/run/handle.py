@@ -456,7 +456,9 @@ class RunHandle:
         """The run's model gateway (built once; the injected factory's when given)."""
         with self._gateway_lock:
             if self._gateway is None:
-                ledger = StoreCallLedger(self.store, self.run_id, self.branch_id)
+                ledger = StoreCallLedger(self.store, self.run_id, self.branch_id,
+                                         api_base_for=getattr(self.project.files.config,
+                                                              "api_base_for", None))
                 if self.project.gateway_factory is not None:
                     self._gateway = self.project.gateway_factory(ledger)
                 else:

@@ -53,7 +53,8 @@ MODES = ("clean", "fenced", "prose", "invalid_once", "wrong_keys", "rate_limited
          "mixed")
 WRONG_KEYS = {"evidence": "items", "results": "verdicts", "conflicts": "disputes",
               "claims": "findings", "summary": "overview", "risks": "ranked_risks",
-              "problems": "issues", "sentences": "lines", "revisions": "changes"}
+              "problems": "issues", "sentences": "lines", "revisions": "changes",
+              "verdicts": "judgements"}
 NO_JSON = "I have read the input carefully. The statements are listed in my notes above."
 
 

@@ -84,6 +84,7 @@ class DashboardScreen(NeedsYouActions, Screen[None]):
         Binding("p", "plan", "plan", show=False),
         Binding("v", "events", "events", show=False),
         Binding("l", "effects", "effects", show=False),
+        Binding("k", "conflicts", "disagreements", show=False),
         Binding("q", "app.quit", "quit"),
     ]
 
@@ -503,6 +504,12 @@ class DashboardScreen(NeedsYouActions, Screen[None]):
     def action_effects(self) -> None:
         if self._need_run() is not None:
             self.app.push_screen(EffectsScreen())
+
+    def action_conflicts(self) -> None:
+        if self._need_run() is not None:
+            from keepstep.app.tui.screens.conflicts import ConflictsScreen
+
+            self.app.push_screen(ConflictsScreen())
 
     def action_sources(self) -> None:
         self.app.push_screen(SourcesScreen())

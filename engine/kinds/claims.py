@@ -1,0 +1,238 @@
+"""Claims against their quotes: stated figures, checked calculations, and the support check.
+
+A claim (a synthesis finding, a document's sentence) cites evidence ids. Code checks what
+code can: every figure the claim states is in a quote it cites, or is the result of the
+claim's ``calculation`` — an arithmetic expression over figures of the cited quotes that
+code recomputes (``evaluate``: numbers, + - * / and parentheses, ``15%`` as 0.15; no names,
+no calls, no ``eval``). What only a reader can judge — whether the quotes *say* what the claim
+says — is asked of the model afterwards (``support_judge``): per claim, do its cited quotes
+support it, contradict it or not address it (an enum), and every claim not supported goes
+back to the writer as a named problem to revise.
+
+Callers may rely on: ``calculation_problems`` passing exactly when every operand is a cited
+figure (or 1, 100 or 1000) and the recomputed result is a figure the text states (to the
+precision the text writes it, or as a percentage); ``claim_rules`` giving one named problem
+per broken rule, so a revise round can say which claim broke which.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from keepstep.engine.gateway.answers import Problem, problem
+from keepstep.engine.gateway.offline_rules import normalise
+from keepstep.engine.kinds.model_step import known_ids
+
+# A figure standing on its own: "2026", "4.5%", "1,250" — not the digits of "S01" or "A1-e3".
+_FIGURE_RE = re.compile(r"(?<![A-Za-z0-9_.,-])\d+(?:[.,]\d+)*%?(?![A-Za-z0-9_-])")
+# Operands of a calculation: a number, optionally with thousands separators and a percent sign.
+_OPERAND_RE = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?%?|\.\d+%?")
+# Constants a calculation may use without citing them (per-cent, per-mille scaling).
+FREE_CONSTANTS = frozenset({1.0, 100.0, 1000.0})
+_OPS: dict[type, Callable[[float, float], float]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv}
+_MAX_EXPRESSION = 300
+
+Verdict = Literal["supports", "contradicts", "does_not_address"]
+
+
+class CalculationError(ValueError):
+    """An expression that is not plain arithmetic over numbers."""
+
+
+def figures_of(text: str) -> list[str]:
+    """The stand-alone figures of a text, in order."""
+    return _FIGURE_RE.findall(text)
+
+
+def figure_value(figure: str) -> float:
+    """``"1,250"`` -> 1250.0, ``"4.5%"`` -> 4.5 (the number as written, percent sign off)."""
+    text = figure.rstrip("%")
+    text = text.replace(",", "") if re.fullmatch(r"\d{1,3}(,\d{3})+(\.\d+)?", text) else \
+        text.replace(",", ".")
+    return float(text)
+
+
+def evaluate(expression: str) -> float:
+    """The value of an arithmetic expression: numbers (``1,250``, ``4.5``, ``15%`` = 0.15),
+    ``+ - * /``, unary minus and parentheses. CalculationError for anything else."""
+    if len(expression) > _MAX_EXPRESSION:
+        raise CalculationError("the calculation is too long")
+    text = _OPERAND_RE.sub(lambda m: repr(_operand(m.group(0))), expression.replace("×", "*")
+                           .replace("÷", "/").replace("−", "-"))
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise CalculationError(f"not an arithmetic expression: {exc.msg}") from None
+    return _walk(tree.body)
+
+
+def _operand(figure: str) -> float:
+    value = figure_value(figure) if figure[0] != "." else float(figure.rstrip("%"))
+    return value / 100 if figure.endswith("%") else value
+
+
+def _walk(node: ast.AST) -> float:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+            and not isinstance(node.value, bool):
+        return float(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _walk(node.operand)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        left, right = _walk(node.left), _walk(node.right)
+        if isinstance(node.op, ast.Div) and right == 0:
+            raise CalculationError("division by zero")
+        return _OPS[type(node.op)](left, right)
+    raise CalculationError(f"only numbers, + - * / and parentheses are allowed "
+                           f"(found {type(node).__name__})")
+
+
+def split_calculation(text: str) -> tuple[str, str | None]:
+    """``"1200 * 0.85 = 1020"`` -> ("1200 * 0.85", "1020"); no ``=``: (text, None)."""
+    left, sep, right = text.partition("=")
+    return (left.strip(), right.strip() or None) if sep else (text.strip(), None)
+
+
+def _decimals(figure: str) -> int:
+    text = figure.rstrip("%")
+    if re.fullmatch(r"\d{1,3}(,\d{3})+", text):
+        return 0
+    return len(re.split(r"[.,]", text, maxsplit=1)[1]) if re.search(r"[.,]", text) else 0
+
+
+def states(figure: str, value: float) -> bool:
+    """Whether ``figure`` as written is ``value`` at the precision it is written with (a
+    percentage may also state a fraction: "85%" states 0.85)."""
+    wanted = figure_value(figure)
+    tolerance = 0.5 * 10 ** -_decimals(figure) + 1e-9
+    candidates = [value, value * 100] if figure.endswith("%") else [value]
+    return any(abs(c - wanted) <= tolerance for c in candidates)
+
+
+def calculation_problems(at: str, text: str, calculation: str, ids: list[str],
+                         quotes: Mapping[str, str]) -> tuple[list[Problem], set[str]]:
+    """The problems of a claim's calculation, and the figures of ``text`` it accounts for."""
+    expression, _stated = split_calculation(calculation)
+    try:
+        value = evaluate(expression)
+    except CalculationError as exc:
+        return [problem(f"{at}.calculation", "calculation", str(exc), calculation)], set()
+    cited = {figure_value(f) for i in ids for f in figures_of(normalise(quotes.get(i, "")))}
+    out: list[Problem] = []
+    for operand in _OPERAND_RE.findall(expression):
+        number = figure_value(operand) if operand[0] != "." else float(operand.rstrip("%"))
+        if number not in cited and number not in FREE_CONSTANTS:
+            out.append(problem(f"{at}.calculation", "calculation_operand",
+                               "the operand is in none of the cited quotes", operand))
+    accounted = {f for f in figures_of(normalise(text)) if states(f, value)}
+    if not accounted:
+        out.append(problem(f"{at}.calculation", "calculation_result",
+                           f"the calculation gives {value:g}, which the text does not state",
+                           calculation))
+    return out, accounted
+
+
+def figure_problems(at: str, text: str, ids: list[str], quotes: Mapping[str, str],
+                    calculation: str | None = None) -> list[Problem]:
+    """A problem per figure of ``text`` that none of the cited quotes contains and the
+    claim's checked calculation does not give; and the calculation's own problems."""
+    cited = set()
+    for i in ids:
+        cited |= set(figures_of(normalise(quotes.get(i, ""))))
+    out: list[Problem] = []
+    derived: set[str] = set()
+    if calculation:
+        out, derived = calculation_problems(at, text, calculation, ids, quotes)
+        if out:
+            derived = set()
+    # Numbers in the calculation itself restate cited figures; only the text is checked.
+    return out + [problem(f"{at}.text", "cited_figure", "the figure is in none of the cited "
+                          "quotes (a derived figure needs its calculation)", f)
+                  for f in figures_of(normalise(text)) if f not in cited and f not in derived]
+
+
+def claim_rules(field_name: str, quotes: Mapping[str, str]) -> Any:
+    """Rules for an answer of claims: text, at least one known id, figures in the cited
+    quotes or given by a checked calculation."""
+
+    def rules(answer: Any, inputs: Mapping[str, Any]) -> list[Problem]:
+        claims = getattr(answer, field_name)
+        problems: list[Problem] = []
+        if quotes and not claims:
+            problems.append(problem(field_name, "non_empty", "no claims were made"))
+        for n, c in enumerate(claims):
+            at = f"{field_name}[{n}]"
+            if not c.text.strip():
+                problems.append(problem(f"{at}.text", "required", "the claim has no text"))
+            if not c.evidence_ids:
+                problems.append(problem(f"{at}.evidence_ids", "cites", "cites no evidence"))
+            problems += known_ids(f"{at}.evidence_ids", c.evidence_ids, set(quotes))
+            problems += figure_problems(at, c.text, c.evidence_ids, quotes,
+                                        getattr(c, "calculation", None))
+        return problems
+
+    return rules
+
+
+# --- the support check -----------------------------------------------------------------------
+class SupportVerdict(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    claim: str = Field(description="the claim's id in INPUT")
+    verdict: Verdict = Field(description="supports: the cited quotes state it (or give the "
+                             "figures its calculation uses); contradicts: they say otherwise; "
+                             "does_not_address: they do not speak to it")
+    reason: str = Field(default="", description="one short sentence")
+
+
+class SupportAnswer(BaseModel):
+    """The support check's answer: one verdict per claim."""
+
+    model_config = ConfigDict(extra="allow")
+
+    verdicts: list[SupportVerdict]
+
+
+def support_inputs(field_name: str, claims: list[Any], quotes: Mapping[str, str]
+                   ) -> dict[str, Any]:
+    """INPUT of the support check: each claim with the quotes it cites (only those)."""
+    return {"task": "support", "claims": [
+        {"id": f"{field_name}[{n}]", "text": c.text,
+         **({"calculation": c.calculation} if getattr(c, "calculation", None) else {}),
+         "quotes": [{"id": i, "quote": quotes[i]} for i in c.evidence_ids if i in quotes]}
+        for n, c in enumerate(claims)]}
+
+
+def support_problems(field_name: str, claims: list[Any], answer: SupportAnswer | None
+                     ) -> list[Problem]:
+    """A problem per claim the check did not find supported (or did not judge)."""
+    if answer is None:
+        return []
+    verdicts = {v.claim: v for v in answer.verdicts}
+    out = []
+    for n, c in enumerate(claims):
+        at = f"{field_name}[{n}]"
+        v = verdicts.get(at)
+        if v is None:
+            continue
+        if v.verdict != "supports":
+            words = {"contradicts": "its cited quotes contradict it",
+                     "does_not_address": "its cited quotes do not address it"}[v.verdict]
+            out.append(problem(f"{at}.text", f"support:{v.verdict}",
+                               f"{words}{': ' + v.reason if v.reason else ''}; rewrite the "
+                               "claim to say what the quotes say, cite the quotes that say "
+                               "it, or drop it", c.text))
+    return out
+
+
+__all__ = ["FREE_CONSTANTS", "CalculationError", "SupportAnswer", "SupportVerdict",
+           "calculation_problems", "claim_rules", "evaluate", "figure_problems", "figure_value",
+           "figures_of", "split_calculation", "states", "support_inputs", "support_problems"]

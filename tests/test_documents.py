@@ -1,0 +1,652 @@
+"""Documents written from the work (issue 20, items 5-8): claims checked against their quotes,
+checked calculations, citations that point at the quote holding the figure, rankings of what
+a unit ranks, no repetition across sections, disagreements carried through, provenance and
+prices."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from keepstep.engine.core.inputs import Contract, InputSnapshot
+from keepstep.engine.core.plan import parse_plan
+from keepstep.engine.errors import BudgetExhausted, PermanentModelError, TransientModelError
+from keepstep.engine.gateway.answers import check_answer, parse_json_answer
+from keepstep.engine.gateway.call_ledger import StoreCallLedger, UnpricedModel
+from keepstep.engine.gateway.classification import classify
+from keepstep.engine.gateway.profile import ModelProfile
+from keepstep.engine.kinds import get_kind
+from keepstep.engine.kinds.claims import CalculationError, evaluate, figure_problems
+from keepstep.engine.kinds.common import cited_evidence_ids, expand_footnotes
+from keepstep.engine.kinds.model_step import run_model_step
+from keepstep.engine.kinds.synthesize import SynthesisAnswer
+from tests.support.fake_context import FakeContext, PackRunner
+
+MODEL = "openai/test-model"
+PROFILE = ModelProfile(model=MODEL, provider="openai", input_tokens=200_000,
+                       output_tokens=4096, window_source="default", structured="prompt")
+
+EVIDENCE = [
+    {"id": "A1-e1", "source_id": "A1", "group": "A", "topic": "t", "locator": "p. 1",
+     "source_title": "Pilot report", "quote": "Readings arrived on time for 97% of meters.",
+     "figures": ["97%"]},
+    {"id": "A1-e2", "source_id": "A1", "group": "A", "topic": "t", "locator": "p. 2",
+     "source_title": "Pilot report", "quote": "The pilot covered 1,200 meters in two towns.",
+     "figures": ["1,200"]},
+    {"id": "B1-e1", "source_id": "B1", "group": "B", "topic": "t", "locator": "Prices",
+     "source_title": "Price list", "quote": "The list price is NVK 40 per meter per year.",
+     "figures": ["40"]},
+    {"id": "B1-e2", "source_id": "B1", "group": "B", "topic": "t", "locator": "Prices",
+     "source_title": "Price list", "quote": "The list price is NVK 46 per meter per year.",
+     "figures": ["46"]},
+]
+CONFLICT = {"id": "K1", "metric": "list price", "entity": "meter", "period": "2025",
+            "sides": [{"evidence_id": "B1-e1", "source_id": "B1", "value": "NVK 40"},
+                      {"evidence_id": "B1-e2", "source_id": "B1", "value": "NVK 46"}],
+            "class": "unexplained", "holds": None, "holds_ids": [],
+            "reason": "two lists of the same date give different prices"}
+
+PLAN = """
+[plan]
+title = "Pilot review"
+
+[[unit]]
+id = "V1"
+title = "Verify"
+phase = "verification"
+kind = "verify"
+inputs = ["group:A"]
+outputs = ["verified.json"]
+
+[[unit]]
+id = "S1"
+title = "What the pilot showed"
+phase = "synthesis"
+kind = "synthesize"
+outputs = ["synthesis.json", "synthesis.md"]
+depends_on = ["V1"]
+
+[[unit]]
+id = "R1"
+title = "Which pricing option fits"
+phase = "synthesis"
+kind = "rank"
+outputs = ["ranking.json", "ranking.md"]
+depends_on = ["V1"]
+params = { ranks = "options", criteria = ["price per meter", "fit"], ask = ["rationale"] }
+
+[[unit]]
+id = "D1"
+title = "Memo"
+phase = "deliverables"
+kind = "render"
+inputs = ["template:memo"]
+outputs = ["memo.md"]
+depends_on = ["S1", "R1"]
+[unit.params]
+document = "memo"
+template = "memo"
+prose = "summary"
+fill = { summary = "executive_summary", options = "risks", disagreements = "conflicts" }
+
+[[unit]]
+id = "D2"
+title = "Brief"
+phase = "deliverables"
+kind = "render"
+inputs = ["template:brief"]
+outputs = ["brief.md"]
+depends_on = ["S1", "R1"]
+[unit.params]
+document = "brief"
+template = "brief"
+fill = { case = { part = "section", of = ["findings", "conflicts"], from = ["S1"] } }
+
+[[unit]]
+id = "T1"
+title = "Table"
+phase = "deliverables"
+kind = "render"
+inputs = ["template:table"]
+outputs = ["table.csv"]
+depends_on = ["V1", "S1"]
+params = { document = "table", template = "table" }
+
+[[unit]]
+id = "A1"
+title = "Audit"
+phase = "audit"
+kind = "audit"
+outputs = ["audit.json"]
+depends_on = ["D1", "S1"]
+params = { checks = [{ check = "conflicts", documents = ["memo"] }] }
+
+[[unit]]
+id = "A2"
+title = "Audit the figures"
+phase = "audit"
+kind = "audit"
+outputs = ["audit.json"]
+depends_on = ["D1", "V1"]
+params = { checks = [{ check = "figures", document = "memo", section = "findings" }] }
+"""
+MEMO = """# {{ title }}
+
+<!-- section: summary -->
+## Summary
+
+{{ summary }}
+
+<!-- section: findings -->
+## Findings
+
+{{ findings }}
+
+<!-- section: options -->
+## Options
+
+{{ options }}
+
+<!-- section: conflicts -->
+## Where the sources disagree
+
+{{ disagreements }}
+
+{{ notice }}
+"""
+
+
+def _ctx(unit: str, artifacts: dict[str, dict[str, bytes]], responder: Any,
+         profile: ModelProfile | None = PROFILE) -> FakeContext:
+    plan = parse_plan(PLAN)
+    return FakeContext(unit=plan.unit_map()[unit], plan=plan,
+                       contract=Contract(fields={"audience": "board"}, body=""),
+                       snapshot=InputSnapshot(sources={}, groups={}), sources={}, texts={},
+                       artifacts=artifacts, templates={"memo": MEMO, "table": "- id\n- quote\n",
+                                  "brief": "# Brief\n\n## The case\n\n{{ case }}\n"},
+                       responder=responder, profile=profile)
+
+
+def _verified(conflicts: list[dict[str, Any]] | None = None) -> dict[str, dict[str, bytes]]:
+    doc = {"evidence": EVIDENCE, "conflicts": conflicts or [], "models": [MODEL]}
+    return {"V1": {"verified.json": json.dumps(doc).encode()}}
+
+
+def _run(ctx: FakeContext) -> Any:
+    outcome = get_kind(ctx.unit.kind.value)[1](ctx)
+    ctx.artifacts[ctx.unit.id] = dict(ctx.outputs)
+    return outcome
+
+
+class Script:
+    """A model that answers each task from a list of answers, in turn (the last repeats)."""
+
+    def __init__(self, **answers: list[dict[str, Any]]) -> None:
+        self.answers = answers
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, payload: dict[str, Any]) -> dict[str, Any]:
+        task = payload["task"]
+        self.seen.append((task, payload))
+        n = sum(1 for t, _ in self.seen if t == task) - 1
+        options = self.answers[task]
+        return options[min(n, len(options) - 1)]
+
+
+def _all_supported(payload: dict[str, Any]) -> dict[str, Any]:
+    return {"verdicts": [{"claim": c["id"], "verdict": "supports"} for c in payload["claims"]]}
+
+
+# --- claims against their quotes -----------------------------------------------------------
+def test_a_claim_its_quotes_do_not_support_is_revised() -> None:
+    """The support check says a claim's quotes do not address it: the claim goes back to the
+    writer named, and the revised claim is what the synthesis keeps."""
+    bad = {"claims": [{"text": "The pilot cut billing complaints.", "evidence_ids": ["A1-e1"]}]}
+    good = {"claims": [{"text": "Readings arrived on time for 97% of meters.",
+                        "evidence_ids": ["A1-e1"]}]}
+
+    def support(payload: dict[str, Any]) -> dict[str, Any]:
+        return {"verdicts": [{"claim": c["id"], "verdict": "does_not_address",
+                              "reason": "nothing on complaints"} if "complaints" in c["text"]
+                             else {"claim": c["id"], "verdict": "supports"}
+                             for c in payload["claims"]]}
+
+    script = Script(synthesize=[bad, good])
+    ctx = _ctx("S1", _verified(), lambda p: support(p) if p["task"] == "support" else script(p))
+    outcome = _run(ctx)
+    assert outcome.passed
+    assert [c["task"] for c in ctx.calls] == ["synthesize", "support", "synthesize", "support"]
+    revise = ctx.calls[2]["messages"][-1]["content"]
+    assert "support:does_not_address" in revise and "nothing on complaints" in revise
+    doc = ctx.json_output("synthesis.json")
+    assert [c["text"] for c in doc["claims"]] == [good["claims"][0]["text"]]
+    assert doc["claims"][0]["support"] == "supports" and doc["models"] == [MODEL]
+
+
+def test_a_correct_calculation_passes_and_a_wrong_one_fails() -> None:
+    """A derived figure passes when its calculation uses cited figures and code gets the
+    figure the text states; a wrong result, an uncited operand or a non-arithmetic
+    expression is a named problem."""
+    quotes = {e["id"]: e["quote"] for e in EVIDENCE}
+    ids = ["A1-e1", "A1-e2"]
+    text = "About 1,164 of the pilot's meters reported on time."
+    assert figure_problems("c", text, ids, quotes, "1,200 * 97% = 1,164") == []
+    wrong = figure_problems("c", "About 1,100 meters reported on time.", ids, quotes,
+                            "1,200 * 97%")
+    assert [p.rule for p in wrong] == ["calculation_result", "cited_figure"]
+    uncited = figure_problems("c", "About 1,164 meters reported on time.", ids, quotes,
+                              "1,200 * 0.97")
+    assert "calculation_operand" in [p.rule for p in uncited]
+    no_calc = figure_problems("c", text, ids, quotes)
+    assert [p.rule for p in no_calc] == ["cited_figure"]
+    assert evaluate("(46 - 40) / 40") == pytest.approx(0.15)
+    for bad in ("__import__('os')", "2 ** 10", "abs(-1)", "x + 1"):
+        with pytest.raises(CalculationError):
+            evaluate(bad)
+
+
+# --- render: citations, rankings, repetition, provenance ------------------------------------
+def _synthesis_and_ranking(conflicts: list[dict[str, Any]] | None = None
+                           ) -> dict[str, dict[str, bytes]]:
+    artifacts = _verified(conflicts)
+    synth = Script(synthesize=[{
+        "claims": [{"text": "Readings arrived on time for 97% of meters.",
+                    "evidence_ids": ["A1-e1"]},
+                   {"text": "The pilot covered 1,200 meters.", "evidence_ids": ["A1-e2"]}],
+        "gaps": ["No source gives the cost of the pilot."]}])
+    _run(_ctx("S1", artifacts, lambda p: _all_supported(p) if p["task"] == "support"
+              else synth(p)))
+    rank = Script(rank=[{"risks": [
+        {"id": "R1", "title": "Annual subscription", "score": 20, "evidence_ids": ["B1-e1"],
+         "criteria": {"price per meter": "NVK 40", "fit": "good"},
+         "rationale": "the lower list price"},
+        {"id": "R2", "title": "Per-reading fee", "score": 12, "evidence_ids": ["A1-e1"],
+         "criteria": {"price per meter": "not stated", "fit": "partial"}}]}],
+        check=[{"problems": []}])
+    _run(_ctx("R1", artifacts, rank))
+    return artifacts
+
+
+def test_a_ranking_of_options_renders_as_a_table_of_options() -> None:
+    """A unit that ranks options carries them with their criteria; the document's table is a
+    table of options, the criteria its columns, with no process text."""
+    artifacts = _synthesis_and_ranking()
+    ranking = json.loads(artifacts["R1"]["ranking.json"])
+    assert ranking["ranks"] == "options" and ranking["risks"][0]["criteria"]["fit"] == "good"
+    ctx = _ctx("D1", artifacts, lambda p: {"sentences": []}, profile=None)
+    assert _run(ctx).passed
+    memo = ctx.outputs["memo.md"].decode()
+    assert "| Rank | Option | price per meter | fit | Score | Rationale | Evidence |" in memo
+    assert re.search(r"\| R1 \| Annual subscription \| NVK 40 \| good \| 20 \|", memo)
+    assert "round(s)" not in memo and "likelihood × impact" not in memo
+
+
+def test_no_finding_is_repeated_across_sections() -> None:
+    """The summary takes each synthesis's lead finding; the findings section does not show
+    it again (ME-042's report and decision brief, and a small memo)."""
+    artifacts = _synthesis_and_ranking()
+    ctx = _ctx("D1", artifacts, lambda p: {"sentences": []}, profile=None)
+    assert _run(ctx).passed
+    memo = _body(ctx.outputs["memo.md"].decode())
+    assert memo.count("Readings arrived on time for 97% of meters.") == 1
+    assert memo.count("The pilot covered 1,200 meters.") == 1
+
+    # The template's fill may say so: then the findings section repeats the lead finding.
+    unit = ctx.unit.model_copy(update={"params": {**ctx.unit.params, "fill": {
+        **ctx.unit.params["fill"], "findings": {"part": "findings", "repeat": True}}}})
+    again = _ctx("D1", artifacts, lambda p: {"sentences": []}, profile=None)
+    again.unit = unit
+    assert _run(again).passed
+    assert _body(again.outputs["memo.md"].decode()).count(
+        "Readings arrived on time for 97% of meters.") == 2
+
+    pack = PackRunner()
+    pack.run_all(until="U33")
+    for doc in (pack.artifacts["U31"]["report.md"], pack.artifacts["U33"]["decision-brief.md"]):
+        text = _body(doc.decode())
+        for uid in ("U25", "U26", "U27", "U29", "U30"):
+            for claim in json.loads(pack.artifacts[uid]["synthesis.json"])["claims"]:
+                assert text.count(claim["text"]) <= 1, claim["text"]
+
+
+def _body(text: str) -> str:
+    """A document without its footnotes (which quote the sources)."""
+    return "\n".join(x for x in text.splitlines() if not re.match(r"\[\^\d+\]: ", x))
+
+
+def test_citations_point_at_the_quote_that_holds_the_figure() -> None:
+    """A model-written sentence citing an id whose quote lacks its figure is revised (the
+    finding's text is no longer filed under the ids it cites); the document's footnote for
+    the sentence names the source, the locator and the quote holding the figure."""
+    artifacts = _synthesis_and_ranking()
+    wrong = {"sentences": [{"text": "Readings arrived on time for 97% of meters.",
+                            "evidence_ids": ["A1-e2"]}]}
+    right = {"sentences": [{"text": "Readings arrived on time for 97% of meters.",
+                            "evidence_ids": ["A1-e1"]}]}
+    script = Script(render=[wrong, right])
+    ctx = _ctx("D1", artifacts, lambda p: _all_supported(p) if p["task"] == "support"
+               else script(p))
+    assert _run(ctx).passed
+    renders = [c for c in ctx.calls if c["task"] == "render"]
+    assert len(renders) == 2 and "cited_figure" in renders[1]["messages"][-1]["content"]
+    memo = ctx.outputs["memo.md"].decode()
+    line = next(x for x in memo.splitlines() if x.startswith("- Readings arrived"))
+    assert "(Pilot report (A1), p. 1)[^" in line and "A1-e" not in line
+    note = re.search(r"\[\^(\d+)\]$", line).group(1)
+    definition = next(x for x in memo.splitlines() if x.startswith(f"[^{note}]: "))
+    assert "[A1-e1] (A1, p. 1)" in definition and "97% of meters" in definition
+    # The audit reads the footnote back in place: the figure sits beside the id holding it.
+    expanded = expand_footnotes(memo)
+    line = next(x for x in expanded.splitlines() if x.startswith("- Readings arrived"))
+    assert cited_evidence_ids(line) == {"A1-e1"}
+
+
+def test_provenance_names_the_answering_model_and_the_offline_notice_comes_first() -> None:
+    """Every document names the models that answered (recorded by the units that called
+    them), not a notice read from an answer; an offline heuristic's document says so in its
+    first line whatever the template; the CSV can carry the models as a column."""
+    artifacts = _synthesis_and_ranking()
+    ctx = _ctx("D1", artifacts, lambda p: {"sentences": []}, profile=None)
+    _run(ctx)
+    memo = ctx.outputs["memo.md"].decode()
+    assert f"Models that answered: {MODEL}." in memo
+    assert "offline heuristic" not in memo and memo.startswith("# Pilot review")
+    ctx.templates["table"] = "- id\n- models\n"
+    table = _ctx("T1", artifacts, lambda p: {}, profile=None)
+    table.templates["table"] = "- id\n- models\n"
+    _run(table)
+    assert table.outputs["table.csv"].decode().splitlines()[1] == f"A1-e1,{MODEL}"
+
+    pack = PackRunner()
+    pack.run_all(until="U33")
+    for uid, name in (("U31", "report.md"), ("U33", "decision-brief.md")):
+        text = pack.artifacts[uid][name].decode()
+        assert text.startswith("> **Written by keepstep's offline heuristic model")
+        assert "Models that answered: local/keepstep-offline" in text
+        assert "Research pack" not in text
+
+
+def test_a_derived_figure_reaches_the_document_as_a_checked_calculation() -> None:
+    """A finding's calculation from cited figures passes synthesize, shows in the document
+    beside its figure, and passes the audit's figures check; a wrong one fails it."""
+    artifacts = _verified()
+    synth = Script(synthesize=[{"claims": [
+        {"text": "Readings arrived on time for 97% of meters.", "evidence_ids": ["A1-e1"]},
+        {"text": "About 1,164 of the pilot's meters reported on time.",
+         "evidence_ids": ["A1-e1", "A1-e2"], "calculation": "1,200 * 97% = 1,164",
+         "confidence": "medium"}]}])
+    assert _run(_ctx("S1", artifacts, lambda p: _all_supported(p) if p["task"] == "support"
+                     else synth(p))).passed
+    _run(_ctx("R1", artifacts, Script(rank=[{"risks": []}], check=[{"problems": []}])))
+    ctx = _ctx("D1", artifacts, lambda p: {"sentences": []}, profile=None)
+    _run(ctx)
+    memo = ctx.outputs["memo.md"].decode()
+    assert "1,164 of the pilot's meters reported on time. (calculated: `1,200 * 97% = 1,164`)" \
+        " _(confidence: medium)_" in memo
+    audit = _ctx("A2", artifacts, lambda p: {}, profile=None)
+    assert _run(audit).passed, audit.json_output("audit.json")
+    artifacts["D1"]["memo.md"] = memo.replace("1,164", "1,100").encode()
+    audit = _ctx("A2", artifacts, lambda p: {}, profile=None)
+    assert not _run(audit).passed
+    assert "states 1,100" in audit.json_output("audit.json")["checks"][0]["detail"]
+
+
+def test_a_ranking_must_carry_the_criteria_and_fields_its_unit_asks_for() -> None:
+    """An option without a value for a criterion, or without the asked rationale, is revised."""
+    artifacts = _verified()
+    thin = {"risks": [{"id": "R1", "title": "Annual subscription", "score": 20,
+                       "evidence_ids": ["B1-e1"], "criteria": {"fit": "good"}}]}
+    full = {"risks": [{"id": "R1", "title": "Annual subscription", "score": 20,
+                       "evidence_ids": ["B1-e1"], "rationale": "lower price",
+                       "criteria": {"fit": "good", "price per meter": "NVK 40"}}]}
+    ctx = _ctx("R1", artifacts, Script(rank=[thin, full], check=[{"problems": []}]))
+    assert _run(ctx).passed
+    ranks = [c for c in ctx.calls if c["task"] == "rank"]
+    assert len(ranks) == 2
+    feedback = ranks[1]["messages"][-1]["content"]
+    assert "risks[0].criteria [criterion]" in feedback and "risks[0].rationale [asked]" in feedback
+    assert ctx.json_output("ranking.json")["risks"][0]["rationale"] == "lower price"
+
+
+def test_a_section_is_written_from_what_it_declares_and_checked_before_it_is_accepted() -> None:
+    """A `section` fill names what it is made of: the model gets those inputs only (no
+    ranking here), its sentences are checked (an unsupported one is revised); offline the
+    same section is composed by rule from the same inputs."""
+    artifacts = _synthesis_and_ranking([CONFLICT])
+    unsupported = {"sentences": [{"text": "The pilot pleased every customer.",
+                                  "evidence_ids": ["A1-e1"]}]}
+    good = {"sentences": [{"text": "The pilot covered 1,200 meters, and 97% reported on time.",
+                           "evidence_ids": ["A1-e1", "A1-e2"]}]}
+
+    def support(payload: dict[str, Any]) -> dict[str, Any]:
+        return {"verdicts": [{"claim": c["id"], "verdict": "contradicts" if "pleased" in
+                              c["text"] else "supports"} for c in payload["claims"]]}
+
+    script = Script(render=[unsupported, good])
+    ctx = _ctx("D2", artifacts, lambda p: support(p) if p["task"] == "support" else script(p))
+    assert _run(ctx).passed
+    first = next(c["payload"] for c in ctx.calls if c["task"] == "render")
+    assert first["made_of"] == ["findings", "conflicts"] and "rankings" not in first
+    assert first["conflicts"][0]["cls"] == "unexplained"
+    assert set(first["evidence"]) == {"A1-e1", "A1-e2", "B1-e1", "B1-e2"}
+    assert [c["task"] for c in ctx.calls] == ["render", "support", "render", "support"]
+    brief = ctx.outputs["brief.md"].decode()
+    assert "- The pilot covered 1,200 meters, and 97% reported on time. (Pilot report (A1), " \
+        "p. 1 · p. 2)[^1]" in brief and "pleased" not in brief
+
+    offline = _ctx("D2", artifacts, lambda p: {}, profile=None)
+    assert _run(offline).passed and offline.calls == []
+    brief = offline.outputs["brief.md"].decode()
+    assert "- Readings arrived on time for 97% of meters." in brief and "**Unresolved**" in brief
+    assert "| Rank |" not in brief
+
+
+# --- disagreements ---------------------------------------------------------------------------
+def test_the_conflicts_section_names_each_side_and_the_audit_holds_documents_to_it() -> None:
+    """An unexplained disagreement is listed with both sides and "unresolved"; a document that
+    says none were found, or states one side as fact, fails the audit's conflicts check."""
+    artifacts = _synthesis_and_ranking([CONFLICT])
+    ctx = _ctx("D1", artifacts, lambda p: {"sentences": []}, profile=None)
+    _run(ctx)
+    memo = ctx.outputs["memo.md"].decode()
+    section = memo[memo.index("## Where the sources disagree"):]
+    assert "NVK 40 (Price list (B1), Prices)[^" in section and "NVK 46" in section
+    assert "**Unresolved**" in section
+    # The options table states one side (NVK 40, B1-e1) as a plain fact: the audit fails it.
+    audit = _ctx("A1", artifacts, lambda p: {}, profile=None)
+    assert not _run(audit).passed
+    [check] = audit.json_output("audit.json")["checks"]
+    assert "states NVK 40 (list price, B1-e1) as fact" in check["detail"]
+    memo = "\n".join(x for x in memo.splitlines() if not x.startswith("| R1 |"))
+    artifacts["D1"]["memo.md"] = memo.encode()
+    audit = _ctx("A1", artifacts, lambda p: {}, profile=None)
+    assert _run(audit).passed, audit.json_output("audit.json")
+
+    artifacts["D1"]["memo.md"] += b"\nNo conflicting figures were found.\n"
+    _run(audit := _ctx("A1", artifacts, lambda p: {}, profile=None))
+    [check] = audit.json_output("audit.json")["checks"]
+    assert not check["passed"] and "says no disagreement was found" in check["detail"]
+
+    artifacts["D1"]["memo.md"] = memo.encode() + (
+        b"\n- The list price is NVK 46 per meter. [B1-e2] (B1, Prices)\n")
+    _run(audit := _ctx("A1", artifacts, lambda p: {}, profile=None))
+    [check] = audit.json_output("audit.json")["checks"]
+    assert not check["passed"] and "states NVK 46 (list price, B1-e2) as fact" in check["detail"]
+
+
+# --- honesty of the answer and the price -----------------------------------------------------
+def test_a_repaired_answer_is_treated_as_truncated_and_revised() -> None:
+    """JSON that stops before it closes (json-repair would invent its end) is a `truncated`
+    problem and the step asks again; trailing commas are still simply read."""
+    value, problems = parse_json_answer('{"claims": [{"text": "Readings arrived on time for 9')
+    assert value is not None and [p.rule for p in problems] == ["truncated"]
+    assert parse_json_answer('{"a": [1, 2,],}') == ({"a": [1, 2]}, [])
+    _, parsed, problems = check_answer('{"claims": [{"text": "x"', SynthesisAnswer)
+    assert parsed and problems[0].rule == "truncated"
+
+    full = json.dumps({"claims": [{"text": "Readings arrived on time for 97% of meters.",
+                                   "evidence_ids": ["A1-e1"]}]})
+    answers = [full[:60], full]
+
+    class Cut(FakeContext):
+        def call_model(self, call: Any, *, check: Any) -> Any:
+            from keepstep.engine.kinds.model_step import CheckedAnswer
+            self.calls.append({"revision": call.revision, "messages": call.messages})
+            content = answers[min(len(self.calls) - 1, 1)]
+            value, parsed, problems = check(content)
+            return CheckedAnswer(content=content, value=value, parsed=parsed,
+                                 problems=problems)
+
+    base = _ctx("S1", _verified(), lambda p: {})
+    ctx = Cut(**{f: getattr(base, f) for f in ("unit", "plan", "contract", "snapshot",
+                                                "sources", "texts", "artifacts", "responder")})
+    step = run_model_step(ctx, prompt="synthesize", inputs={"task": "synthesize"},
+                          schema=SynthesisAnswer)
+    assert step.ok and step.calls == 2
+    assert "truncated" in ctx.calls[1]["messages"][-1]["content"]
+
+
+def test_an_unknown_price_under_a_cost_budget_blocks(tmp_path: Any) -> None:
+    """A model litellm has no price for, called at its provider under a cost limit, is
+    refused before the call (a budget block that says what to do); behind the person's own
+    server (api_base), or without a cost limit, or offline, it is called."""
+    from types import SimpleNamespace
+
+    from keepstep.storage.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "state")
+    store.create_run("R", {}, limits={"calls": 10, "cost": 1.0})
+    store.create_run("N", {}, limits={"calls": 10})
+    ctx = SimpleNamespace(unit="U1", attempt="U1/a1", round=1)
+    hosted = StoreCallLedger(store, "R", "main", api_base_for=lambda m: None)
+    with pytest.raises(UnpricedModel) as info:
+        hosted.reserve(ctx, model="anthropic/unpriced-model", request_hash="h", est_tokens=10)
+    assert isinstance(info.value, BudgetExhausted)
+    assert "no known price" in str(info.value) and "keepstep.toml" in info.value.hint
+    assert hosted.reserve(ctx, model="anthropic/priced", request_hash="h", est_tokens=10,
+                          est_cost=0.01)
+    assert hosted.reserve(ctx, model="local/keepstep-offline", request_hash="h", est_tokens=1)
+    served = StoreCallLedger(store, "R", "main", api_base_for=lambda m: "http://127.0.0.1:1")
+    assert served.reserve(ctx, model="openai/own-server", request_hash="h", est_tokens=10)
+    free = StoreCallLedger(store, "N", "main", api_base_for=lambda m: None)
+    assert free.reserve(ctx, model="anthropic/unpriced-model", request_hash="h", est_tokens=10)
+    store.close()
+
+
+def test_an_unreachable_api_base_says_so_at_once() -> None:
+    """A refused connection or an unresolvable host is a permanent error naming the api_base;
+    a reset connection is still retried."""
+    refused = classify(ConnectionRefusedError(111, "Connection refused"))
+    assert isinstance(refused, PermanentModelError) and "unreachable" in str(refused)
+    assert "api_base" in (refused.hint or "")
+    assert isinstance(classify(ConnectionResetError("reset")), TransientModelError)
+
+
+CONFLICTS_PACK = __import__("pathlib").Path(__file__).parent / "fixtures" / "conflicts_pack"
+DOCUMENT_UNITS = """
+[[unit]]
+id = "U05"
+title = "What the sources say about the ferries"
+phase = "synthesis"
+kind = "synthesize"
+outputs = ["synthesis.json", "synthesis.md"]
+depends_on = ["U04"]
+
+[[unit]]
+id = "U07"
+title = "Memo"
+phase = "deliverables"
+kind = "render"
+inputs = ["template:memo"]
+outputs = ["memo.md"]
+depends_on = ["U05"]
+params = { document = "memo", template = "memo" }
+
+[[unit]]
+id = "U08"
+title = "Audit"
+phase = "audit"
+kind = "audit"
+outputs = ["audit.json"]
+depends_on = ["U07", "U04"]
+params = { checks = [{ check = "conflicts", documents = ["memo"] }] }
+"""
+
+
+def test_a_pack_with_planted_disagreements_comes_out_with_each_shown_offline() -> None:
+    """The conflicts test pack, offline, to a memo: its disagreement section names each real
+    disagreement with its class and the value used (none for the unresolved one, all three
+    sides shown), lists the apparent one apart, a finding citing a superseded or out-of-date
+    figure says so, and the audit's conflicts check passes."""
+    plan = parse_plan((CONFLICTS_PACK / "plan.toml").read_text() + DOCUMENT_UNITS)
+    runner = PackRunner(CONFLICTS_PACK, plan=plan)
+    runner.templates["memo"] = ("# {{ title }}\n\n## Findings\n\n{{ findings }}\n\n"
+                                "## Where the sources disagree\n\n{{ conflicts }}\n")
+    runner.run_all()
+    assert runner.outcomes["U07"].passed and runner.outcomes["U08"].passed
+    memo = runner.artifacts["U07"]["memo.md"].decode()
+    section = _body(memo[memo.index("## Where the sources disagree"):])
+    lines = {line.split("**")[1]: line for line in section.splitlines()
+             if line.startswith("- **")}
+    assert "**Superseded**: the documents use 398,000." in lines[
+        "passengers travelled (Tarnlake, 2023)"]
+    assert "**Out of date**: the documents use 140." in lines["euro berth (Kelvmoor, 2025)"]
+    assert "**Two definitions, both valid**" in lines["full-time staff (Tarnlake, 2024)"]
+    hull = lines["euro hull (Brisland, 2024)"]
+    assert "**Unresolved**" in hull and all(v in hull for v in ("18 million", "22 million",
+                                                                  "20 million"))
+    apparent = section[section.index("Figures that look alike"):]
+    assert "960" in apparent and "720" in apparent
+    findings = _body(memo[:memo.index("## Where the sources disagree")])
+    assert "passengers travelled figure is superseded" in findings
+    assert "No conflicting figures" not in memo
+
+
+def test_validate_warns_of_a_model_whose_calls_the_cost_budget_will_block() -> None:
+    """`keepstep validate`'s model check names an unpriced model under a cost budget (the
+    docs' own anthropic/claude-3-5-haiku-latest), not a priced one, not one behind an
+    api_base, and not without a cost limit."""
+    from types import SimpleNamespace
+
+    from keepstep.engine.gateway.model_check import check_project_models
+
+    def config(cost: float | None, api_base: str | None = None) -> Any:
+        return SimpleNamespace(
+            budget=SimpleNamespace(cost=cost), api_base_for=lambda m: api_base,
+            models_in_use=lambda units: {"anthropic/claude-3-5-haiku-latest": ["U5"],
+                                         "openai/gpt-4o-mini": ["U6"]})
+
+    env = {"ANTHROPIC_API_KEY": "x" * 20, "OPENAI_API_KEY": "x" * 20}
+    found = check_project_models(config(5.0), [("U5", "synthesize")], env=env)
+    unpriced = [f for f in found if "no known price" in f.message]
+    assert [(f.level, f.model, f.units) for f in unpriced] == [
+        ("warning", "anthropic/claude-3-5-haiku-latest", ["U5"])]
+    for quiet in (config(None), config(5.0, api_base="http://127.0.0.1:9")):
+        assert not [f for f in check_project_models(quiet, [], env=env)
+                    if "no known price" in f.message]
+
+
+def test_a_written_section_does_not_repeat_what_the_document_already_says() -> None:
+    """A section written after the findings gets only findings not shown yet, and a sentence
+    repeating one is revised."""
+    artifacts = _synthesis_and_ranking([CONFLICT])
+    repeated = {"sentences": [{"text": "Readings arrived on time for 97% of meters.",
+                               "evidence_ids": ["A1-e1"]}]}
+    new = {"sentences": [{"text": "Two price lists disagree on the list price.",
+                          "evidence_ids": ["B1-e1", "B1-e2"]}]}
+    script = Script(render=[repeated, new])
+    ctx = _ctx("D2", artifacts, lambda p: _all_supported(p) if p["task"] == "support"
+               else script(p))
+    ctx.templates["brief"] = "# Brief\n\n{{ findings }}\n\n## The case\n\n{{ case }}\n"
+    assert _run(ctx).passed
+    first, second = [c for c in ctx.calls if c["task"] == "render"]
+    assert first["payload"]["findings"] == []  # every finding is shown above it
+    assert "sentences[0].text [repeated]" in second["messages"][-1]["content"]
+    brief = _body(ctx.outputs["brief.md"].decode())
+    assert brief.count("Readings arrived on time for 97% of meters.") == 1
+    assert "- Two price lists disagree on the list price." in brief
+    # Its template has no {{ notice }}: the models that answered are named all the same.
+    assert f"\n_Models that answered: {MODEL}._\n" in brief
