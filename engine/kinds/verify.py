@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from keepstep.engine.core.presets import evidence_sources
 from keepstep.engine.files.convert import ConvertedSource
 from keepstep.engine.files.convert.quotes import verbatim_matcher
 from keepstep.engine.gateway.answers import Problem, problem
@@ -278,7 +279,7 @@ def _gather(ctx: UnitContext, meta: dict[str, dict[str, str]] | None = None,
     meta = {} if meta is None else meta
     pre = set() if pre is None else pre
     checked = verified_deps(ctx)
-    deps = evidence_deps(ctx) + checked
+    deps = _unchecked_evidence_deps(ctx) + checked
     if not deps:
         problems.append("no evidence-producing unit among the dependencies")
     for dep, name in deps:
@@ -304,6 +305,15 @@ def _gather(ctx: UnitContext, meta: dict[str, dict[str, str]] | None = None,
             if (dep, name) in checked and key:
                 pre.add(key)
     return gathered, problems
+
+
+def _unchecked_evidence_deps(ctx: UnitContext) -> list[tuple[Any, str]]:
+    """The evidence-producing units this verify unit reads itself: those it reaches through
+    its dependencies, less those a verify dependency covers (their evidence comes judged,
+    from that dependency's verified output)."""
+    units = ctx.plan.unit_map()
+    covered = {u.id for dep, _ in verified_deps(ctx) for u in evidence_sources(dep, units)}
+    return [(u, n) for u, n in evidence_deps(ctx) if u.id not in covered]
 
 
 @register(SPEC)
@@ -398,11 +408,11 @@ def run(ctx: UnitContext) -> KindOutcome:
     source_ids = sorted({e["source_id"] for e in supported}, key=natural_key)
     # The models that answered for this evidence: the extractions' and this unit's own.
     models = {m for s in steps for m in s.models} | {
-        str(m) for d, name in evidence_deps(ctx) for m in ctx.dep_json(d.id, name).get("models")
-        or []}
+        str(m) for d, name in _unchecked_evidence_deps(ctx)
+        for m in ctx.dep_json(d.id, name).get("models") or []}
     doc = {
         "models": sorted(models),
-        "from_units": [d.id for d, _ in evidence_deps(ctx) + verified_deps(ctx)],
+        "from_units": [d.id for d, _ in _unchecked_evidence_deps(ctx) + verified_deps(ctx)],
         "checked": checked,
         "evidence": supported,
         "rejected": rejected,
