@@ -125,8 +125,8 @@ def next_action(status: Any, decision: Decision) -> str:
     """The one next step: what the run needs now, with the command that does it."""
     resume = cmd(status, "resume")
     if decision.kind == DecisionKind.done:
-        return (f"done: export the deliverables ({cmd(status, 'export')}) or the handover "
-                f"({cmd(status, 'handover', f'--out handover-{status.run_id}.zip')})")
+        # Not "or the handover": this line is also in the handover's own narrative.
+        return f"done: export the deliverables ({cmd(status, 'export', '--format docx')})"
     if decision.kind == DecisionKind.claim:
         return f"resume: {decision.unit} is ready ({resume})"
     if decision.kind == DecisionKind.waiting:
