@@ -100,7 +100,7 @@ def test_every_citation_links_to_its_excerpt_and_the_source_file(bundle: Path) -
 
 def test_errors_of_units_current_again_are_history() -> None:
     status = SimpleNamespace(run_id="R1", needs=[], units={
-        "U6": SimpleNamespace(state="current"), "U7": SimpleNamespace(state="failed")})
+        "U6": SimpleNamespace(state="succeeded"), "U7": SimpleNamespace(state="failed")})
     groups = group_errors([
         {"kind": "attempt.failed", "class": "invalid_output", "unit": "U6", "ts": "t1"},
         {"kind": "attempt.failed", "class": "timeout", "unit": "U7", "ts": "t2"}], status)

@@ -34,6 +34,7 @@ from typer.core import TyperArgument
 from keepstep.app.cli import deliverables as cli_deliverables
 from keepstep.app.cli import drill as cli_drill
 from keepstep.app.cli import handover as cli_handover
+from keepstep.app.cli import completion as cli_completion
 from keepstep.app.cli import inspect as cli_inspect
 from keepstep.app.cli import maintenance as cli_maintenance
 from keepstep.app.cli import project as cli_project
@@ -123,7 +124,7 @@ def _root(ctx: typer.Context, _show_version: Annotated[bool, typer.Option(
 def _register_all(target: typer.Typer) -> None:
     # Each command module stays cheap to import: the engine loads inside the commands.
     for module in (cli_project, cli_runs, cli_records, cli_inspect, cli_takeover,
-                   cli_deliverables, cli_maintenance, cli_drill, cli_handover):
+                   cli_deliverables, cli_maintenance, cli_drill, cli_handover, cli_completion):
         module.register(target)
 
 

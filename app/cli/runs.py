@@ -114,7 +114,7 @@ def _start(root: Path | None, run: str | None, branch: str, answers: dict[str, s
             existing_run(project, run_id, branch)  # the error naming the known runs
         if create and not exists and runs and not new:
             # A mistyped --run must not start a new run that spends budget.
-            close = difflib.get_close_matches(run_id, runs, n=1)
+            close = difflib.get_close_matches(run_id, runs, n=1, cutoff=0.5)
             guess = f"did you mean {close[0]}? " if close else ""
             raise UsageProblem(
                 f"no run {run_id!r} in {project.root} (runs: {', '.join(runs)})",

@@ -25,6 +25,8 @@ BUDGET_ORDER = ("calls", "tokens", "cost", "tool_calls", "retries", "recoveries"
 
 
 def budget_rows(budget: Mapping[str, Mapping[str, float]]) -> list[list[Any]]:
+    from keepstep.engine.report.progress import fmt_duration
+
     used, limits = budget.get("used", {}), budget.get("limits", {})
     names = [k for k in BUDGET_ORDER if k in used or k in limits]
     names += sorted(k for k in set(used) | set(limits) if k not in names)
@@ -32,14 +34,18 @@ def budget_rows(budget: Mapping[str, Mapping[str, float]]) -> list[list[Any]]:
     for k in names:
         u = float(used.get(k, 0))
         lim = limits.get(k)
-        money = k == "cost"
 
-        def fmt(v: float | None, money: bool = money) -> Any:
+        def fmt(v: float | None, k: str = k) -> Any:
             if v is None:
                 return "no limit"
-            return f"${v:,.2f}" if money else (round(v, 1) if not float(v).is_integer() else v)
+            if k == "wall_time_s":  # seconds as a duration a person reads
+                return fmt_duration(float(v))
+            if k == "cost":
+                return f"${v:,.2f}"
+            return round(v, 1) if not float(v).is_integer() else v
 
-        rows.append([k, fmt(u), fmt(lim), fmt(None if lim is None else float(lim) - u)])
+        label = "wall time" if k == "wall_time_s" else k
+        rows.append([label, fmt(u), fmt(lim), fmt(None if lim is None else float(lim) - u)])
     return rows
 
 

@@ -214,7 +214,7 @@ def group_errors(errors: list[dict[str, Any]], status: Any) -> list[dict[str, An
     for g in groups.values():
         # An error of units that are all current again is history, not a thing to do.
         g["resolved"] = bool(g["units"]) and all(
-            getattr(units.get(u), "state", "") == "current" for u in g["units"])
+            getattr(units.get(u), "state", "") in ("succeeded", "current") for u in g["units"])
         if g["resolved"]:
             g["action"] = f"nothing: {', '.join(g['units'])} current again (a later attempt " \
                 "succeeded)"
