@@ -714,3 +714,77 @@ async def test_a_title_edit_of_a_unit_held_through_also_changes_only_its_title(
     with open_project(at_gate) as project:
         gate = project.files.plan.gate_for("U28")
         assert gate is not None and gate.held_units() == ["U27", "U28", "U29", "U30"]
+
+
+# -- repair paths, the palette ------------------------------------------------------------------
+async def test_the_tui_opens_the_raw_view_at_the_line_of_a_plan_that_is_not_toml(
+        tmp_path: Path) -> None:
+    """plan.toml with a TOML syntax error: the raw view opens with the cursor on that line;
+    a save that still does not parse is refused; the fixed text is saved and the app asks
+    to reopen, after which the project opens as usual."""
+    from textual.widgets import TextArea
+
+    from keepstep.app.tui.screens import PlanRepairApp, RawPlanScreen
+
+    root = copy_sample(tmp_path / "market-entry")
+    plan_file = root / "plan.toml"
+    lines = plan_file.read_text(encoding="utf-8").splitlines(keepends=True)
+    bad = next(i for i, line in enumerate(lines) if line.startswith("title = ")) + 1
+    good = lines[bad - 1]
+    lines[bad - 1] = 'title = "unterminated\n'
+    plan_file.write_text("".join(lines), encoding="utf-8")
+    app = make_test_app(root)
+    assert isinstance(app, PlanRepairApp)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        raw = app.screen
+        assert isinstance(raw, RawPlanScreen) and raw.cursor_line == bad
+        assert "not valid TOML" in screen_text(app)
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert isinstance(app.screen, ErrorModal)
+        await pilot.press("escape")
+        area = raw.query_one(TextArea)
+        area.text = area.text.replace('title = "unterminated\n', good, 1)
+        await pilot.pause()
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+    assert app.return_value == "reopen"
+    assert plan_file.read_text(encoding="utf-8").splitlines(keepends=True)[bad - 1] == good
+    reopened = make_test_app(root)
+    assert not isinstance(reopened, PlanRepairApp)
+    reopened.project.close()
+
+
+async def test_the_palette_finds_export_approve_deliverables_and_every_action(
+        at_gate: Path) -> None:
+    """ctrl+p then a word lists the matching commands; every dashboard key has one."""
+    from textual.command import CommandPalette
+
+    from keepstep.app.tui.app import PALETTE
+
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        actions = {a for a, _, _ in PALETTE}
+        for binding in DashboardScreen.BINDINGS:
+            assert binding.action in actions or binding.action == "app.quit", binding.action
+        for title in (t for _, t, _ in PALETTE):
+            assert title in titles
+        for word, expected in (("export", "Export deliverables"), ("approve", "Approve"),
+                               ("deliverables", "Deliverables")):
+            await pilot.press("ctrl+p")
+            await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette),
+                           what="the palette")
+            await pilot.press(*word)
+            await pilot.pause(0.5)
+            await wait_for(pilot, lambda expected=expected: expected in screen_text(app),
+                           timeout=10, what=f"{word!r} in the palette")
+            await pilot.press("escape")
+            await pilot.pause()
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"approve", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ApprovalModal),
+                       what="the approval from the palette")

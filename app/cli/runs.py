@@ -261,7 +261,10 @@ def launch_tui(root: Path | None, run_id: str | None = None) -> None:
     newest run); textual is imported only here."""
     from keepstep.app.tui import make_app
 
-    make_app(check_dir(root), run_id).run()
+    root = check_dir(root)
+    # A plan.toml repaired in the raw view (it was not TOML) reopens the project as usual.
+    while make_app(root, run_id).run() == "reopen":
+        pass
 
 
 def tui(root: DirArg = None, run: RunOpt = None) -> None:

@@ -77,6 +77,7 @@ class PlanBuilderScreen(Screen[None]):
         Binding("ctrl+r", "remove_unit", "remove unit (asks)"),
         Binding("ctrl+o", "add_dependency", "add dependency"),
         Binding("ctrl+s", "save", "save"),
+        Binding("f2", "raw", "plan.toml as text (raw view)"),
     ]
 
     app: KeepstepApp
@@ -441,6 +442,27 @@ class PlanBuilderScreen(Screen[None]):
             return False
         self.dirty = False
         return True
+
+    def action_raw(self) -> None:
+        """plan.toml as text; after a save there, the form shows the file's plan again."""
+        from keepstep.app.tui.screens.raw_plan import RawPlanScreen
+
+        if self.dirty:
+            self.app.show_error("save or discard the form's edits first (ctrl+s saves)",
+                                title="Unsaved edits", hint="the raw view edits the file")
+            return
+
+        def back(saved: bool | None) -> None:
+            if saved and self.app.guarded("plan.toml was saved but does not load",
+                                          self.app.project.reload) is not None:
+                self.plan = self.app.project.files.plan.model_copy(deep=True)
+                self.index = None
+                self.rebuild_tree()
+                if self.plan.units:
+                    self.call_after_refresh(self.select_unit, self.plan.units[0].id)
+                self.validate()
+
+        self.app.push_screen(RawPlanScreen(self.app.project.root / PLAN_FILE), back)
 
     def action_back(self) -> None:
         """Leave; with unsaved edits, ask first (plan.toml is untouched either way)."""
