@@ -69,9 +69,10 @@ def status_html(status: Any) -> str:
     counts = table(list(names), [[c.get(k, 0) for k in names]], caption="Counts")
     budget = table(["counter", "used", "limit", "left"], budget_rows(status.budget),
                    caption="Budget")
-    units = table(["unit", "state", "attempts", "current attempt", "reason"],
-                  [[uid, state_badge(v.state), v.attempts, v.current_attempt, v.reason]
-                   for uid, v in status.units.items()], caption="Units")
+    units = table(["unit", "title", "state", "attempts", "current attempt", "reason"],
+                  [[uid, getattr(v, "title", ""), state_badge(v.state), v.attempts,
+                    v.current_attempt, v.reason] for uid, v in status.units.items()],
+                  caption="Units")
     parts = [head, counts, budget]
     needs = getattr(status, "needs", [])
     if needs:
@@ -143,6 +144,24 @@ def conclusions_html(found: Mapping[str, Any], md: Any) -> str:
                          c.get("reason")] for c in open_ones])
                  if open_ones else "<p>None: no open conflict between sources.</p>")
     return '<div class="conclusions">' + "".join(parts) + "</div>"
+
+
+def deliverables_html(export: Any) -> str:
+    """An export_deliverables result for a notebook: where, each file linked, what is
+    missing."""
+    from pathlib import Path
+
+    folder = Path(export.folder)
+    head = key_values([
+        ("run", f"{export.run_id} ({export.branch}, {export.plan_version})"),
+        ("folder", Raw(f'<a href="{escape(folder.as_uri())}">{escape(str(folder))}</a>')),
+        ("exported at", export.exported_at),
+        ("not current yet", ", ".join(export.missing) or "none"),
+    ], caption=f"{len(export.files)} deliverable(s) exported")
+    files = table(["file", "unit", "size", "sha256"],
+                  [[Raw(f'<a href="{escape((folder / f.file).as_uri())}">{escape(f.file)}</a>'),
+                    f.unit, f"{f.size:,} bytes", f.sha256[:16] + "…"] for f in export.files])
+    return head + files
 
 
 def handover_index_html(*, title: str, run_label: str, facts: Mapping[str, Any],
@@ -250,5 +269,5 @@ def handover_index_html(*, title: str, run_label: str, facts: Mapping[str, Any],
             "source texts or keys are included.</small></p></body></html>\n")
 
 
-__all__ = ["OFFLINE_MODEL", "Raw", "budget_rows", "conclusions_html", "explanation_html", "handover_index_html",
+__all__ = ["OFFLINE_MODEL", "Raw", "budget_rows", "conclusions_html", "deliverables_html", "explanation_html", "handover_index_html",
            "key_values", "model_text", "preview_html", "state_badge", "status_html", "table"]
