@@ -146,7 +146,8 @@ def next_action(status: Any, decision: Decision) -> str:
     resume = cmd(status, "resume")
     if decision.kind == DecisionKind.done:
         # Not "or the handover": this line is also in the handover's own narrative.
-        return f"done: export the deliverables ({cmd(status, 'export', '--format docx')})"
+        return (f"done: export the deliverables ({cmd(status, 'export')}; add --format docx "
+                "for Word files with charts)")
     if decision.kind == DecisionKind.claim:
         return f"resume: {decision.unit} is ready ({resume})"
     if decision.kind == DecisionKind.waiting:
