@@ -31,10 +31,10 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperArgument
 
+from keepstep.app.cli import completion as cli_completion
 from keepstep.app.cli import deliverables as cli_deliverables
 from keepstep.app.cli import drill as cli_drill
 from keepstep.app.cli import handover as cli_handover
-from keepstep.app.cli import completion as cli_completion
 from keepstep.app.cli import inspect as cli_inspect
 from keepstep.app.cli import maintenance as cli_maintenance
 from keepstep.app.cli import project as cli_project

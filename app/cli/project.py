@@ -482,8 +482,8 @@ def sources_add(
 def register(app: typer.Typer) -> None:
     add_command(app, init, "init")
     add_command(app, validate, "validate")
-    sources_app = sub_app("List, approve, revoke, add and remove sources: PDF, DOCX, XLSX, CSV, PPTX, "
-                          "HTML, TXT or MD.\n\n"
+    sources_app = sub_app("List, approve, revoke, add and remove sources: PDF, DOCX, XLSX, "
+                          "CSV, PPTX, HTML, TXT or MD.\n\n"
                           "`keepstep sources` alone lists them. The old order "
                           "`keepstep sources DIR list` still works, with a note.",
                           default="list")

@@ -128,7 +128,6 @@ class KeepstepApp(App[None]):
         dashboard = self.dashboard
         seen = set()
         for action, title, help_text in PALETTE:
-            seen.add(action)
             yield SystemCommand(title, f"key {help_text} on the dashboard",
                                 lambda action=action: self.call_later(self._palette_action,
                                                                       action))

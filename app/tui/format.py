@@ -243,11 +243,10 @@ def error_text(exc: BaseException) -> tuple[str, str]:
     return message, hint
 
 
-__all__ = ["DECISION_LABELS", "STATE_STYLES", "STATE_SYMBOLS", "STATE_WORDS", "ago",
-           "bound_text", "error_text", "estimate_text", "event_line", "expires_in", "figure",
-           "ids",
-           "option_line", "parse_ts", "plan_changes", "preview_lines", "progress_text", "state_symbol",
-           "state_word", "takeover_lines", "tokens"]
+__all__ = ["DECISION_LABELS", "STATE_STYLES", "STATE_SYMBOLS", "STATE_WORDS", "ago", "bound_text",
+           "error_text", "estimate_text", "event_line", "expires_in", "figure", "ids",
+           "option_line", "parse_ts", "plan_changes", "preview_lines", "progress_text",
+           "state_symbol", "state_word", "takeover_lines", "tokens"]
 
 
 def event_line(event: Any) -> str:

@@ -40,7 +40,7 @@ def _source_text(files: ProjectFiles) -> str | None:
                                         max_bytes=files.config.max_source_bytes)
         except Exception:  # noqa: BLE001 - an unreadable source is the source check's problem
             return None
-        text = conv.text if isinstance(conv.text, str) else conv.text.whole_text()
+        text = conv.whole_text()
         parts.append(text.lower())
     return "\n".join(parts)
 

@@ -235,14 +235,16 @@ def handover_index_html(*, title: str, run_label: str, facts: Mapping[str, Any],
          for e in st.external_unknown])))
     groups = facts.get("error_groups", [])
     open_groups = [g for g in groups if not g.get("resolved")]
+    resolved = [g for g in groups if g.get("resolved")]
+    earlier = "" if not resolved else (
+        f"<p>Earlier errors, all resolved ({sum(g['count'] for g in resolved)} events): "
+        + escape("; ".join(f"{g['cause']} on {', '.join(g['units'])}" for g in resolved))
+        + ".</p>")
     sections.append(("Errors by cause", table(
         ["cause", "times", "units", "latest message", "last seen", "what to do"],
         [[g["cause"], g["count"], ", ".join(g["units"]) or "-", g["message"], g["last"],
           g["action"]] for g in open_groups])
-        + ("" if len(open_groups) == len(groups) else
-           f"<p>Earlier errors, all resolved ({sum(g['count'] for g in groups if g.get('resolved'))}"
-           " events): " + escape("; ".join(f"{g['cause']} on {', '.join(g['units'])}"
-                                            for g in groups if g.get("resolved"))) + ".</p>")
+        + earlier
         + "<p><small>Every error event is in <code>state/recent_errors.json</code>.</small></p>"))
     sections.append(("Deliverables", table(
         ["unit", "file", "sha256", "matches the manifest"],
@@ -269,5 +271,6 @@ def handover_index_html(*, title: str, run_label: str, facts: Mapping[str, Any],
             "source texts or keys are included.</small></p></body></html>\n")
 
 
-__all__ = ["OFFLINE_MODEL", "Raw", "budget_rows", "conclusions_html", "deliverables_html", "explanation_html", "handover_index_html",
-           "key_values", "model_text", "preview_html", "state_badge", "status_html", "table"]
+__all__ = ["OFFLINE_MODEL", "Raw", "budget_rows", "conclusions_html", "deliverables_html",
+           "explanation_html", "handover_index_html", "key_values", "model_text", "preview_html",
+           "state_badge", "status_html", "table"]

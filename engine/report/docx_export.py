@@ -314,4 +314,5 @@ def export_documents(run: RunHandle, exported: DeliverablesExport,
     return result
 
 
-__all__ = ["EXPORT_FORMATS", "FORMATS", "DocumentsExport", "chart_data", "export_documents", "markdown_to_docx"]
+__all__ = ["EXPORT_FORMATS", "FORMATS", "DocumentsExport", "chart_data", "export_documents",
+           "markdown_to_docx"]

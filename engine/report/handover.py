@@ -658,5 +658,6 @@ def bundle_files(path: str | Path) -> list[str]:
         return names
 
 
-__all__ = ["BUNDLE_FORMAT", "SOURCE_MODES", "BundleReport", "conclusions", "link_citations", "FileProblem", "bundle_files", "export_handover",
-           "find_secrets", "narrative", "redact", "verify_bundle"]
+__all__ = ["BUNDLE_FORMAT", "SOURCE_MODES", "BundleReport", "conclusions", "link_citations",
+           "FileProblem", "bundle_files", "export_handover", "find_secrets", "narrative", "redact",
+           "verify_bundle"]

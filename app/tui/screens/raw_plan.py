@@ -39,7 +39,7 @@ class RawPlanScreen(Screen[bool]):
     """plan.toml in a TextArea; dismisses True when it was saved."""
 
     BINDINGS = [
-        Binding("ctrl+s", "save", "save plan.toml"),
+        Binding("ctrl+s", "save", "save"),
         Binding("escape", "back", "back"),
     ]
 
