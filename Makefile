@@ -11,13 +11,17 @@ export PYTHON_KEYRING_BACKEND ?= keyring.backends.null.Keyring
 
 .PHONY: demo test install clean lint typecheck bench-peers
 
+# pip's and setuptools' build chatter goes to a log, shown only when the install fails.
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	@$(BIN)/python -m pip install -q --upgrade pip > $(VENV)/install.log 2>&1 \
+	  || { cat $(VENV)/install.log; exit 1; }
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+	@echo "installing keepstep and its dependencies into $(VENV) (log: $(VENV)/install.log)"
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]' \
+	  >> $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
+	@touch $(STAMP)
 
 install: $(STAMP)
 

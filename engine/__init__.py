@@ -138,6 +138,11 @@ if TYPE_CHECKING:
         Output,
         export_deliverables,
     )
+    from keepstep.engine.report.docx_export import (
+        EXPORT_FORMATS,
+        DocumentsExport,
+        export_documents,
+    )
     from keepstep.engine.report.handover import (
         BundleReport,
         export_handover,
@@ -325,6 +330,9 @@ _EXPORTS: dict[str, str] = {
     "ExportedFile": "keepstep.engine.report.deliverables",
     "Output": "keepstep.engine.report.deliverables",
     "export_deliverables": "keepstep.engine.report.deliverables",
+    "EXPORT_FORMATS": "keepstep.engine.report.docx_export",
+    "DocumentsExport": "keepstep.engine.report.docx_export",
+    "export_documents": "keepstep.engine.report.docx_export",
     "InFlight": "keepstep.engine.report.progress",
     "NotebookProgress": "keepstep.engine.report.progress",
     "ProgressSnapshot": "keepstep.engine.report.progress",

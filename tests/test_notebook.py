@@ -154,3 +154,31 @@ def test_preview_and_explanation_display_as_tables():
     html = explanation._repr_html_()
     assert html == explanation_html(explanation) and "<table" in html
     assert "S03 &lt;audience&gt;" in html and "invalidated" in html and "2 calls" in html
+
+
+def test_the_units_table_shows_titles_and_exports_display_with_links(tmp_path) -> None:
+    """A notebook's units table names each unit's title; export_deliverables() shows the
+    folder and each file as links; the DAG's nodes carry the titles."""
+    from keepstep.engine.report.deliverables import DeliverablesExport, ExportedFile
+    from keepstep.engine.report.display import status_html as html_of
+
+    status = _status()
+    status.units["U01"].title = "Inventory <the> sources"
+    html = html_of(status)
+    assert "<th" in html and ">title<" in html and "Inventory &lt;the&gt; sources" in html
+    export = DeliverablesExport(
+        folder=str(tmp_path), run_id="R1", branch="main", plan_version="plan-v1",
+        exported_at="2026-01-01T00:00:00Z", missing=["U9"],
+        files=[ExportedFile(unit="U7", name="report.md", file="report.md", attempt="U7/a1",
+                            sha256="a" * 64, size=2048)])
+    shown = export._repr_html_()
+    assert (tmp_path / "report.md").as_uri() in shown and "2,048 bytes" in shown
+    assert "U9" in shown and "1 deliverable(s) exported" in shown
+
+    from keepstep.engine import load_plan
+    from keepstep.engine.report.dag_svg import dag_svg
+
+    plan = load_plan(PACK / "plan.toml")
+    svg = dag_svg(plan, {})
+    first = plan.units[0]
+    assert first.title[:15] in svg

@@ -624,3 +624,167 @@ async def test_quitting_mid_run_stops_the_engine_before_the_store_closes(tmp_pat
     with open_project(root) as project:
         status = project.get_run(RUN_ID).status()
         assert status.leases == [] and status.decision != "done"
+
+
+async def _touch_every_field(pilot, builder: PlanBuilderScreen) -> None:
+    """Change every field of the shown unit to something else (applied: the plan in memory
+    changes), then put each back as it was shown."""
+    from textual.widgets import Select
+
+    inputs = {f: builder.query_one(f"#{f}", Input) for f in (
+        "f-id", "f-title", "f-phase", "f-inputs", "f-outputs", "f-gate", "f-gate-options",
+        "f-max-rounds")}
+    kind, tick = builder.query_one("#f-kind", Select), builder.query_one("#f-required", Tick)
+    edges = list(builder.query(".dep-edge").results(Select))
+    shown = ({f: box.value for f, box in inputs.items()}, kind.value, tick.value,
+             [e.value for e in edges])
+    for field_id, box in inputs.items():
+        box.value = "" if field_id in ("f-gate", "f-max-rounds") and box.value else "X9"
+    kind.value = "notes" if kind.value != "notes" else "audit"
+    tick.value = not tick.value
+    for edge in edges:
+        edge.value = "policy" if edge.value != "policy" else "content"
+    await pilot.pause()
+    for field_id, box in inputs.items():
+        box.value = shown[0][field_id]
+    kind.value, tick.value = shown[1], shown[2]
+    for edge, value in zip(edges, shown[3], strict=True):
+        edge.value = value
+    await pilot.pause()
+
+
+async def test_plan_builder_round_trips_every_field_of_every_unit_and_gate(
+        at_gate: Path) -> None:
+    """Every field of every unit (and the gate each shows) edited and put back: the plan in
+    memory equals plan.toml's, nothing is dirty, ctrl+s has nothing to write."""
+    from keepstep.engine import load_plan
+
+    before = (at_gate / "plan.toml").read_bytes()
+    saved = load_plan(at_gate / "plan.toml")
+    assert any(g.also for g in saved.gates)  # the gate holds further units: the case at stake
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("p")
+        builder = app.screen
+        assert isinstance(builder, PlanBuilderScreen)
+        await pilot.pause()
+        for unit in saved.units:
+            await builder.select_unit(unit.id)
+            await pilot.pause()
+            await _touch_every_field(pilot, builder)
+            assert builder.plan.to_toml_dict() == saved.to_toml_dict(), unit.id
+            assert builder.plan.gate_for(unit.id) == saved.gate_for(unit.id), unit.id
+        assert not builder.dirty and builder.problems == []
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmModal)
+    assert (at_gate / "plan.toml").read_bytes() == before
+
+
+async def test_a_title_edit_of_a_unit_held_through_also_changes_only_its_title(
+        at_gate: Path) -> None:
+    """U28 is held by the audience gate through `also`: editing its title and saving changes
+    that one line; the preview names exactly that change; the gate still holds U27-U30."""
+    plan_file = at_gate / "plan.toml"
+    before = plan_file.read_text(encoding="utf-8").splitlines()
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("p")
+        builder = app.screen
+        await pilot.pause()
+        await builder.select_unit("U28")
+        await pilot.pause()
+        title = builder.query_one("#f-title", Input)
+        old_title = title.value
+        title.value = old_title + " (revised)"
+        await pilot.pause()
+        assert builder.dirty
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="the preview")
+        text = screen_text(app)
+        assert "~ unit U28: title" in text and "(revised)" in text
+        assert "gate audience" not in text
+        await pilot.press("y")
+        await pilot.pause()
+    after = plan_file.read_text(encoding="utf-8").splitlines()
+    changed = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
+    assert changed == [(f'title = "{old_title}"', f'title = "{old_title} (revised)"')]
+    with open_project(at_gate) as project:
+        gate = project.files.plan.gate_for("U28")
+        assert gate is not None and gate.held_units() == ["U27", "U28", "U29", "U30"]
+
+
+# -- repair paths, the palette ------------------------------------------------------------------
+async def test_the_tui_opens_the_raw_view_at_the_line_of_a_plan_that_is_not_toml(
+        tmp_path: Path) -> None:
+    """plan.toml with a TOML syntax error: the raw view opens with the cursor on that line;
+    a save that still does not parse is refused; the fixed text is saved and the app asks
+    to reopen, after which the project opens as usual."""
+    from textual.widgets import TextArea
+
+    from keepstep.app.tui.screens import PlanRepairApp, RawPlanScreen
+
+    root = copy_sample(tmp_path / "market-entry")
+    plan_file = root / "plan.toml"
+    lines = plan_file.read_text(encoding="utf-8").splitlines(keepends=True)
+    bad = next(i for i, line in enumerate(lines) if line.startswith("title = ")) + 1
+    good = lines[bad - 1]
+    lines[bad - 1] = 'title = "unterminated\n'
+    plan_file.write_text("".join(lines), encoding="utf-8")
+    app = make_test_app(root)
+    assert isinstance(app, PlanRepairApp)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        raw = app.screen
+        assert isinstance(raw, RawPlanScreen) and raw.cursor_line == bad
+        assert "not valid TOML" in screen_text(app)
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert isinstance(app.screen, ErrorModal)
+        await pilot.press("escape")
+        area = raw.query_one(TextArea)
+        area.text = area.text.replace('title = "unterminated\n', good, 1)
+        await pilot.pause()
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+    assert app.return_value == "reopen"
+    assert plan_file.read_text(encoding="utf-8").splitlines(keepends=True)[bad - 1] == good
+    reopened = make_test_app(root)
+    assert not isinstance(reopened, PlanRepairApp)
+    reopened.project.close()
+
+
+async def test_the_palette_finds_export_approve_deliverables_and_every_action(
+        at_gate: Path) -> None:
+    """ctrl+p then a word lists the matching commands; every dashboard key has one."""
+    from textual.command import CommandPalette
+
+    from keepstep.app.tui.app import PALETTE
+
+    app = make_test_app(at_gate)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        actions = {a for a, _, _ in PALETTE}
+        for binding in DashboardScreen.BINDINGS:
+            assert binding.action in actions or binding.action == "app.quit", binding.action
+        for title in (t for _, t, _ in PALETTE):
+            assert title in titles
+        for word, expected in (("export", "Export deliverables"), ("approve", "Approve"),
+                               ("deliverables", "Deliverables")):
+            await pilot.press("ctrl+p")
+            await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette),
+                           what="the palette")
+            await pilot.press(*word)
+            await pilot.pause(0.5)
+            await wait_for(pilot, lambda expected=expected: expected in screen_text(app),
+                           timeout=10, what=f"{word!r} in the palette")
+            await pilot.press("escape")
+            await pilot.pause()
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"approve", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ApprovalModal),
+                       what="the approval from the palette")

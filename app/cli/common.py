@@ -415,9 +415,14 @@ def drive(action: Callable[[threading.Event, Callable[[dict[str, Any]], None]], 
     return box.get("result"), cancel.is_set()
 
 
-def show_tokens(run: Run) -> None:
-    """Print each resume token this run's loop issued (shown once: only its hash is kept)."""
+def show_tokens(run: Run, status: RunStatus | None = None) -> None:
+    """Print each resume token this run's loop issued for a gate still waiting (shown once:
+    only its hash is kept); a gate answered on the way (``--approve``) needs none."""
+    waiting = None if status is None else {getattr(a, "gate", None)
+                                           for a in status.pending_approvals}
     for gate, token in run.resume_tokens.items():
+        if waiting is not None and gate not in waiting:
+            continue
         typer.echo(f"resume token for gate {gate} (shown once, valid 24 h, single use): "
                    f"{token}")
         typer.echo("  someone without access to this project can answer with "
@@ -433,15 +438,17 @@ def finish(project: Project, run: Run, status: RunStatus | None, cancelled: bool
     if as_json:
         typer.echo(out.to_json(status.model_dump(mode="json") | {
             "exit_code": EXIT_CANCELLED if cancelled else exit_code(status),
-            "resume_tokens": dict(run.resume_tokens)}))
+            "resume_tokens": {g: t for g, t in run.resume_tokens.items()
+                              if g in {getattr(a, "gate", None)
+                                       for a in status.pending_approvals}}}))
     elif quiet:
         typer.echo(summary_line(status))
         typer.echo(f"next: {commands_for(status.next_action, project.root)}")
-        show_tokens(run)
+        show_tokens(run, status)
     else:
         typer.echo("")
         typer.echo(dashboard(project, run, status))
-        show_tokens(run)
+        show_tokens(run, status)
     if cancelled:
         typer.echo(f"cancelled at the next safe point; continue with "
                    f"`keepstep resume {here(project.root)}--run {run.run_id}`", err=True)

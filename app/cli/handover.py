@@ -34,21 +34,32 @@ OutOpt = Annotated[Path | None, typer.Option(
     "handover/RUN.zip in the project).")]
 
 
+SourcesOpt = Annotated[str, typer.Option(
+    "--sources", help="What of the sources goes in: excerpts (each cited statement under its "
+    "evidence id and locator), files (the approved source files too), none.")]
+
+
 def handover(root: DirArg = None, run: RunOpt = None, out_path: OutOpt = None,
-             branch: BranchOpt = "main", as_json: JsonOpt = False) -> None:
-    """Export the handover bundle (folder or .zip) and verify it.
+             branch: BranchOpt = "main", sources: SourcesOpt = "excerpts",
+             as_json: JsonOpt = False) -> None:
+    """Export the handover bundle (folder or .zip) and verify it. Its index.html opens with
+    the conclusions (recommendation, top risks, open disagreements); each citation links to
+    the cited statement in sources/.
 
     \b
     Example:
       keepstep handover --run ME-042 --out handover-ME-042.zip
+      keepstep handover --sources files --out ~/Desktop/handover
     """
+    if sources not in ("excerpts", "files", "none"):
+        raise UsageProblem(f"unknown --sources {sources!r}", "choose excerpts, files or none")
     from keepstep.engine import export_handover, verify_bundle
 
     with open_project_dir(root) as project:
         the_run = existing_run(project, run, branch)
         if out_path is None:
             out_path = project.root / "handover" / f"{the_run.run_id}.zip"
-        path = export_handover(the_run, out_path)
+        path = export_handover(the_run, out_path, sources=sources)
         report = verify_bundle(path)
         status = the_run.status()
     if as_json:
@@ -56,8 +67,11 @@ def handover(root: DirArg = None, run: RunOpt = None, out_path: OutOpt = None,
     else:
         typer.echo(f"handover bundle: {path}")
         typer.echo(report.render())
+        following = ("done: send the bundle; Word files of the deliverables with "
+                     "`keepstep export --format docx`" if status.decision == "done" else
+                     commands_for(status.next_action, project.root))
         typer.echo(f"open {path / 'index.html' if path.is_dir() else path} · next: "
-                   f"{commands_for(status.next_action, project.root)}")
+                   f"{following}")
     if not report.ok:
         raise typer.Exit(EXIT_RUNTIME)
 

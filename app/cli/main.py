@@ -31,6 +31,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperArgument
 
+from keepstep.app.cli import completion as cli_completion
 from keepstep.app.cli import conflicts as cli_conflicts
 from keepstep.app.cli import deliverables as cli_deliverables
 from keepstep.app.cli import drill as cli_drill
@@ -125,7 +126,7 @@ def _register_all(target: typer.Typer) -> None:
     # Each command module stays cheap to import: the engine loads inside the commands.
     for module in (cli_project, cli_runs, cli_records, cli_inspect, cli_takeover,
                    cli_deliverables, cli_maintenance, cli_drill, cli_handover,
-                   cli_conflicts):
+                   cli_conflicts, cli_completion):
         module.register(target)
 
 

@@ -19,6 +19,8 @@ from typing import Any
 # `keepstep VERB` or `keepstep GROUP SUB` as the engine writes them (see commands_for).
 COMMAND_WORDS = re.compile(r"`keepstep (?:(?:budget|recovery|effects|sources|keys) "
                            r"[a-z][a-z-]*|[a-z][a-z-]*)")
+_DIR_WORD = re.compile(r"(`keepstep (?:(?:budget|recovery|effects|sources|keys) [a-z][a-z-]*|"
+                       r"[a-z][a-z-]*)) DIR(?= )")
 OFFLINE_MODEL = "local/keepstep-offline"
 OFFLINE_NOTE = "the offline heuristic: deterministic rules, no language model, no network"
 
@@ -65,6 +67,9 @@ def here(root: Path) -> str:
 def commands_for(text: str, root: Path) -> str:
     """The engine writes commands as they run inside the project (``keepstep resume --run
     R``); outside it, put the project path in (``keepstep resume /path/to/proj --run R``)."""
+    # Some engine texts hold a literal DIR placeholder (`keepstep budget raise DIR --run R`):
+    # it goes, and the real path goes in below when the person is elsewhere.
+    text = _DIR_WORD.sub(lambda m: m.group(1), text)
     prefix = here(root)
     if not prefix:
         return text
@@ -161,15 +166,30 @@ def budget_lines(budget: Mapping[str, Any], sym: Mapping[str, str]) -> list[str]
     names += sorted(k for k in set(used) | set(limits) if k not in names)
     lines = []
     for k in names:
-        fmt = _money if k == "cost" else _num
+        fmt = _money if k == "cost" else wall_time if k == "wall_time_s" else _num
+        label = "wall time" if k == "wall_time_s" else k
         u = float(used.get(k, 0))
         if k in limits:
             lim = float(limits[k])
-            lines.append(f"  {k:<11}{fmt(u):>8} / {fmt(lim):<8} {bar(u, lim, sym=sym)}"
+            lines.append(f"  {label:<11}{fmt(u):>8} / {fmt(lim):<8} {bar(u, lim, sym=sym)}"
                          f"  left {fmt(lim - u)}")
         else:
-            lines.append(f"  {k:<11}{fmt(u):>8}   (no limit)")
+            lines.append(f"  {label:<11}{fmt(u):>8}   (no limit)")
     return lines or ["  nothing used yet, no limits set"]
+
+
+def wall_time(seconds: float) -> str:
+    """Seconds as a person reads a duration: '21 s', '3 min 20 s', '2 h 5 min'."""
+    import humanize
+
+    seconds = max(0.0, float(seconds))
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    text = humanize.precisedelta(seconds, minimum_unit="seconds" if seconds < 3600
+                                 else "minutes", format="%0.0f")
+    return (text.replace(" hours", " h").replace(" hour", " h").replace(" minutes", " min")
+            .replace(" minute", " min").replace(" seconds", " s").replace(" second", " s")
+            .replace(" and ", " ").replace(",", ""))
 
 
 def needs_lines(status: Any, sym: Mapping[str, str]) -> list[str]:

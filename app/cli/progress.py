@@ -4,7 +4,9 @@ On a terminal: a live rich display — units done of total with a bar, every uni
 (several at once when executors or jobs run side by side) with its current step and a
 ticking elapsed time, calls, tokens, cost and an ETA from recorded attempt durations — with
 each finished attempt printed above it. Not a terminal (a pipe, a CI log) or ``--json``:
-plain lines, one per event (on stderr with ``--json``, so stdout stays one JSON document).
+plain timestamped lines, one per event that matters (a unit's step in words, not raw fields;
+no recovery lines when there was nothing to recover), on stderr with ``--json`` so stdout
+stays one JSON document.
 ``--quiet``: nothing. All of it is driven by the engine's ``on_event`` callbacks through the
 engine's ``ProgressTracker``; the worker thread only queues, the main thread draws.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import queue
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -49,17 +52,40 @@ class LineDisplay(QuietDisplay):
         self.err = err
         self.sym = out.symbols(sys.stderr if err else sys.stdout)
         self.tracker = run.progress() if run is not None else None
+        self.root = run.project.root if run is not None else None
+        self.steps: dict[str, str] = {}
 
     def on_event(self, event: dict[str, Any]) -> None:
         if self.tracker is not None:
             self.tracker.on_event(event)
-        line = out.progress_line(event, self.sym)
+        line = self._line(event)
         if line is None:
             return
         if self.tracker is not None and event.get("kind") == "attempt":
             snap = self.tracker.snapshot(read=False)
             line += f"  [{snap.done}/{snap.total} done]"
-        typer.echo(line, err=self.err)
+        if self.root is not None:
+            line = out.commands_for(line, self.root)
+        # A log line says when: CI logs and `| tee` keep no clock of their own.
+        typer.echo(f"{time.strftime('%H:%M:%S')} {line}", err=self.err)
+
+    def _line(self, event: dict[str, Any]) -> str | None:
+        """Readable words for the events a log reader cares about; None for the rest."""
+        kind = str(event.get("kind", ""))
+        if kind == "progress":
+            unit, step = str(event.get("unit", "")), str(event.get("step", ""))
+            if not step or self.steps.get(unit) == step:
+                return None
+            self.steps[unit] = step
+            return f"  {unit} · {step}"
+        if kind.startswith("recovery."):
+            # A recovery that found nothing to recover (every first run) is not news.
+            if kind != "recovery.done" or not event.get("did_work"):
+                return None
+            reused = event.get("reused")
+            return f"  recovery done: {reused} unit(s) reused" if reused is not None else \
+                "  recovery done"
+        return out.progress_line(event, self.sym)
 
 
 class LiveDisplay(QuietDisplay):

@@ -77,6 +77,8 @@ def init(root: NewDirArg, force: Annotated[bool, typer.Option(
     typer.echo("  keepstep validate")
     typer.echo("  keepstep run        # run R1 (keepstep.toml's default_run)")
     typer.echo("  keepstep status")
+    typer.echo("then make it yours (your sources, question and risks): README.md in the "
+               "folder, step by step")
 
 
 def validate(root: DirArg = None, as_json: JsonOpt = False) -> None:
@@ -370,6 +372,53 @@ def sources_revoke(root: DirArg = None, source_id: SourceIdArg = None,
     _set_approved(*_source_id(root, source_id), False, yes=yes)
 
 
+def sources_remove(
+    root: DirArg = None, source_id: SourceIdArg = None, yes: YesOpt = False,
+    delete_file: Annotated[bool, typer.Option(
+        "--delete-file", help="Also delete its file under sources/ (kept by default).")] = False,
+) -> None:
+    """Take a source out of sources.toml. Its file stays in sources/ unless --delete-file.
+    Prints what the next resume would invalidate first and, at a terminal, asks before
+    writing when that is any work. A unit that names it (source:ID) is named too.
+
+    \b
+    Example:
+      keepstep sources remove A1
+      keepstep sources remove A1 --delete-file --yes
+    """
+    from keepstep.engine import load_sources, save_sources
+
+    root, source_id = _source_id(root, source_id)
+    sf = load_sources(root)
+    entry = next((s for s in sf.sources if s.id == source_id), None)
+    if entry is None:
+        raise UsageProblem(f"no source {source_id!r} in {root / 'sources.toml'}",
+                           "known: " + (", ".join(s.id for s in sf.sources) or "none"))
+    impact = _impact(root, source_id, False) if entry.approved else None
+    if impact:
+        typer.echo(impact)
+    if not yes and impact and "nothing invalidated" not in impact and on_terminal() and \
+            not typer.confirm(f"Remove {source_id}?", default=False):
+        typer.echo(f"source {source_id} not removed (sources.toml unchanged)")
+        return
+    sf.sources = [s for s in sf.sources if s.id != source_id]
+    save_sources(root, sf)
+    path = (root / entry.path).resolve()
+    shared = any((root / s.path).resolve() == path for s in sf.sources)
+    if delete_file and path.is_file() and not shared and \
+            path.is_relative_to((root / "sources").resolve()):
+        path.unlink()
+        typer.echo(f"source {source_id} removed (sources.toml updated; {entry.path} deleted)")
+    else:
+        kept = " (another source lists it)" if shared else ""
+        typer.echo(f"source {source_id} removed (sources.toml updated; {entry.path} kept"
+                   f"{kept})")
+    if entry.approved:
+        typer.echo("units that used it are invalidated on the next resume")
+    for warning in _plan_refs(root, source_id):
+        typer.echo(f"warning: {warning}")
+
+
 PREVIEW_LINES = 8
 
 
@@ -433,8 +482,8 @@ def sources_add(
 def register(app: typer.Typer) -> None:
     add_command(app, init, "init")
     add_command(app, validate, "validate")
-    sources_app = sub_app("List, approve, revoke and add sources: PDF, DOCX, XLSX, CSV, PPTX, "
-                          "HTML, TXT or MD.\n\n"
+    sources_app = sub_app("List, approve, revoke, add and remove sources: PDF, DOCX, XLSX, "
+                          "CSV, PPTX, HTML, TXT or MD.\n\n"
                           "`keepstep sources` alone lists them. The old order "
                           "`keepstep sources DIR list` still works, with a note.",
                           default="list")
@@ -442,4 +491,5 @@ def register(app: typer.Typer) -> None:
     add_command(sources_app, sources_approve, "approve")
     add_command(sources_app, sources_revoke, "revoke")
     add_command(sources_app, sources_add, "add")
+    add_command(sources_app, sources_remove, "remove")
     app.add_typer(sources_app, name="sources")

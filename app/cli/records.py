@@ -255,7 +255,10 @@ def budget_raise(
         budget = the_run.raise_budget(reason=reason, who=who_or_login(who), **limits)
         for k, v in limits.items():
             used = budget.used.get(k, 0)
-            typer.echo(f"{k}: limit now {v:g} (used {used:g})")
+            if k == "cost":
+                typer.echo(f"cost: limit now ${v:,.2f} (used ${used:,.4f})")
+            else:
+                typer.echo(f"{k}: limit now {v:,g} (used {used:,g})")
         typer.echo(f"recorded as a budget decision by {who_or_login(who)}: {reason}")
         typer.echo(f"continue with `keepstep resume {here(project.root)}--run "
                    f"{the_run.run_id}`")

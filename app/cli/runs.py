@@ -9,6 +9,7 @@ forks a run at a checkpoint. Each long action runs the engine in a worker thread
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -104,12 +105,22 @@ def status(
 
 def _start(root: Path | None, run: str | None, branch: str, answers: dict[str, str],
            max_units: int | None, quiet: bool, as_json: bool, jobs: int | None, *,
-           create: bool) -> None:
+           create: bool, new: bool = False) -> None:
     with open_project_dir(root) as project:
         run_id = run_id_of(project, run)
-        exists = run_id in project.runs()
+        runs = project.runs()
+        exists = run_id in runs
         if not create and not exists:
             existing_run(project, run_id, branch)  # the error naming the known runs
+        if create and not exists and runs and not new:
+            # A mistyped --run must not start a new run that spends budget.
+            close = difflib.get_close_matches(run_id, runs, n=1, cutoff=0.5)
+            guess = f"did you mean {close[0]}? " if close else ""
+            raise UsageProblem(
+                f"no run {run_id!r} in {project.root} (runs: {', '.join(runs)})",
+                f"{guess}continue one with `keepstep run {here(project.root)}--run "
+                f"{close[0] if close else runs[-1]}`, or start {run_id} as a new run with "
+                f"`keepstep run {here(project.root)}--run {run_id} --new`")
         check_gates(project.get_run(run_id, branch).plan if exists else project.files.plan,
                     answers)
         the_run = project.open_or_start(run_id, branch)
@@ -121,9 +132,14 @@ def _start(root: Path | None, run: str | None, branch: str, answers: dict[str, s
         finish(project, the_run, result, cancelled, quiet, as_json)
 
 
+NewOpt = Annotated[bool, typer.Option(
+    "--new", help="Start --run as a new run when the project already has others (a run id "
+                  "that is not there is refused without it, so a typo spends nothing).")]
+
+
 def run_cmd(root: DirArg = None, run: RunOpt = None, approve: ApproveOpt = None,
             max_units: MaxUnitsOpt = None, branch: BranchOpt = "main", quiet: QuietOpt = False,
-            as_json: JsonOpt = False, jobs: JobsOpt = None) -> None:
+            as_json: JsonOpt = False, jobs: JobsOpt = None, new: NewOpt = False) -> None:
     """Start the run (or continue it) until done, blocked or cancelled (Ctrl-C).
 
     Shows live progress on a terminal (plain lines otherwise). Exit code: 0 done (or stopped
@@ -135,9 +151,10 @@ def run_cmd(root: DirArg = None, run: RunOpt = None, approve: ApproveOpt = None,
     Example:
       keepstep run --run ME-042 --approve audience="product team"
       keepstep run my-pack --max-units 5
+      keepstep run --run R2 --new
     """
     _start(root, run, branch, parse_approvals(approve), max_units, quiet, as_json, jobs,
-           create=True)
+           create=True, new=new)
 
 
 def resume(root: DirArg = None, run: RunOpt = None, approve: ApproveOpt = None,
@@ -244,7 +261,10 @@ def launch_tui(root: Path | None, run_id: str | None = None) -> None:
     newest run); textual is imported only here."""
     from keepstep.app.tui import make_app
 
-    make_app(check_dir(root), run_id).run()
+    root = check_dir(root)
+    # A plan.toml repaired in the raw view (it was not TOML) reopens the project as usual.
+    while make_app(root, run_id).run() == "reopen":
+        pass
 
 
 def tui(root: DirArg = None, run: RunOpt = None) -> None:

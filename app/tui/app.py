@@ -19,9 +19,26 @@ from keepstep.app.tui.format import error_text
 from keepstep.app.tui.screens.dashboard import DashboardScreen
 from keepstep.app.tui.screens.error import ErrorModal
 from keepstep.app.tui.screens.plan_builder import PlanBuilderScreen
-from keepstep.engine import PlanValidationError, Project, Run, open_project
+from keepstep.app.tui.screens.raw_plan import PlanRepairApp, toml_error
+from keepstep.engine import PLAN_FILE, PlanValidationError, Project, Run, open_project
 
 QUIT_WAIT_S = 60.0
+# The dashboard's actions in the command palette: (action, title, help), titled with the
+# words a person would type.
+PALETTE = (
+    ("run", "Run · start or continue the run", "r"),
+    ("cancel", "Cancel the run at its next safe point", "c"),
+    ("approvals", "Approve · answer a pending approval gate", "a"),
+    ("explain", "Explain the highlighted unit", "e"),
+    ("takeover", "Takeover · rerun, mark for an expert, branch, skip", "t"),
+    ("deliverables", "Deliverables · the run's files: view, open, export", "f"),
+    ("dag", "DAG · the plan's graph coloured by state", "g"),
+    ("handover", "Handover · narrative and the handover bundle", "h"),
+    ("sources", "Sources · list, approve, revoke, add", "s"),
+    ("plan", "Plan builder · edit plan.toml (F2: as text)", "p"),
+    ("events", "Events · the run's event log", "v"),
+    ("effects", "Effects · external actions and their outcomes", "l"),
+)
 
 
 class KeepstepApp(App[None]):
@@ -104,9 +121,23 @@ class KeepstepApp(App[None]):
             self.action_show_help_panel()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        """The palette offers every key of the screen (and the app's), by its description."""
+        """The palette offers every action: the dashboard's, each named with the words a
+        person searches for (export, approve, deliverables…), the exports themselves, and
+        every key of the screen shown (and the app's), by its description."""
         yield from super().get_system_commands(screen)
+        dashboard = self.dashboard
         seen = set()
+        for action, title, help_text in PALETTE:
+            yield SystemCommand(title, f"key {help_text} on the dashboard",
+                                lambda action=action: self.call_later(self._palette_action,
+                                                                      action))
+        yield SystemCommand("Export deliverables · Markdown, CSV and manifest",
+                            "to deliverables/RUN in the project (x on the files page)",
+                            lambda: self.call_later(self.export_deliverables, ()))
+        yield SystemCommand("Export deliverables as Word (docx) with charts",
+                            "report.docx … and charts/ next to the Markdown",
+                            lambda: self.call_later(self.export_deliverables, ("docx",)))
+        del dashboard
         for key, active in screen.active_bindings.items():
             binding = active.binding
             if not binding.description or binding.action in seen or not active.enabled:
@@ -116,6 +147,35 @@ class KeepstepApp(App[None]):
                                 f"{binding.key_display or key} · {screen.__class__.__name__}",
                                 lambda node=active.node, action=binding.action:
                                 self.call_later(self.run_action, action, node))
+
+    async def _palette_action(self, action: str) -> None:
+        """A dashboard action from the palette; one its screen disables now says why."""
+        dashboard = self.dashboard
+        if dashboard.check_action(action, ()) is False:
+            why = {"approvals": "no approval is waiting", "run": "the run is running",
+                   "cancel": "nothing is running"}.get(action, "not now")
+            self.notify(f"{action}: {why}")
+            return
+        await self.run_action(action, dashboard)
+
+    def export_deliverables(self, formats: tuple[str, ...]) -> None:
+        """The run's current deliverables to deliverables/RUN (with Word files for docx)."""
+        from keepstep.engine import export_documents
+
+        run = self.active_run
+        if run is None:
+            self.notify("no run yet: run it first (r)")
+            return
+        result = self.guarded("The deliverables were not exported", run.export_deliverables)
+        if result is None:
+            return
+        if formats:
+            docs = self.guarded("The Word files were not written", export_documents, run,
+                                result, formats)
+            if docs is None:
+                return
+        self.notify(f"exported {len(result.files)} file(s) to {result.folder}"
+                    + (" with Word files and charts" if formats else ""))
 
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.theme != "textual-light" else "textual-dark"
@@ -140,17 +200,21 @@ def _default_who() -> str:
 
 
 def make_app(project_path: str | Path, run_id: str | None = None, *, who: str | None = None,
-             **project_options: Any) -> KeepstepApp:
+             **project_options: Any) -> KeepstepApp | PlanRepairApp:
     """Open the project and build the app on ``run_id`` (default, as everywhere:
     keepstep.toml's default_run, else the newest run, else R1 — started on the first `r`).
     ``project_options`` go to ``open_project`` (tests pass a fixed ``clock``, an
-    ``executor_id`` or a ``gateway_factory``)."""
+    ``executor_id`` or a ``gateway_factory``). A plan.toml that is not TOML at all gives the
+    PlanRepairApp instead: the raw text at the error line (it exits "reopen" once saved)."""
     try:
         project = open_project(Path(project_path), **project_options)
         problems: list[str] = []
     except PlanValidationError as exc:
         # Open anyway (a plan that parses but does not validate), so the plan builder can
-        # show and repair it; a plan.toml that is not TOML at all still refuses here.
+        # show and repair it.
+        plan_file = Path(project_path) / PLAN_FILE
+        if plan_file.is_file() and toml_error(plan_file.read_text(encoding="utf-8")):
+            return PlanRepairApp(plan_file)
         project = open_project(Path(project_path), validate=False, **project_options)
         problems = list(exc.errors) or [str(exc)]
     return KeepstepApp(project, run_id or project.default_run_id(), who=who,

@@ -142,6 +142,37 @@ def bound_text(bound: Mapping[str, Any], expires_days: float | None,
     return " · ".join(parts) or "nothing (no bound object)"
 
 
+def plan_changes(saved: Any, edited: Any) -> list[str]:
+    """What writing ``edited`` over ``saved`` changes, one line per unit or gate (and the
+    [plan] table): the keys that differ, the tables added and removed. Both are engine Plans;
+    the comparison is on their TOML form, as save_plan writes it."""
+    old, new = saved.to_toml_dict(), edited.to_toml_dict()
+    lines = []
+    if old.get("plan") != new.get("plan"):
+        keys = sorted(k for k in {*old.get("plan", {}), *new.get("plan", {})}
+                      if old.get("plan", {}).get(k) != new.get("plan", {}).get(k))
+        lines.append(f"  [plan] {', '.join(keys)}")
+    for table in ("unit", "gate"):
+        before = {str(t.get("id")): t for t in old.get(table, [])}
+        after = {str(t.get("id")): t for t in new.get(table, [])}
+        for tid, entry in after.items():
+            if tid not in before:
+                lines.append(f"  + {table} {tid} (new)")
+                continue
+            keys = sorted(k for k in {*entry, *before[tid]} if entry.get(k) != before[tid].get(k))
+            if keys:
+                shown = ", ".join(f"{k} {_short(before[tid].get(k))} → {_short(entry.get(k))}"
+                                  for k in keys)
+                lines.append(f"  ~ {table} {tid}: {shown}")
+        lines.extend(f"  - {table} {tid} (removed)" for tid in before if tid not in after)
+    return lines
+
+
+def _short(value: Any, width: int = 40) -> str:
+    text = "(none)" if value in (None, [], {}, "") else repr(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def preview_lines(preview: Any, *, limit: int = 40) -> list[str]:
     """The preview as lines: summary, each invalidated unit with its path, reuse, estimate."""
     lines = [preview.summary, ""]
@@ -212,11 +243,10 @@ def error_text(exc: BaseException) -> tuple[str, str]:
     return message, hint
 
 
-__all__ = ["DECISION_LABELS", "STATE_STYLES", "STATE_SYMBOLS", "STATE_WORDS", "ago",
-           "bound_text", "error_text", "estimate_text", "event_line", "expires_in", "figure",
-           "ids",
-           "option_line", "parse_ts", "preview_lines", "progress_text", "state_symbol",
-           "state_word", "takeover_lines", "tokens"]
+__all__ = ["DECISION_LABELS", "STATE_STYLES", "STATE_SYMBOLS", "STATE_WORDS", "ago", "bound_text",
+           "error_text", "estimate_text", "event_line", "expires_in", "figure", "ids",
+           "option_line", "parse_ts", "plan_changes", "preview_lines", "progress_text",
+           "state_symbol", "state_word", "takeover_lines", "tokens"]
 
 
 def event_line(event: Any) -> str:

@@ -30,7 +30,8 @@ EDGE_STYLES: dict[str, tuple[str, str]] = {
     "template": ("#5c6bc0", "4 2"),
 }
 FONTS = "DejaVu Sans, Helvetica, Arial, sans-serif"
-NODE_W, NODE_H, COL_GAP, ROW_GAP, MARGIN, HEADER = 64, 34, 46, 10, 40, 40
+NODE_W, NODE_H, COL_GAP, ROW_GAP, MARGIN, HEADER = 118, 40, 40, 10, 40, 40
+TITLE_CHARS = 21  # what fits NODE_W at the 9 px title font
 
 
 def _columns(plan: Plan) -> tuple[list[tuple[str, int, int]], dict[str, int]]:
@@ -129,10 +130,10 @@ def dag_svg(plan: Plan, states: Mapping[str, str], *, attempts: Mapping[str, str
                    f'<rect x="{x:.1f}" y="{y:.1f}" width="{NODE_W}" height="{NODE_H}" rx="5" '
                    f'fill="{fill}" stroke="{stroke}" stroke-width="1.5"/>'
                    f'<text x="{x + NODE_W / 2:.1f}" y="{y + 15:.1f}" text-anchor="middle" '
-                   f'font-weight="bold" fill="#212121">{escape(u.id)}</text>'
-                   f'<text x="{x + NODE_W / 2:.1f}" y="{y + 28:.1f}" text-anchor="middle" '
-                   f'font-size="9" fill="#424242">'
-                   f'{escape(attempts.get(u.id, "").rpartition("/")[2] or state[:4])}</text>')
+                   f'font-weight="bold" fill="#212121">{escape(u.id)} · '
+                   f'{escape(attempts.get(u.id, "").rpartition("/")[2] or state[:4])}</text>'
+                   f'<text x="{x + NODE_W / 2:.1f}" y="{y + 30:.1f}" text-anchor="middle" '
+                   f'font-size="9" fill="#424242">{escape(_short_title(u.title))}</text>')
         if u.id in gates:
             gx, gy = x + NODE_W - 6, y + 6
             out.append(f'<path d="M{gx:.1f},{gy - 5:.1f} L{gx + 5:.1f},{gy:.1f} '
@@ -143,6 +144,10 @@ def dag_svg(plan: Plan, states: Mapping[str, str], *, attempts: Mapping[str, str
     out += _legend(legend_y, width)
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+def _short_title(title: str) -> str:
+    return title if len(title) <= TITLE_CHARS else title[:TITLE_CHARS - 1].rstrip() + "…"
 
 
 def _legend(y: float, width: float) -> list[str]:

@@ -82,6 +82,14 @@ class DeliverablesExport(BaseModel):
     files: list[ExportedFile] = Field(default_factory=list)
     missing: list[str] = Field(default_factory=list)  # document units with no current output
 
+    def _repr_html_(self) -> str:  # Jupyter: where, and each file linked
+        from keepstep.engine.report.display import deliverables_html
+
+        return deliverables_html(self)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # IPython's text form
+        p.text(self.render())
+
     def render(self) -> str:
         lines = [f"exported {len(self.files)} deliverable(s) of run {self.run_id} "
                  f"({self.branch}, {self.plan_version}) to {self.folder}"]

@@ -25,6 +25,8 @@ BUDGET_ORDER = ("calls", "tokens", "cost", "tool_calls", "retries", "recoveries"
 
 
 def budget_rows(budget: Mapping[str, Mapping[str, float]]) -> list[list[Any]]:
+    from keepstep.engine.report.progress import fmt_duration
+
     used, limits = budget.get("used", {}), budget.get("limits", {})
     names = [k for k in BUDGET_ORDER if k in used or k in limits]
     names += sorted(k for k in set(used) | set(limits) if k not in names)
@@ -32,14 +34,18 @@ def budget_rows(budget: Mapping[str, Mapping[str, float]]) -> list[list[Any]]:
     for k in names:
         u = float(used.get(k, 0))
         lim = limits.get(k)
-        money = k == "cost"
 
-        def fmt(v: float | None, money: bool = money) -> Any:
+        def fmt(v: float | None, k: str = k) -> Any:
             if v is None:
                 return "no limit"
-            return f"${v:,.2f}" if money else (round(v, 1) if not float(v).is_integer() else v)
+            if k == "wall_time_s":  # seconds as a duration a person reads
+                return fmt_duration(float(v))
+            if k == "cost":
+                return f"${v:,.2f}"
+            return round(v, 1) if not float(v).is_integer() else v
 
-        rows.append([k, fmt(u), fmt(lim), fmt(None if lim is None else float(lim) - u)])
+        label = "wall time" if k == "wall_time_s" else k
+        rows.append([label, fmt(u), fmt(lim), fmt(None if lim is None else float(lim) - u)])
     return rows
 
 
@@ -63,9 +69,10 @@ def status_html(status: Any) -> str:
     counts = table(list(names), [[c.get(k, 0) for k in names]], caption="Counts")
     budget = table(["counter", "used", "limit", "left"], budget_rows(status.budget),
                    caption="Budget")
-    units = table(["unit", "state", "attempts", "current attempt", "reason"],
-                  [[uid, state_badge(v.state), v.attempts, v.current_attempt, v.reason]
-                   for uid, v in status.units.items()], caption="Units")
+    units = table(["unit", "title", "state", "attempts", "current attempt", "reason"],
+                  [[uid, getattr(v, "title", ""), state_badge(v.state), v.attempts,
+                    v.current_attempt, v.reason] for uid, v in status.units.items()],
+                  caption="Units")
     parts = [head, counts, budget]
     needs = getattr(status, "needs", [])
     if needs:
@@ -117,14 +124,61 @@ def _link(href: str, text: str | None = None) -> Raw:
     return Raw(f'<a href="{escape(href)}">{escape(text or href)}</a>')
 
 
+def conclusions_html(found: Mapping[str, Any], md: Any) -> str:
+    """The page's first section: the recommendation, the top risks with their evidence, and
+    the open disagreements between sources."""
+    rec = found.get("recommendation") or ""
+    parts = ["<h3>Recommendation</h3>",
+             md.render(rec) if rec else "<p>No deliverable states a recommendation yet.</p>"]
+    risks = found.get("risks") or []
+    parts.append("<h3>Top risks</h3>")
+    parts.append(table(["risk", "title", "score", "evidence"],
+                       [[r.get("id"), r.get("title"), r.get("score"),
+                         "[" + ", ".join(str(i) for i in r.get("evidence_ids") or []) + "]"]
+                        for r in risks]) if risks else "<p>No ranked risks.</p>")
+    open_ones = found.get("disagreements") or []
+    parts.append("<h3>Open disagreements</h3>")
+    parts.append(table(["quantity", "values", "evidence", "why they differ"],
+                       [[c.get("metric"), " vs ".join(str(v) for v in c.get("values") or []),
+                         "[" + ", ".join(str(i) for i in c.get("ids") or []) + "]",
+                         c.get("reason")] for c in open_ones])
+                 if open_ones else "<p>None: no open conflict between sources.</p>")
+    return '<div class="conclusions">' + "".join(parts) + "</div>"
+
+
+def deliverables_html(export: Any) -> str:
+    """An export_deliverables result for a notebook: where, each file linked, what is
+    missing."""
+    from pathlib import Path
+
+    folder = Path(export.folder)
+    head = key_values([
+        ("run", f"{export.run_id} ({export.branch}, {export.plan_version})"),
+        ("folder", Raw(f'<a href="{escape(folder.as_uri())}">{escape(str(folder))}</a>')),
+        ("exported at", export.exported_at),
+        ("not current yet", ", ".join(export.missing) or "none"),
+    ], caption=f"{len(export.files)} deliverable(s) exported")
+    files = table(["file", "unit", "size", "sha256"],
+                  [[Raw(f'<a href="{escape((folder / f.file).as_uri())}">{escape(f.file)}</a>'),
+                    f.unit, f"{f.size:,} bytes", f.sha256[:16] + "…"] for f in export.files])
+    return head + files
+
+
 def handover_index_html(*, title: str, run_label: str, facts: Mapping[str, Any],
                         deliverables: Sequence[Mapping[str, Any]], svg: str, story: str,
-                        contract_current: bool, files: Sequence[Mapping[str, Any]]) -> str:
+                        contract_current: bool, files: Sequence[Mapping[str, Any]],
+                        conclusions: Mapping[str, Any] | None = None) -> str:
     """The handover bundle's index.html: one self-contained page (inline CSS and SVG, links
-    to the bundle's own files only) over the facts engine.handover collected."""
+    to the bundle's own files only) over the facts engine.handover collected, opening with
+    the conclusions (recommendation, top risks, open disagreements)."""
     from markdown_it import MarkdownIt
 
     st, base = facts["status"], facts["baseline"]
+    done = st.decision == "done"
+    # On a done run the next step is the deliverables: never "export the handover" to the
+    # reader of that very handover.
+    next_step = ("done: read the deliverables below (deliverables/ in this bundle)" if done
+                 else st.next_action)
     summary = key_values([
         ("run", run_label),
         ("plan · inputs", f"{st.plan_version} · {st.input_version} "
@@ -135,16 +189,19 @@ def handover_index_html(*, title: str, run_label: str, facts: Mapping[str, Any],
          f"{base['state_hash'][:16]}… · {base['created_at']} · {base['verification']}"),
         ("model", model_text(facts.get("models") or st.models)),
         ("decision", Raw(f"<b>{escape(st.decision)}</b> — {escape('; '.join(st.reasons))}")),
-        ("suggested next step", Raw(f"<b>{escape(st.next_action)}</b>")),
+        ("suggested next step", Raw(f"<b>{escape(next_step)}</b>")),
         ("contract", _link("contract.md") if contract_current else Raw(
             f"{_link('contract.md')} — edited since {escape(st.plan_version)}: the run has not "
             "seen this edit yet")),
         ("plan", _link("plan.toml")),
         ("narrative", _link("narrative.md")),
     ])
-    sections = [("Summary", summary),
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    sections = [("Conclusions", conclusions_html(conclusions or {}, md))] if conclusions \
+        else []
+    sections += [("Summary", summary),
                 ("Narrative", '<div class="narrative">'
-                 + MarkdownIt("commonmark", {"html": False}).render(story) + "</div>"),
+                 + md.render(story) + "</div>"),
                 ("DAG", f'<p>{_link("dag.svg")}</p>' + svg)]
     units = facts["units"]
     sections.append(("Units", table(
@@ -164,7 +221,7 @@ def handover_index_html(*, title: str, run_label: str, facts: Mapping[str, Any],
             [[u, Raw("<br>".join(escape(e["text"]) for e in es))]
              for u, es in inv["current"].items()]))))
     sections.append(("Orphans", table(
-        ["attempt", "files (quarantined, never promoted)"],
+        ["attempt", "files (left by an attempt that did not commit; never promoted)"],
         [[o["attempt_id"], ", ".join(o["files"])] for o in facts["orphans"]])))
     sections.append(("Pending approvals", table(
         ["gate", "unit", "question"],
@@ -176,10 +233,18 @@ def handover_index_html(*, title: str, run_label: str, facts: Mapping[str, Any],
         ["unit", "action", "status", "key"],
         [[e.get("unit"), e.get("action"), e.get("status"), e.get("idem_key")]
          for e in st.external_unknown])))
+    groups = facts.get("error_groups", [])
+    open_groups = [g for g in groups if not g.get("resolved")]
+    resolved = [g for g in groups if g.get("resolved")]
+    earlier = "" if not resolved else (
+        f"<p>Earlier errors, all resolved ({sum(g['count'] for g in resolved)} events): "
+        + escape("; ".join(f"{g['cause']} on {', '.join(g['units'])}" for g in resolved))
+        + ".</p>")
     sections.append(("Errors by cause", table(
         ["cause", "times", "units", "latest message", "last seen", "what to do"],
         [[g["cause"], g["count"], ", ".join(g["units"]) or "-", g["message"], g["last"],
-          g["action"]] for g in facts.get("error_groups", [])])
+          g["action"]] for g in open_groups])
+        + earlier
         + "<p><small>Every error event is in <code>state/recent_errors.json</code>.</small></p>"))
     sections.append(("Deliverables", table(
         ["unit", "file", "sha256", "matches the manifest"],
@@ -199,11 +264,13 @@ def handover_index_html(*, title: str, run_label: str, facts: Mapping[str, Any],
             "body{font-family:system-ui,sans-serif;margin:24px;max-width:1200px;color:#1f2328}"
             "h2{border-bottom:1px solid #d0d7de;padding-bottom:4px;margin-top:28px}"
             ".narrative{background:#f6f8fa;padding:4px 16px;border-radius:6px}"
+            ".conclusions{background:#eef6ff;padding:4px 16px;border-radius:6px}"
             "svg{max-width:100%;height:auto}code{background:#f6f8fa}</style></head><body>"
             f"<h1>{escape(title)}</h1><p>{nav}</p>{body}"
             "<p><small>Generated by keepstep from the run's stored state. No model responses, "
             "source texts or keys are included.</small></p></body></html>\n")
 
 
-__all__ = ["OFFLINE_MODEL", "Raw", "budget_rows", "explanation_html", "handover_index_html",
-           "key_values", "model_text", "preview_html", "state_badge", "status_html", "table"]
+__all__ = ["OFFLINE_MODEL", "Raw", "budget_rows", "conclusions_html", "deliverables_html",
+           "explanation_html", "handover_index_html", "key_values", "model_text", "preview_html",
+           "state_badge", "status_html", "table"]

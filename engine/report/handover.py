@@ -11,10 +11,13 @@
                           invalidations, orphans, approvals, budget, external unknowns,
                           recent errors, recoveries, the next step
     deliverables/*        the current outputs of the render and notes units, copied
+    sources/*.html        each cited source's cited statements under their evidence ids and
+                          locators (``sources="files"``: sources/files/* the files too)
     manifest.json         sha256 + size of every other file, and the artifact manifest rows
                           of the current outputs
 
-Never bundled: model responses (``calls/*.json``), source text, approval token hashes, keys.
+Never bundled: model responses (``calls/*.json``), source text beyond the cited statements
+(unless ``sources="files"``), approval token hashes, keys.
 Every text is passed through ``redact`` and ``verify_bundle`` scans for key-like strings.
 """
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -208,7 +212,15 @@ def group_errors(errors: list[dict[str, Any]], status: Any) -> list[dict[str, An
             g["units"].append(e["unit"])
         g["last"], g["message"] = e["ts"], e.get("message") or g["message"]
     needs = {n.unit: n for n in getattr(status, "needs", [])}
+    units = getattr(status, "units", {}) or {}
     for g in groups.values():
+        # An error of units that are all current again is history, not a thing to do.
+        g["resolved"] = bool(g["units"]) and all(
+            getattr(units.get(u), "state", "") in ("succeeded", "current") for u in g["units"])
+        if g["resolved"]:
+            g["action"] = f"nothing: {', '.join(g['units'])} current again (a later attempt " \
+                "succeeded)"
+            continue
         need = next((needs[u] for u in g["units"] if u in needs), None)
         first = g["units"][0] if g["units"] else None
         generic = (f"look at {first} (`keepstep explain --run {status.run_id} {first}`), then "
@@ -217,6 +229,121 @@ def group_errors(errors: list[dict[str, Any]], status: Any) -> list[dict[str, An
         g["action"] = (f"{need.action} ({need.command})" if need is not None and need.command
                        else ERROR_ACTIONS.get(g["cause"], generic))
     return sorted(groups.values(), key=lambda g: (-g["count"], g["cause"]))
+
+
+SOURCE_MODES = ("excerpts", "files", "none")
+_EVIDENCE_ID = re.compile(r"(?<![\w-])([A-Za-z][\w.]*-e\d+)(?![\w-])")
+_CITED = re.compile(r"\[([A-Za-z][\w.]*-e\d+(?:,\s*[A-Za-z][\w.]*-e\d+)*)\]")
+
+
+def _recommendation(deliverables: list[dict[str, Any]]) -> str:
+    """The section under the first heading that says "recommendation" in a Markdown
+    deliverable (plan order), as Markdown; "" when none has one."""
+    for d in deliverables:
+        if not str(d["name"]).endswith(".md"):
+            continue
+        try:
+            lines = Path(d["path"]).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for i, line in enumerate(lines):
+            m = re.match(r"(#+)\s+(.*)", line)
+            if m and "recommendation" in m.group(2).lower():
+                body = []
+                for nxt in lines[i + 1:]:
+                    n = re.match(r"(#+)\s", nxt)
+                    if n and len(n.group(1)) <= len(m.group(1)):
+                        break
+                    body.append(nxt)
+                text = "\n".join(body).strip()
+                if text:
+                    return text
+    return ""
+
+
+def conclusions(run: RunHandle, deliverables: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the run concluded, for the page's first section: the recommendation (from a
+    deliverable), the top risks, the open disagreements, and the evidence they cite."""
+    from keepstep.engine.report.docx_export import _outputs, chart_data
+
+    data = chart_data(run)
+    conflicts = [c for doc in _outputs(run, "verified.json") if isinstance(doc, dict)
+                 for c in doc.get("conflicts") or [] if isinstance(c, dict)]
+    return {
+        "recommendation": _recommendation(deliverables),
+        "risks": sorted(data.risks, key=lambda r: -int(r.get("score") or 0))[:5],
+        "disagreements": [c for c in conflicts if c.get("status") != "conflict-resolved"],
+        "evidence": {str(e.get("id")): {"source_id": str(e.get("source_id", "")),
+                                        "locator": str(e.get("locator") or ""),
+                                        "quote": str(e.get("quote") or "")}
+                     for e in data.evidence if e.get("id")},
+    }
+
+
+def _page_fragment(locator: str) -> str:
+    m = re.match(r"p(?:age|p)?\.?\s*(\d+)", locator.strip(), re.I)
+    return f"#page={m.group(1)}" if m else ""
+
+
+def _write_sources(run: RunHandle, w: _Writer, out: Path, evidence: dict[str, dict[str, Any]],
+                   mode: str) -> dict[str, str]:
+    """The sources the run cites, in ``sources/``: a page per cited source with each cited
+    excerpt under its evidence id (an anchor) and locator; with ``mode`` "files" the
+    approved source file too. Returns evidence id -> link (relative to the bundle)."""
+    if mode == "none":
+        return {}
+    from html import escape
+
+    by_source: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for eid, e in sorted(evidence.items()):
+        by_source.setdefault(e["source_id"], []).append((eid, e))
+    entries = {s.id: s for s in run.project.files.sources.sources}
+    links = {}
+    for sid, items in by_source.items():
+        entry = entries.get(sid)
+        if entry is None:
+            continue
+        file_link = ""
+        if mode == "files":
+            src = run.project.root / entry.path
+            if src.is_file() and src.resolve().is_relative_to(run.project.root.resolve()):
+                rel = f"sources/files/{Path(entry.path).name}"
+                _private_dirs(out, (out / rel).parent)
+                shutil.copyfile(src, out / rel)
+                os.chmod(out / rel, 0o600)
+                file_link = f"files/{Path(entry.path).name}"
+        rows = []
+        for eid, e in items:
+            where = escape(e["locator"] or "(no locator)")
+            if file_link:
+                where = f'<a href="{escape(file_link + _page_fragment(e["locator"]))}">{where}</a>'
+            rows.append(f'<section id="{escape(eid)}"><h2>{escape(eid)} · {where}</h2>'
+                        f"<blockquote>{escape(e['quote'])}</blockquote></section>")
+            links[eid] = f"sources/{sid}.html#{eid}"
+        head = (f"<h1>{escape(sid)} · {escape(entry.title or entry.path)}</h1>"
+                f"<p>{escape(entry.kind or '')} · group {escape(entry.group or '-')} · "
+                + (f'<a href="{escape(file_link)}">the source file</a>' if file_link else
+                   "the excerpts the run cites (the file itself is not in this bundle)")
+                + "</p>")
+        w.text(f"sources/{sid}.html",
+               '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+               f"<title>{escape(sid)}</title><style>body{{font-family:system-ui,sans-serif;"
+               "margin:24px;max-width:900px}section:target{background:#fff8c5}"
+               "blockquote{border-left:4px solid #d0d7de;margin:0;padding:4px 12px}</style>"
+               f'</head><body><p><a href="../index.html">← handover</a></p>{head}'
+               + "".join(rows) + "</body></html>\n")
+    return links
+
+
+def link_citations(html: str, links: dict[str, str]) -> str:
+    """Each evidence id inside a citation ``[A1-e2, B1-e1]`` of ``html`` as a link to its
+    excerpt (ids without a link stay text)."""
+    def one(m: re.Match[str]) -> str:
+        return _EVIDENCE_ID.sub(lambda i: f'<a class="cite" href="{links[i.group(1)]}">'
+                                f"{i.group(1)}</a>" if i.group(1) in links else i.group(1),
+                                m.group(0))
+
+    return _CITED.sub(one, html)
 
 
 def _relative(path: str, root: Path) -> str:
@@ -270,7 +397,8 @@ def _is_bundle_manifest(data: bytes) -> bool:
         return False
 
 
-def export_handover(run: RunHandle, out: str | Path, *, require_verified: bool = False) -> Path:
+def export_handover(run: RunHandle, out: str | Path, *, require_verified: bool = False,
+                    sources: str = "none") -> Path:
     """Write the handover bundle of ``run`` to ``out`` (a folder, or a zip if it ends in
     ``.zip``) and return its path. An earlier bundle at ``out`` is replaced; anything else
     there is refused. The narrative is checked against the state before it is written.
@@ -281,7 +409,15 @@ def export_handover(run: RunHandle, out: str | Path, *, require_verified: bool =
     bundle is written under a temporary name, verified against its manifest, and only then
     moved to ``out``; one that does not verify is kept as ``<out>.failed`` and raises.
     Folders are created 0700 and files 0600: a bundle is as private as the run state.
+
+    ``sources``: "excerpts" writes a page per cited source with each cited statement under
+    its evidence id and locator, and index.html links every citation to it; "files" copies
+    the approved source files too; "none" (the default here; `keepstep handover` defaults to
+    "excerpts") leaves sources out.
     """
+    if sources not in SOURCE_MODES:
+        raise KeepstepError(f"unknown sources mode {sources!r}",
+                            hint=f"choose from {', '.join(SOURCE_MODES)}")
     out = Path(out)
     _prepare_target(out)
     chain = run.store.verify_chain(run.run_id, run.branch_id)
@@ -297,7 +433,7 @@ def export_handover(run: RunHandle, out: str | Path, *, require_verified: bool =
     try:
         if out.suffix.lower() == ".zip":
             with tempfile.TemporaryDirectory(prefix="keepstep-handover-") as tmp:
-                folder = _write_bundle(run, Path(tmp) / "bundle", chain)
+                folder = _write_bundle(run, Path(tmp) / "bundle", chain, sources)
                 fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 with os.fdopen(fd, "wb") as fh, \
                         zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:
@@ -308,7 +444,7 @@ def export_handover(run: RunHandle, out: str | Path, *, require_verified: bool =
                         info.external_attr = 0o600 << 16
                         zf.writestr(info, path.read_bytes())
         else:
-            _write_bundle(run, staging, chain)
+            _write_bundle(run, staging, chain, sources)
         report = verify_bundle(staging)
         if not report.files_ok:
             failed = out.with_name(out.name + ".failed")
@@ -332,7 +468,8 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
-def _write_bundle(run: RunHandle, out: Path, chain: ChainReport) -> Path:
+def _write_bundle(run: RunHandle, out: Path, chain: ChainReport, sources: str = "none"
+                  ) -> Path:
     from keepstep.engine.report.dag_svg import run_dag_svg
 
     facts = _collect(run)
@@ -372,11 +509,13 @@ def _write_bundle(run: RunHandle, out: Path, chain: ChainReport) -> Path:
     artifacts = [a | ({"bundle_path": by_attempt[(a["unit"], a["name"])]}
                       if (a["unit"], a["name"]) in by_attempt else {})
                  for a in facts["artifacts"]]
+    found = conclusions(run, deliverables)
+    links = _write_sources(run, w, out, found["evidence"], sources)
     title = f"Handover: run {run.run_id} — {run.plan.plan.title or run.project.files.config.name}"
-    w.text("index.html", handover_index_html(
+    w.text("index.html", link_citations(handover_index_html(
         title=title, run_label=f"{run.run_id} ({run.branch_id})", facts=facts,
         deliverables=deliverables, svg=svg, story=story, contract_current=contract_current,
-        files=_listing(out)))
+        files=_listing(out), conclusions=found), links))
     manifest = {
         "format": BUNDLE_FORMAT, "run": run.run_id, "branch": run.branch_id,
         "plan_version": st.plan_version, "input_version": st.input_version,
@@ -646,5 +785,6 @@ def bundle_files(path: str | Path) -> list[str]:
         return names
 
 
-__all__ = ["BUNDLE_FORMAT", "BundleReport", "FileProblem", "bundle_files", "export_handover",
-           "find_secrets", "narrative", "redact", "verify_bundle"]
+__all__ = ["BUNDLE_FORMAT", "SOURCE_MODES", "BundleReport", "conclusions", "link_citations",
+           "FileProblem", "bundle_files", "export_handover", "find_secrets", "narrative", "redact",
+           "verify_bundle"]

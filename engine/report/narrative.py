@@ -132,6 +132,7 @@ def _unverified(f: Facts) -> list[Line]:
     quarantined = {a.attempt_id for a in f.attempts if a.status == "orphaned"}
     orphan_text = ", ".join(
         f"{o} (quarantined, never promoted)" if o in quarantined else
+        f"{o} (never promoted)" if st.decision == "done" else
         f"{o} (not yet quarantined: the next resume audits it)" for o in orphans) or "none"
     unknown = ", ".join(f"{e.get('unit', '?')} {e.get('action', '')} ({e.get('status', '')})"
                         for e in st.external_unknown) or "none"

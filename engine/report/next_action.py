@@ -90,11 +90,10 @@ def needs(status: Any, recovery_stopped: str | None = None,
         counter = next((k for k in ("calls", "tokens", "cost", "recoveries")
                         if f"budget: {k}" in reason), "calls")
         limit = (budget_limits or {}).get(counter)
-        new = (f"{limit * 1.5:.2f}" if counter == "cost" else f"{math.ceil(limit * 1.5)}") \
-            if limit else "200"
+        new, why = suggested_limit(status, counter, limit)
         out.append(Need(kind="budget", unit=budget[0], units=budget,
                         message=f"{', '.join(budget)} blocked: {reason}",
-                        action=f"raise the {counter} limit (e.g. to {new}), then resume",
+                        action=f"raise the {counter} limit to {new} ({why}), then resume",
                         command=cmd(status, "budget raise",
                                     f"--{counter} {new} --reason 'approved more {counter}'")))
     effect_units = {n.unit for n in out if n.kind == "effect"}
@@ -121,12 +120,34 @@ def needs(status: Any, recovery_stopped: str | None = None,
     return out
 
 
+def suggested_limit(status: Any, counter: str, limit: float | None) -> tuple[str, str]:
+    """A limit that lets the run finish, and why: what was used so far, plus this run's own
+    rate per finished unit times the units still to do (a quarter more for the unforeseen);
+    without a finished unit yet, half as much again as the limit."""
+    used = float(((getattr(status, "budget", None) or {}).get("used") or {}).get(counter, 0))
+    views = list((getattr(status, "units", None) or {}).values())
+    done = sum(1 for v in views if v.state in ("succeeded", "current"))
+    left = len(views) - done
+    if done and left and used:
+        rate = used / done
+        need = used + rate * left * 1.25
+        shown_rate = f"${rate:.4f}" if counter == "cost" else f"{rate:.1f}"
+        why = f"{shown_rate} {counter} per finished unit so far, {left} unit(s) to go"
+    else:
+        need = (limit or used or 1) * 1.5
+        why = "half as much again"
+    need = max(need, (limit or 0) * 1.1, used + (0.01 if counter == "cost" else 1))
+    shown = f"{math.ceil(need * 100) / 100:.2f}" if counter == "cost" else str(math.ceil(need))
+    return shown, why
+
+
 def next_action(status: Any, decision: Decision) -> str:
     """The one next step: what the run needs now, with the command that does it."""
     resume = cmd(status, "resume")
     if decision.kind == DecisionKind.done:
-        return (f"done: export the deliverables ({cmd(status, 'export')}) or the handover "
-                f"({cmd(status, 'handover', f'--out handover-{status.run_id}.zip')})")
+        # Not "or the handover": this line is also in the handover's own narrative.
+        return (f"done: export the deliverables ({cmd(status, 'export')}; add --format docx "
+                "for Word files with charts)")
     if decision.kind == DecisionKind.claim:
         return f"resume: {decision.unit} is ready ({resume})"
     if decision.kind == DecisionKind.waiting:

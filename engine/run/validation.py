@@ -289,6 +289,10 @@ def validate_project(root: Path, *, models: bool = True) -> ValidationReport:
         else:
             report.warnings.append(f"(not approved) {c.problem}"
                                    + (f" — {c.hint}" if c.hint else ""))
+    if not report.problems:  # what the offline model needs of the pack (engine.gateway)
+        from keepstep.engine.gateway.offline_needs import offline_needs
+
+        report.problems += offline_needs(files)
     counts = Counter(c.format for c in checks if c.ok and c.approved)
     report.formats = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     report.ok = not report.problems

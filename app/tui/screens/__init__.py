@@ -13,10 +13,12 @@ from keepstep.app.tui.screens.explain import ExplainScreen
 from keepstep.app.tui.screens.form import FormModal
 from keepstep.app.tui.screens.narrative import NarrativeScreen
 from keepstep.app.tui.screens.plan_builder import PlanBuilderScreen
+from keepstep.app.tui.screens.raw_plan import PlanRepairApp, RawPlanScreen
 from keepstep.app.tui.screens.sources import SourcesScreen
 from keepstep.app.tui.screens.takeover import TakeoverScreen
 
 __all__ = ["AddSourceModal", "ApprovalModal", "ConfirmModal", "DagScreen", "DashboardScreen",
            "DeliverablesScreen", "EffectsScreen", "ErrorModal", "EventsScreen", "ExplainScreen",
-           "FormModal", "NarrativeScreen", "PlanBuilderScreen", "SettleModal",
+           "FormModal", "NarrativeScreen", "PlanBuilderScreen", "PlanRepairApp",
+           "RawPlanScreen", "SettleModal",
            "SourcesScreen", "TakeoverScreen"]

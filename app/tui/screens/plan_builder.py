@@ -22,7 +22,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, Label, Select, Static, Tree
 
-from keepstep.app.tui.format import preview_lines
+from keepstep.app.tui.format import plan_changes, preview_lines
 from keepstep.app.tui.screens.confirm import ConfirmModal
 from keepstep.app.tui.widgets.tick import Tick
 from keepstep.engine import (
@@ -77,6 +77,7 @@ class PlanBuilderScreen(Screen[None]):
         Binding("ctrl+r", "remove_unit", "remove unit (asks)"),
         Binding("ctrl+o", "add_dependency", "add dependency"),
         Binding("ctrl+s", "save", "save"),
+        Binding("f2", "raw", "plan.toml as text (raw view)"),
     ]
 
     app: KeepstepApp
@@ -87,6 +88,9 @@ class PlanBuilderScreen(Screen[None]):
         self.index: int | None = None
         self.problems: list[str] = []
         self.dirty = False
+        self.loaded: dict[str, Any] = {}
+        self.base_gates: list[Gate] = []
+        self.base_unit: Unit | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("Plan builder · plan.toml", id="plan-title", classes="screen-title",
@@ -173,15 +177,23 @@ class PlanBuilderScreen(Screen[None]):
                   "f-gate": gate.question if gate else "",
                   "f-gate-options": ", ".join(gate.options) if gate else "",
                   "f-max-rounds": "" if unit.max_rounds is None else str(unit.max_rounds)}
+        deps = [(d.unit, d.edge.value) for d in unit.depends_on]
+        # What the form showed when the unit was loaded: a field left as shown keeps the
+        # unit's (or gate's) value exactly, so a save changes only what was edited.
+        self.base_gates = [g.model_copy(deep=True) for g in self.plan.gates]
+        self.base_unit = unit.model_copy(deep=True)
+        self.loaded = {**values, "f-kind": unit.kind.value, "f-required": unit.required_final,
+                       "deps": deps}
         with self.prevent(Input.Changed, Select.Changed, Tick.Changed):
             for field_id, value in values.items():
                 self.query_one(f"#{field_id}", Input).value = value
             self.query_one("#f-kind", Select).value = unit.kind.value
             self.query_one("#f-required", Tick).value = unit.required_final
-            deps = self.query_one("#f-deps", Vertical)
-            await deps.remove_children()
-            await deps.mount_all([DependencyRow(d.unit, d.edge.value) for d in unit.depends_on])
-        self.query_one("#unit-form").border_title = f"Unit {unit.id} · {unit.kind.value}"
+            box = self.query_one("#f-deps", Vertical)
+            await box.remove_children()
+            await box.mount_all([DependencyRow(u, e) for u, e in deps])
+        held = f" · gate {gate.id}" if gate else ""
+        self.query_one("#unit-form").border_title = f"Unit {unit.id} · {unit.kind.value}{held}"
 
     def _text(self, field_id: str) -> str:
         return self.query_one(f"#{field_id}", Input).value.strip()
@@ -189,19 +201,40 @@ class PlanBuilderScreen(Screen[None]):
     def _list(self, field_id: str) -> list[str]:
         return [p.strip() for p in self._text(field_id).split(",") if p.strip()]
 
+    def _edited(self, field_id: str) -> bool:
+        return self._text(field_id) != self.loaded.get(field_id, "").strip()
+
     def apply_form(self) -> None:
-        """Form -> the selected unit (and its gate) in the in-memory plan, then validate."""
+        """Form -> the selected unit (and its gate) in the in-memory plan, then validate.
+
+        Only the fields whose text differs from what was loaded are written back; the rest
+        keep the unit's own values (a list written with commas inside an item, the long form
+        of an input, a gate's ``also`` and ``binds`` all survive an edit of another field)."""
         if self.index is None or self.index >= len(self.plan.units):
             return
         old = self.plan.units[self.index]
-        data = old.model_dump(mode="json")
-        rounds = self._text("f-max-rounds")
-        data.update(id=self._text("f-id"), title=self._text("f-title"),
-                    phase=self._text("f-phase"), kind=self.query_one("#f-kind", Select).value,
-                    inputs=self._list("f-inputs"), outputs=self._list("f-outputs"),
-                    depends_on=[v for row in self.query(DependencyRow) if (v := row.value())],
-                    max_rounds=rounds or None,
-                    required_final=self.query_one("#f-required", Tick).value)
+        # From the unit as it was loaded, so the form's current text decides.
+        data = (self.base_unit or old).model_dump(mode="json")
+        for field_id, key in (("f-id", "id"), ("f-title", "title"), ("f-phase", "phase")):
+            if self._edited(field_id):
+                data[key] = self._text(field_id)
+        if self._edited("f-inputs"):
+            data["inputs"] = self._list("f-inputs")
+            data["input_edges"] = {r: e for r, e in data["input_edges"].items()
+                                   if r in data["inputs"]}
+        if self._edited("f-outputs"):
+            data["outputs"] = self._list("f-outputs")
+        if self._edited("f-max-rounds"):
+            data["max_rounds"] = self._text("f-max-rounds") or None
+        kind = self.query_one("#f-kind", Select).value
+        if kind != self.loaded.get("f-kind"):
+            data["kind"] = kind
+        required = self.query_one("#f-required", Tick).value
+        if required != self.loaded.get("f-required"):
+            data["required_final"] = required
+        rows = [(v["unit"], v["edge"]) for row in self.query(DependencyRow) if (v := row.value())]
+        if rows != self.loaded.get("deps"):
+            data["depends_on"] = [{"unit": u, "edge": e} for u, e in rows]
         field_problems = []
         try:
             unit = Unit.model_validate(data)
@@ -211,8 +244,8 @@ class PlanBuilderScreen(Screen[None]):
             unit = None
         if unit is not None:
             self.plan.units[self.index] = unit
-            self._apply_gate(old.id, unit.id)
-            self.dirty = True
+            self._apply_gate(unit.id)
+            self.dirty = self._changes() != []
             if (old.id, old.title, old.phase) != (unit.id, unit.title, unit.phase):
                 self.rebuild_tree()
                 self.call_after_refresh(self._recursor)
@@ -223,17 +256,42 @@ class PlanBuilderScreen(Screen[None]):
         if node is not None:
             self.query_one(Tree).move_cursor(node)
 
-    def _apply_gate(self, old_id: str, new_id: str) -> None:
+    def _apply_gate(self, new_id: str) -> None:
+        """The gate that holds the unit follows the form: a renamed unit is renamed where the
+        gate names it (``unit`` or ``also``); an edited question or options change only those;
+        a cleared question takes only this unit out of the gate (the gate itself goes when it
+        holds nothing else); a question on an ungated unit makes a new gate for it alone."""
+        # From the gates as they were when the unit was loaded, so the form's current text
+        # decides (a question emptied on the way to a new one leaves no trace).
+        self.plan.gates = [g.model_copy(deep=True) for g in self.base_gates]
+        gate = self.plan.gate_for(self.loaded["f-id"])
+        if gate is not None and self.loaded["f-id"] != new_id:
+            was = self.loaded["f-id"]
+            gate.unit = new_id if gate.unit == was else gate.unit
+            gate.also = [new_id if u == was else u for u in gate.also]
         question = self._text("f-gate")
-        gate = self.plan.gate_for(old_id)
+        if not self._edited("f-gate") and not self._edited("f-gate-options"):
+            return
         if not question:
-            if gate is not None:
+            if gate is None:
+                return
+            others = [u for u in gate.held_units() if u != new_id]
+            if not others:
                 self.plan.gates.remove(gate)
+            else:
+                gate.unit, gate.also = others[0], others[1:]
             return
         if gate is None:
             gate = Gate(id=_slug(f"{new_id}-gate"), unit=new_id, question=question)
             self.plan.gates.append(gate)
-        gate.unit, gate.question, gate.options = new_id, question, self._list("f-gate-options")
+        if self._edited("f-gate"):
+            gate.question = question
+        if self._edited("f-gate-options"):
+            gate.options = self._list("f-gate-options")
+
+    def _changes(self) -> list[str]:
+        """What saving would change in plan.toml, key by key, against the saved plan."""
+        return plan_changes(self.app.project.files.plan, self.plan)
 
     def validate(self, extra: list[str] | None = None) -> list[str]:
         files = self.app.project.files
@@ -287,7 +345,7 @@ class PlanBuilderScreen(Screen[None]):
         lines = [f"{unit.id} {unit.title} ({unit.kind.value}, phase {unit.phase})", "",
                  f"Depends on it: {', '.join(users) or 'nothing'}"
                  + (" — they will not validate until you edit them" if users else ""),
-                 f"Its gate {gate.id!r} goes too" if gate else "It has no gate",
+                 _gate_fate(gate, unit.id),
                  "", "The edit stays in memory until ctrl+s saves plan.toml."]
 
         def decided(yes: bool | None) -> None:
@@ -305,8 +363,12 @@ class PlanBuilderScreen(Screen[None]):
             return
         unit = self.plan.units.pop(index)
         gate = self.plan.gate_for(unit.id)
-        if gate is not None:
-            self.plan.gates.remove(gate)
+        if gate is not None:  # the gate goes only when it held nothing else
+            others = [u for u in gate.held_units() if u != unit.id]
+            if others:
+                gate.unit, gate.also = others[0], others[1:]
+            else:
+                self.plan.gates.remove(gate)
         self.dirty = True
         self.index = None
         self.rebuild_tree()
@@ -337,6 +399,11 @@ class PlanBuilderScreen(Screen[None]):
                                 "remain (listed under the form)", title="Not saved",
                                 hint="fix them, then ctrl+s again")
             return
+        changes = self._changes()
+        if not changes:
+            self.dirty = False
+            self.notify("nothing to save: the plan is the same as plan.toml")
+            return
         run = self.app.active_run
         if run is None:
             if self._write():
@@ -358,7 +425,8 @@ class PlanBuilderScreen(Screen[None]):
                 self.notify("saved plan.toml: the next resume commits the plan change")
 
         self.app.push_screen(ConfirmModal("Save plan.toml? · what this change invalidates",
-                                          preview_lines(preview), yes="Save",
+                                          ["plan.toml changes:", *changes, "",
+                                           *preview_lines(preview)], yes="Save",
                                           no="Keep editing"), decided)
 
     def _write(self) -> bool:
@@ -374,6 +442,27 @@ class PlanBuilderScreen(Screen[None]):
             return False
         self.dirty = False
         return True
+
+    def action_raw(self) -> None:
+        """plan.toml as text; after a save there, the form shows the file's plan again."""
+        from keepstep.app.tui.screens.raw_plan import RawPlanScreen
+
+        if self.dirty:
+            self.app.show_error("save or discard the form's edits first (ctrl+s saves)",
+                                title="Unsaved edits", hint="the raw view edits the file")
+            return
+
+        def back(saved: bool | None) -> None:
+            if saved and self.app.guarded("plan.toml was saved but does not load",
+                                          self.app.project.reload) is not None:
+                self.plan = self.app.project.files.plan.model_copy(deep=True)
+                self.index = None
+                self.rebuild_tree()
+                if self.plan.units:
+                    self.call_after_refresh(self.select_unit, self.plan.units[0].id)
+                self.validate()
+
+        self.app.push_screen(RawPlanScreen(self.app.project.root / PLAN_FILE), back)
 
     def action_back(self) -> None:
         """Leave; with unsaved edits, ask first (plan.toml is untouched either way)."""
@@ -396,6 +485,15 @@ class PlanBuilderScreen(Screen[None]):
 def _field(field_id: str, label: str) -> ComposeResult:
     yield Horizontal(Label(label, classes="field-label"), Input(compact=True, id=field_id),
                      classes="field")
+
+
+def _gate_fate(gate: Gate | None, unit_id: str) -> str:
+    if gate is None:
+        return "It has no gate"
+    others = [u for u in gate.held_units() if u != unit_id]
+    if others:
+        return f"Gate {gate.id!r} keeps holding {', '.join(others)}"
+    return f"Its gate {gate.id!r} goes too"
 
 
 def _slug(text: str) -> str:
