@@ -9,7 +9,6 @@ import bisect
 from collections.abc import Mapping
 from enum import StrEnum
 
-import networkx as nx
 from pydantic import BaseModel, Field
 
 from keepstep.engine.core.plan import MODEL_KINDS, Plan, Unit, UnitKind
@@ -59,6 +58,8 @@ def topo_order(plan: Plan) -> list[str]:
         try:
             order = DependencyIndex(plan).topo_order()
         except ValueError as exc:  # the type networkx raised here before
+            import networkx as nx  # only on this error: its import costs ~0.5 s
+
             raise nx.NetworkXUnfeasible(str(exc)) from None
         if len(_ORDER_CACHE) > 32:
             _ORDER_CACHE.clear()
