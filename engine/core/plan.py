@@ -12,6 +12,7 @@ what its prefix emits by default (``ROOT_EDGES``); ``{ ref = "group:A", edges =
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
 from collections.abc import Iterable
@@ -338,6 +339,8 @@ class PlanProblem(BaseModel):
     message: str = Field(description="what is wrong")
     hint: str = Field(default="", description="what to do")
     code: str = Field(default="", description="a stable name for the kind of problem")
+    line_no: int | None = Field(default=None, description="the line of plan.toml it is on "
+                                "(the field's line, else its table's), when known")
     # Whether the line reads "field <f> <message>" (the message then follows the field name)
     # or the message names what it is about itself.
     say_field: bool = Field(default=True, exclude=True)
@@ -346,6 +349,12 @@ class PlanProblem(BaseModel):
         fld = f"field {self.field} " if self.field and self.say_field else ""
         text = f"{self.where}: {fld}{self.message}"
         return f"{text} — {self.hint}" if self.hint else text
+
+    def located(self) -> str:
+        """``line()`` followed by where it is in plan.toml, when known (what `keepstep
+        validate` prints)."""
+        text = self.line()
+        return f"{text} (plan.toml line {self.line_no})" if self.line_no else text
 
     def __str__(self) -> str:
         return self.line()
@@ -380,28 +389,106 @@ def _fmt_loc(loc: Iterable[Any], raw: dict[str, Any]) -> tuple[str, str | None, 
     return ".".join(map(str, loc)), None, None, ""
 
 
-def _shape_problems(exc: ValidationError, raw: dict[str, Any]) -> list[PlanProblem]:
+def _near(word: Any, choices: Iterable[str]) -> str:
+    near = difflib.get_close_matches(str(word), sorted(set(choices)), n=1, cutoff=0.6)
+    return f"did you mean {near[0]!r}?" if near else ""
+
+
+def _fields_of(loc: list[Any]) -> list[str]:
+    """The field names allowed where ``loc`` points (for "did you mean")."""
+    models: dict[str, type[BaseModel]] = {"unit": Unit, "gate": Gate, "plan": PlanHeader}
+    if len(loc) == 1:
+        return ["plan", "unit", "gate"]
+    model = models.get(str(loc[0]))
+    if model is None:
+        return []
+    rest = [p for p in loc[1:] if not isinstance(p, int)]
+    if len(rest) == 2 and model is Unit and rest[0] == "depends_on":
+        model = Dependency
+    elif len(rest) == 2 and model is Unit and rest[0] == "inputs":
+        model = InputRef
+    elif len(rest) != 1:
+        return []
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def _shape_message(err: Any) -> tuple[str, str]:
+    """(message, hint) for one pydantic error: the value, what is allowed (once) and the
+    nearest allowed spelling."""
+    loc = list(err["loc"])
+    if err["type"] == "enum":
+        expected = str(err.get("ctx", {}).get("expected", ""))
+        allowed = [a.strip(" '") for a in expected.replace(" or ", ", ").split(",")]
+        allowed = [a for a in allowed if a]
+        what = "kind" if loc and loc[-1] == "kind" else "value"
+        message = f"{err.get('input')!r} is not a {what} keepstep knows (allowed: " \
+                  f"{', '.join(allowed)})"
+        return message, _near(err.get("input"), allowed)
+    if err["type"] == "extra_forbidden":
+        near = _near(loc[-1], _fields_of(loc)) if loc else ""
+        return "unknown field", near or "remove it or check its spelling"
+    return err["msg"], ""
+
+
+def _shape_problems(exc: ValidationError, raw: dict[str, Any], *, prefix: tuple[Any, ...] = ()
+                    ) -> list[PlanProblem]:
     problems = []
     for err in exc.errors():
-        where, uid, gid, fld = _fmt_loc(err["loc"], raw)
-        msg = err["msg"]
-        if err["type"] == "enum":
-            msg += " (allowed: " + str(err.get("ctx", {}).get("expected", "")) + ")"
-        elif err["type"] == "extra_forbidden":
-            msg = "unknown field — remove it or check its spelling"
+        loc = (*prefix, *err["loc"])
+        where, uid, gid, fld = _fmt_loc(loc, raw)
+        msg, hint = _shape_message({**err, "loc": loc})
         if not fld and uid is None and gid is None:
-            problems.append(PlanProblem(where=where, message=msg, code="shape"))
+            problems.append(PlanProblem(where=where, message=msg, hint=hint, code="shape"))
         else:
             # "unit U2: field depends_on.0.edge: ..." (field named even when it is the unit)
             fld = fld or ("(unit)" if uid else "(gate)")
             problems.append(PlanProblem(where=where, unit=uid, gate=gid, field=fld,
-                                        message=f"field {fld}: {msg}", code="shape",
-                                        say_field=False))
+                                        message=f"field {fld}: {msg}", hint=hint,
+                                        code="shape", say_field=False))
     return problems
 
 
+def _partial_plan(raw: dict[str, Any]) -> tuple[Plan, list[PlanProblem], set[str]]:
+    """Every table that parses on its own, the shape problems of those that do not, and the
+    ids of units that did not (so a dependency on one is not reported as unknown)."""
+    problems: list[PlanProblem] = []
+    failed_ids: set[str] = set()
+    parts: dict[str, Any] = {}
+    top = {k: v for k, v in raw.items() if k not in ("plan", "unit", "gate")}
+    if top:
+        try:
+            Plan.model_validate(top)
+        except ValidationError as exc:
+            problems += _shape_problems(exc, raw)
+    try:
+        parts["plan"] = PlanHeader.model_validate(raw.get("plan", {}))
+    except ValidationError as exc:
+        problems += _shape_problems(exc, raw, prefix=("plan",))
+        parts["plan"] = PlanHeader()
+    for key, model in (("unit", Unit), ("gate", Gate)):
+        tables = raw.get(key, [])
+        if not isinstance(tables, list):
+            try:
+                Plan.model_validate({key: tables})
+            except ValidationError as exc:
+                problems += _shape_problems(exc, raw)
+            tables = []
+        ok: list[Any] = []
+        for n, table in enumerate(tables):
+            try:
+                ok.append(model.model_validate(table))
+            except ValidationError as exc:
+                problems += _shape_problems(exc, raw, prefix=(key, n))
+                if key == "unit" and isinstance(table, dict) and isinstance(table.get("id"), str):
+                    failed_ids.add(table["id"])
+        parts["units" if key == "unit" else "gates"] = ok
+    return Plan(**parts), problems, failed_ids
+
+
 def parse_plan(text: str, *, origin: str = "plan.toml") -> Plan:
-    """Parse TOML into a Plan; shape errors become PlanValidationError lines."""
+    """Parse TOML into a Plan. A plan with shape errors raises PlanValidationError with every
+    problem at once: the shape errors of the tables that do not parse and the plan checks of
+    the rest (``core.plan_checks.find_problems``), each with its line in the file."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -410,8 +497,80 @@ def parse_plan(text: str, *, origin: str = "plan.toml") -> Plan:
     try:
         return Plan.model_validate(raw)
     except ValidationError as exc:
-        problems = _shape_problems(exc, raw)
+        partial, problems, failed = _partial_plan(raw)
+        if not problems:  # not reproduced table by table: report the errors as they are
+            problems = _shape_problems(exc, raw)
+        # Imported here: plan_checks imports this module.
+        from keepstep.engine.core.plan_checks import find_problems
+
+        # Plan-wide conclusions ("no required final unit", deliverables) would be wrong
+        # while tables are missing; everything about the tables that parsed is reported.
+        problems += [p for p in find_problems(partial, other_ids=failed)
+                     if not (failed and p.code in ("no_final", "deliverable"))]
+        problems = locate_lines(text, problems, raw)
         raise PlanValidationError([p.line() for p in problems], problems=problems) from exc
+
+
+_TABLE_RE = re.compile(r"^\s*\[\[\s*(unit|gate)\s*\]\]\s*(#.*)?$")
+_HEADER_RE = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\"-]+)\s*\]\s*(#.*)?$")
+_KEY_RE = re.compile(r"^\s*([A-Za-z0-9_-]+)\s*=")
+
+
+def locate_lines(text: str, problems: list[PlanProblem], raw: dict[str, Any] | None = None
+                 ) -> list[PlanProblem]:
+    """``problems`` with ``line_no`` set from plan.toml's ``text``: the line of the field
+    (its first key), else of its ``[[unit]]``/``[[gate]]`` table, else of ``[plan]``. Tables
+    are matched to ids in file order (the n-th ``[[unit]]`` is the n-th unit)."""
+    if not problems:
+        return problems
+    tables: dict[str, list[dict[str, int]]] = {"unit": [], "gate": []}
+    plan_keys: dict[str, int] = {}
+    current: dict[str, int] | None = None
+    for n, line in enumerate(text.splitlines(), start=1):
+        m = _TABLE_RE.match(line)
+        if m:
+            current = {"": n}
+            tables[m.group(1)].append(current)
+            continue
+        h = _HEADER_RE.match(line)
+        if h:
+            name = h.group(1)
+            if name == "plan":
+                current = plan_keys
+                plan_keys.setdefault("", n)
+            elif current is not None and name.split(".")[0] in ("unit", "gate") and \
+                    len(name.split(".")) > 1:
+                current.setdefault(name.split(".", 1)[1].split(".")[0], n)  # [unit.params]
+            else:
+                current = None
+            continue
+        k = _KEY_RE.match(line)
+        if k and current is not None:
+            current.setdefault(k.group(1), n)
+    if raw is None:
+        try:
+            raw = tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
+            return problems
+    index: dict[tuple[str, str], dict[str, int]] = {}
+    for key in ("unit", "gate"):
+        entries = raw.get(key) if isinstance(raw.get(key), list) else []
+        for table, found in zip(entries, tables[key], strict=False):
+            if isinstance(table, dict) and isinstance(table.get("id"), str):
+                index.setdefault((key, table["id"]), found)
+    out = []
+    for p in problems:
+        line_no = None
+        if p.unit or p.gate:
+            found = index.get(("unit", p.unit)) if p.unit else index.get(("gate", p.gate))
+            if found:
+                line_no = found.get(p.field.split(".")[0]) or found.get("")
+        elif p.where.startswith("plan."):  # a shape error in [plan]: "plan.titel"
+            line_no = plan_keys.get(p.where.split(".")[1]) or plan_keys.get("")
+        elif p.code == "deliverable":
+            line_no = plan_keys.get("deliverables")
+        out.append(p.model_copy(update={"line_no": line_no}) if line_no else p)
+    return out
 
 
 def load_plan(path: Path) -> Plan:
@@ -441,4 +600,5 @@ def __getattr__(name: str) -> Any:
 __all__ = ["DEFAULT_TIMEOUT_MINUTES", "INPUT_PREFIXES", "LOOP_KINDS", "MAX_ROUNDS_CAP",
            "MODEL_KINDS", "ROOT_EDGES", "UNIT_ID_RE", "Dependency", "EdgeType", "Gate",
            "InputRef", "Plan", "PlanHeader", "PlanProblem", "Unit", "UnitKind",
-           "document_output", "load_plan", "outputs_of", "parse_plan", "root_edges"]
+           "document_output", "load_plan", "locate_lines", "outputs_of", "parse_plan",
+           "root_edges"]

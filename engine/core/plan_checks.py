@@ -12,6 +12,7 @@ soon as every bound unit is found.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -44,15 +45,24 @@ from keepstep.engine.core.presets import (
     PresentCheck,
     SectionsCheck,
     evidence_output,
+    params_model,
     parse_params,
     verified_output,
 )
 from keepstep.engine.errors import PlanValidationError
 
 
+def _folded(word: str) -> str:
+    """Case and leading zeros of numbers ignored: "u1", "U01" and "U001" fold alike."""
+    return re.sub(r"\d+", lambda m: str(int(m.group())), word.casefold())
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """" — did you mean 'x'?" for the closest of ``choices`` (difflib), else ""."""
-    near = difflib.get_close_matches(str(word), sorted(set(choices)), n=1, cutoff=0.6)
+    """"did you mean 'x'?" for the closest of ``choices``, else "": a choice equal but for
+    case or leading zeros first, then the nearest by difflib."""
+    options = sorted(set(choices))
+    same = [c for c in options if _folded(c) == _folded(str(word)) and c != word]
+    near = same or difflib.get_close_matches(str(word), options, n=1, cutoff=0.6)
     return f"did you mean {near[0]!r}?" if near else ""
 
 
@@ -65,7 +75,10 @@ def _param_problems(u: Unit) -> list[PlanProblem]:
             loc = ".".join(str(p) for p in err["loc"])
             msg = err["msg"]
             if err["type"] == "extra_forbidden":
-                msg = f"unknown param for a {u.kind.value} unit — remove it or check its spelling"
+                model = params_model(u.kind.value)
+                near = did_you_mean(loc.split(".")[-1], model.model_fields if model else ())
+                msg = f"unknown param for a {u.kind.value} unit — " + (
+                    near or "remove it or check its spelling")
             elif err["type"] == "missing":
                 msg = f"a {u.kind.value} unit needs it"
             out.append(unit_problem(u.id, f"params.{loc}" if loc else "params", msg,
@@ -280,11 +293,12 @@ def find_problems(
                     where=f"unit {u.id}", unit=u.id, message=f"depends_on names unknown unit "
                     f"{d.unit!r}", hint=_or_hint(did_you_mean(d.unit, ids),
                                                  "add that unit or remove the dependency"),
-                    code="unknown_dep"))
+                    code="unknown_dep", field="depends_on", say_field=False))
             elif d.unit == u.id:
                 problems.append(PlanProblem(where=f"unit {u.id}", unit=u.id,
                                             message="depends_on names itself",
-                                            hint="remove it", code="self_dep"))
+                                            hint="remove it", code="self_dep",
+                                            field="depends_on", say_field=False))
         if u.kind in LOOP_KINDS or u.max_rounds is not None:
             if u.max_rounds is None:
                 problems.append(unit_problem(

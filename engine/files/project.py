@@ -16,7 +16,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from keepstep.engine.core.inputs import Contract, InputSnapshot, SourceEntry, source_hashes
-from keepstep.engine.core.plan import Plan
+from keepstep.engine.core.plan import Plan, PlanProblem, locate_lines
 from keepstep.engine.errors import ConfigError, PlanValidationError, ProjectError, SourceError
 from keepstep.engine.files.convert import (
     DEFAULT_MAX_SOURCE_MB,
@@ -412,6 +412,17 @@ def load_project_files(root: Path, *, validate: bool = True) -> ProjectFiles:
     return files
 
 
+def with_lines(root: Path, problems: list[Any]) -> list[Any]:
+    """``problems`` with their line in the project's plan.toml (``core.plan.locate_lines``);
+    the file is read only when there are problems."""
+    if not problems:
+        return problems
+    try:
+        return locate_lines((Path(root) / PLAN_FILE).read_text(encoding="utf-8"), problems)
+    except (OSError, UnicodeDecodeError):
+        return problems
+
+
 def plan_problems(files: ProjectFiles, *, cache: PlanCache | None = None) -> list[Any]:
     """The plan's own problems (``core.plan.find_problems``) against the approved sources and
     the contract's fields. The checks against the rest of the folder (templates, data files,
@@ -423,6 +434,10 @@ def plan_problems(files: ProjectFiles, *, cache: PlanCache | None = None) -> lis
     groups = {s.group for s in files.sources.sources if s.approved and s.group}
     context = {"sources": approved, "groups": groups,
                "contract_fields": set(files.contract.fields) | {"body"}}
+
+    def check() -> list[PlanProblem]:
+        return with_lines(files.root, find_problems(files.plan, **context))
+
     if cache is None:  # ``cache``: the PlanCache that loaded files.plan (same process)
-        return find_problems(files.plan, **context)
-    return cache.problems(context, lambda: find_problems(files.plan, **context))
+        return check()
+    return cache.problems(context, check)
