@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import random
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -361,10 +360,9 @@ class ModelGateway:
         """The provider's transport: litellm's dispatcher, or — for the offline model — its
         own ``completion`` with the same arguments and response shape (no litellm import)."""
         if self._completion_fn is not None:
-            if "litellm" in sys.modules:
-                # An injected fn that calls litellm finds the offline provider registered
-                # (one that reaches litellm through ``_litellm()`` registers it itself).
-                _litellm()
+            # An injected fn (tests) is called with litellm imported and the offline
+            # provider registered, as it always was: it may call litellm itself.
+            _litellm()
             return self._completion_fn
         if provider == offline_provider.PROVIDER:
             return offline_provider.completion
