@@ -36,7 +36,7 @@ from keepstep.engine.core.plan import (
     root_edges,
     unit_problem,
 )
-from keepstep.engine.core.plan_graph import DependencyIndex
+from keepstep.engine.core.plan_graph import DependencyIndex, gc_paused
 from keepstep.engine.core.presets import (
     ANSWERS,
     CitedIdsCheck,
@@ -270,7 +270,14 @@ def find_problems(
     """Every problem of the plan itself (pure: no files read). ``sources`` maps source id ->
     approved flag; ``groups`` the groups with an approved source; ``contract_fields`` the
     contract's fields (plus ``body``); ``other_ids`` units the file has whose tables did not
-    parse (reported on their own, so a dependency on one is not "unknown")."""
+    parse (reported on their own, so a dependency on one is not "unknown"). Collections are
+    paused meanwhile (``plan_graph.gc_paused``)."""
+    with gc_paused():
+        return _find_problems(plan, sources, groups, contract_fields, set(other_ids))
+
+
+def _find_problems(plan: Plan, sources: dict[str, Any] | None, groups: set[str] | None,
+                   contract_fields: set[str] | None, other_ids: set[str]) -> list[PlanProblem]:
     problems: list[PlanProblem] = []
     seen: dict[str, int] = {}
     for u in plan.units:

@@ -19,13 +19,12 @@ byte for byte. A file that is not a readable plan is compared as plain TOML inst
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import os
 import tomllib
 from collections.abc import Callable
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from tomlkit.items import AoT, InlineTable, Table
 from keepstep.engine.core import plan as plan_module
 from keepstep.engine.core import plan_checks, presets
 from keepstep.engine.core.plan import UNIT_ID_RE, Plan, PlanProblem, parse_plan
+from keepstep.engine.core.plan_graph import gc_paused
 from keepstep.engine.errors import ProjectError
 
 CACHE_NAME = "plan-cache.json"
@@ -59,19 +59,6 @@ def checker_key() -> str:
             h.update(Path(str(module.__file__)).read_bytes())
         _checker_key = h.hexdigest()
     return _checker_key
-
-
-@contextmanager
-def _no_gc() -> Any:
-    """Building 10,000s of small objects triggers collections that scan them all again and
-    again (half of the load time); none of them is garbage yet."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 class PlanCache:
@@ -99,7 +86,7 @@ class PlanCache:
             if plan is not None:
                 self._data, self.hit = data, True
                 return plan
-        with _no_gc():
+        with gc_paused():
             plan = parse_plan(raw.decode("utf-8"), origin=str(plan_path))
         if len(raw) <= CACHE_MAX_BYTES:
             self._data = {"format": CACHE_FORMAT, "key": self.key, "checks": {},
@@ -149,7 +136,7 @@ class PlanCache:
     # -- the file ----------------------------------------------------------------------------
     def _plan_of(self, data: dict[str, Any]) -> Plan | None:
         try:
-            with _no_gc():
+            with gc_paused():
                 plan = Plan.model_validate(data["plan"])
         except (ValueError, TypeError, KeyError):
             return None
@@ -159,7 +146,7 @@ class PlanCache:
 
     def _read(self) -> dict[str, Any] | None:
         try:
-            with _no_gc():
+            with gc_paused():
                 data = json.loads(self.path.read_bytes())
         except (OSError, ValueError):
             return None
