@@ -554,17 +554,18 @@ def locate_lines(text: str, problems: list[PlanProblem], raw: dict[str, Any] | N
             return problems
     index: dict[tuple[str, str], dict[str, int]] = {}
     for key in ("unit", "gate"):
-        entries = raw.get(key) if isinstance(raw.get(key), list) else []
-        for table, found in zip(entries, tables[key], strict=False):
+        entries = raw.get(key)
+        for table, found in zip(entries if isinstance(entries, list) else [], tables[key],
+                                strict=False):
             if isinstance(table, dict) and isinstance(table.get("id"), str):
                 index.setdefault((key, table["id"]), found)
     out = []
     for p in problems:
         line_no = None
         if p.unit or p.gate:
-            found = index.get(("unit", p.unit)) if p.unit else index.get(("gate", p.gate))
-            if found:
-                line_no = found.get(p.field.split(".")[0]) or found.get("")
+            keys = index.get(("unit", p.unit) if p.unit else ("gate", str(p.gate)))
+            if keys:
+                line_no = keys.get(p.field.split(".")[0]) or keys.get("")
         elif p.where.startswith("plan."):  # a shape error in [plan]: "plan.titel"
             line_no = plan_keys.get(p.where.split(".")[1]) or plan_keys.get("")
         elif p.code == "deliverable":

@@ -432,11 +432,12 @@ def plan_problems(files: ProjectFiles, *, cache: PlanCache | None = None) -> lis
 
     approved = {s.id: s.approved for s in files.sources.sources}
     groups = {s.group for s in files.sources.sources if s.approved and s.group}
-    context = {"sources": approved, "groups": groups,
-               "contract_fields": set(files.contract.fields) | {"body"}}
+    fields = set(files.contract.fields) | {"body"}
+    context: dict[str, Any] = {"sources": approved, "groups": groups, "contract_fields": fields}
 
     def check() -> list[PlanProblem]:
-        return with_lines(files.root, find_problems(files.plan, **context))
+        return with_lines(files.root, find_problems(files.plan, sources=approved, groups=groups,
+                                                    contract_fields=fields))
 
     if cache is None:  # ``cache``: the PlanCache that loaded files.plan (same process)
         return check()
