@@ -8,6 +8,8 @@ JOBS    ?= auto
 PEERS   := .venv-peers
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export PYTHON_KEYRING_BACKEND ?= keyring.backends.null.Keyring
+# tests/support/hypothesis_profiles.py: ci = fewer examples per property; bench = more
+export HYPOTHESIS_PROFILE ?= ci
 
 .PHONY: demo test install clean lint typecheck bench-peers
 

@@ -49,6 +49,8 @@ if TYPE_CHECKING:
         UnitKind,
         load_plan,
         parse_plan,
+    )
+    from keepstep.engine.core.plan_checks import (
         validate_plan,
     )
     from keepstep.engine.core.state import (
@@ -248,7 +250,7 @@ _EXPORTS: dict[str, str] = {
     "Unit": "keepstep.engine.core.plan",
     "UnitKind": "keepstep.engine.core.plan",
     "load_plan": "keepstep.engine.core.plan",
-    "validate_plan": "keepstep.engine.core.plan",
+    "validate_plan": "keepstep.engine.core.plan_checks",
     "parse_plan": "keepstep.engine.core.plan",
     "PlanProblem": "keepstep.engine.core.plan",
     "SOURCE_UNREADABLE": "keepstep.engine.run.validation",

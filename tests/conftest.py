@@ -14,6 +14,9 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 from keepstep.storage import SQLiteStore  # noqa: E402
+from tests.support.hypothesis_profiles import register as _register_hypothesis  # noqa: E402
+
+_register_hypothesis()  # HYPOTHESIS_PROFILE=ci|bench (tests/support/hypothesis_profiles.py)
 
 
 @pytest.fixture

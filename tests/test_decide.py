@@ -9,6 +9,7 @@ from keepstep.engine.core.decide import DecisionKind, decide, ready_units
 from keepstep.engine.core.plan import Dependency, Gate, Plan, PlanHeader, Unit, UnitKind
 from keepstep.engine.core.state import RunFacts, UnitRecord, UnitState
 from keepstep.storage.models import Budget, Lease, UnitStatus
+from tests.support.hypothesis_profiles import examples
 
 NOW = 1_000_000.0
 
@@ -53,7 +54,7 @@ def plans_and_facts(draw):
     return plan, facts
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(plans_and_facts())
 def test_claimed_unit_has_all_dependencies_current(pf):
     """A claimed unit's dependencies are all current (succeeded, not invalidated)."""
@@ -64,7 +65,7 @@ def test_claimed_unit_has_all_dependencies_current(pf):
         assert all(facts.is_current(dep.unit) for dep in unit.depends_on)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(plans_and_facts())
 def test_never_claims_blocked_failed_leased_or_current(pf):
     """A blocked, failed, live-leased or already-current unit is never picked."""
@@ -76,7 +77,7 @@ def test_never_claims_blocked_failed_leased_or_current(pf):
         assert not facts.is_current(uid)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(plans_and_facts())
 def test_never_claims_a_gated_unit_without_an_applying_approval(pf):
     """A unit behind a gate is ready only when its approval applies."""
@@ -86,7 +87,7 @@ def test_never_claims_a_gated_unit_without_an_applying_approval(pf):
             assert facts.gates_open.get(uid) is True
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(plans_and_facts())
 def test_done_exactly_when_every_required_unit_is_current_and_passed(pf):
     """'done' is said exactly when all required finals are current with passing validators
@@ -101,7 +102,7 @@ def test_done_exactly_when_every_required_unit_is_current_and_passed(pf):
         assert d.kind == DecisionKind.claim  # only more (non-required) work may come first
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(plans_and_facts())
 def test_never_claims_a_model_unit_while_a_unit_is_blocked_on_budget(pf):
     """While any unit is blocked by the budget, no unit of a model-calling kind is ready."""
@@ -112,7 +113,7 @@ def test_never_claims_a_model_unit_while_a_unit_is_blocked_on_budget(pf):
         assert all(units[u].kind != UnitKind.extract for u in ready_units(plan, facts))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(plans_and_facts())
 def test_decide_is_deterministic(pf):
     """The same facts always give the same decision."""

@@ -16,7 +16,8 @@ import pytest
 import tomli_w
 
 from keepstep.engine.api import open_project
-from keepstep.engine.core.plan import Plan, check_plan, load_plan
+from keepstep.engine.core.plan import Plan, load_plan
+from keepstep.engine.core.plan_checks import check_plan
 from keepstep.engine.errors import ConfigError, PlanValidationError
 from keepstep.engine.files.project import load_config
 from keepstep.engine.kinds import expected_outputs, get_kind

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from keepstep.engine.api import open_project
-from keepstep.engine.gateway.client import ModelGateway, _litellm
+from keepstep.engine.gateway import offline_provider
+from keepstep.engine.gateway.client import ModelGateway
 from keepstep.storage import SQLiteStore
 from tests.support.engine_harness import (
     RUN,
@@ -22,6 +23,7 @@ from tests.support.engine_harness import (
     start_worker,
     wait_for,
 )
+from tests.support.fake_provider import running_provider
 from tests.support.small_project import small_units
 
 
@@ -32,12 +34,18 @@ def _ts(iso: str | None) -> float:
 
 def test_two_executors_never_execute_one_unit_at_once(tmp_path: Path) -> None:
     """Two worker processes share a run: one committed attempt per unit, no overlap."""
-    root = make_small_project(tmp_path / "small", per_group=3)
-    with open_project(root) as p:
-        # Intake first, so that both workers meet two ready units (U03, U04) at once.
-        p.start_run(RUN).run(max_units=2)
-    workers = [start_worker(root, executor_id=f"exec-{n}:{n}:x") for n in (1, 2)]
-    results = [finish(w) for w in workers]
+    # The offline model answers in microseconds and no longer waits for litellm's import:
+    # a worker would finish every unit before the other has started. The offline answers
+    # come from a local provider with a latency per call instead, so both workers overlap.
+    with running_provider(latency=0.4, offline=True) as provider:
+        root = make_small_project(tmp_path / "small", per_group=3,
+                                  default_model="openai/fake-model",
+                                  api_base=provider.api_base)
+        with open_project(root) as p:
+            # Intake first, so that both workers meet two ready units (U03, U04) at once.
+            p.start_run(RUN).run(max_units=2)
+        workers = [start_worker(root, executor_id=f"exec-{n}:{n}:x") for n in (1, 2)]
+        results = [finish(w) for w in workers]
     for r in results:
         assert r.returncode == 0, r.stderr[-2000:]
 
@@ -138,7 +146,9 @@ def test_commit_with_stale_token_is_refused_in_process(tmp_path: Path) -> None:
         seen["calls"] += 1
         if seen["calls"] == 1:
             takeover()
-        return _litellm().completion(**kwargs)
+        # The offline model's own transport: no litellm dispatch (its first call loads
+        # modules for seconds) between the takeover and A's next call.
+        return offline_provider.completion(**kwargs)
 
     events: list[dict[str, Any]] = []
     with open_project(root, clock=clock, executor_id="A:1:a", gateway_factory=lambda ledger:

@@ -9,9 +9,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from keepstep.storage import SQLiteStore
+from tests.faults.zygote import Zygote
 
 RUN = "CRASH"
-CHILD = Path(__file__).parent / "support" / "crash_child.py"
 SEED = 4242
 POINTS = (
     "claim.before", "claim.after",
@@ -54,40 +51,58 @@ def _far_future() -> float:
     return time.time() + 3600
 
 
-def _run_child(root: Path, kill: Kill, *,
+@pytest.fixture(scope="module")
+def zygote():
+    """A fork server preloaded with keepstep.storage (tests/faults/zygote.py ``--storage``):
+    each child is a real process forked from it in milliseconds, instead of 60 interpreters
+    started one after another. SIGKILL, KEEPSTEP_CRASH_AT and the exit status are the same."""
+    z = Zygote(storage_only=True)
+    yield z
+    z.close()
+
+
+_spawned = iter(range(1, 1_000_000))
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    # Only whole lines: the child flushes each line, a partial one is still being written.
+    return [line.strip() for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
+
+def _run_child(zygote: Zygote, root: Path, kill: Kill, *,
                max_iterations: int | None = None) -> tuple[int, list[str]]:
     env = {k: v for k, v in os.environ.items() if k != "KEEPSTEP_CRASH_AT"}
     if kill.point:
         env["KEEPSTEP_CRASH_AT"] = f"{kill.point}@{kill.nth}"
-    args = [sys.executable, str(CHILD), str(root), RUN, "0.05"]
+    args = [str(root), RUN, "0.05"]
     if max_iterations is not None:
         args.append(str(max_iterations))
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
-    lines: list[str] = []
-    ready = threading.Event()
-
-    def read() -> None:
-        for line in proc.stdout:
-            lines.append(line.strip())
-            ready.set()
-        ready.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    n = next(_spawned)
+    out, err = root.parent / f"child-{n}.out", root.parent / f"child-{n}.err"
+    pid = zygote.spawn(args, env=env, stdout=out, stderr=err, entry="crash_child")
     try:
         if kill.point is None and max_iterations is None:
-            assert ready.wait(30), "child never became ready"
+            deadline = time.monotonic() + 30
+            ready = False
+            while not ready and time.monotonic() < deadline:
+                ready = bool(_read_lines(out)) or zygote.poll(pid) is not None
+                if not ready:
+                    time.sleep(0.002)
+            assert ready, "child never became ready"
             time.sleep(kill.delay)
-            proc.send_signal(signal.SIGKILL)
-        rc = proc.wait(timeout=30)
+            if zygote.poll(pid) is None:  # never signal a pid the zygote has reaped
+                os.kill(pid, signal.SIGKILL)
+        rc = zygote.wait(pid, timeout=30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    reader.join(timeout=10)
-    stderr = proc.stderr.read()
-    proc.stderr.close()
+        if zygote.poll(pid) is None:
+            os.kill(pid, signal.SIGKILL)
+            zygote.wait(pid, timeout=30)
+    lines = _read_lines(out)
+    stderr = err.read_text(encoding="utf-8") if err.exists() else ""
     assert not stderr.strip() or rc == 0, f"{kill}: child wrote to stderr:\n{stderr}"
     return rc, lines
 
@@ -159,7 +174,8 @@ def _check(root: Path, before: Seen, kill: Kill, rc: int, lines: list[str]) -> S
 
 
 @pytest.mark.slow
-def test_sigkill_at_any_moment_leaves_the_old_or_the_whole_new_checkpoint(tmp_path: Path) -> None:
+def test_sigkill_at_any_moment_leaves_the_old_or_the_whole_new_checkpoint(
+        tmp_path: Path, zygote: Zygote) -> None:
     """60 SIGKILLs (named crash points and random timings): chain verifies, head is old or new."""
     root = tmp_path / ".keepstep"
     setup = SQLiteStore(root)
@@ -169,12 +185,12 @@ def test_sigkill_at_any_moment_leaves_the_old_or_the_whole_new_checkpoint(tmp_pa
     kills = _schedule(random.Random(SEED))
     assert len(kills) >= 50
     for kill in kills:
-        rc, lines = _run_child(root, kill)
+        rc, lines = _run_child(zygote, root, kill)
         seen = _check(root, seen, kill, rc, lines)
     assert seen.head > 0
 
     # Work goes on after all that debris: a clean child commits three more units.
-    rc, lines = _run_child(root, Kill(None), max_iterations=3)
+    rc, lines = _run_child(zygote, root, Kill(None), max_iterations=3)
     assert rc == 0, lines
     store = SQLiteStore(root)
     try:

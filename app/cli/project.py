@@ -131,7 +131,7 @@ def validate(root: DirArg = None, as_json: JsonOpt = False) -> None:
         typer.echo(f"error: {problem.where}: {problem.message}{hint}")
     if plan:
         _print_models(report.models)
-        raise PlanValidationError([p.line() for p in plan], problems=plan)
+        raise PlanValidationError([p.located() for p in plan], problems=plan)
     if sources:
         _print_models(report.models)
         raise UsageProblem(f"{len(sources)} source problem(s) above",

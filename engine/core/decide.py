@@ -9,10 +9,10 @@ import bisect
 from collections.abc import Mapping
 from enum import StrEnum
 
-import networkx as nx
 from pydantic import BaseModel, Field
 
 from keepstep.engine.core.plan import MODEL_KINDS, Plan, Unit, UnitKind
+from keepstep.engine.core.plan_graph import DependencyIndex
 from keepstep.engine.core.state import RunFacts, UnitRecord, UnitState
 
 
@@ -55,8 +55,12 @@ def topo_order(plan: Plan) -> list[str]:
     key = _order_key(plan)
     order = _ORDER_CACHE.get(key)
     if order is None:
-        index = {u.id: i for i, u in enumerate(plan.units)}
-        order = list(nx.lexicographical_topological_sort(plan.graph(), key=lambda n: index[n]))
+        try:
+            order = DependencyIndex(plan).topo_order()
+        except ValueError as exc:  # the type networkx raised here before
+            import networkx as nx  # only on this error: its import costs ~0.5 s
+
+            raise nx.NetworkXUnfeasible(str(exc)) from None
         if len(_ORDER_CACHE) > 32:
             _ORDER_CACHE.clear()
         _ORDER_CACHE[key] = order
@@ -73,9 +77,9 @@ def _deliver_ancestors(plan: Plan) -> dict[str, frozenset[str]]:
     key = _order_key(plan)
     found = _ANCESTORS.get(key)
     if found is None:
-        g = plan.graph()
-        found = {u.id: frozenset(nx.ancestors(g, u.id)) for u in plan.units
-                 if u.kind == UnitKind.deliver and u.id in g}
+        index = DependencyIndex(plan)
+        found = {u.id: frozenset(index.upstream([u.id])) for u in plan.units
+                 if u.kind == UnitKind.deliver}
         if len(_ANCESTORS) > 32:
             _ANCESTORS.clear()
         _ANCESTORS[key] = found

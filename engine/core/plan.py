@@ -12,14 +12,14 @@ what its prefix emits by default (``ROOT_EDGES``); ``{ ref = "group:A", edges =
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
 from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import networkx as nx
 import tomli_w
 from pydantic import (
     BaseModel,
@@ -32,19 +32,13 @@ from pydantic import (
 
 from keepstep.engine.core.hashing import canonical_json, sha256_hex
 from keepstep.engine.core.presets import (
-    ANSWERS,
-    CitedIdsCheck,
-    FiguresCheck,
-    ListsSourcesCheck,
-    PresentCheck,
-    SectionsCheck,
     default_outputs,
     document_output,
-    evidence_sources,
-    parse_params,
-    verified_output,
 )
 from keepstep.engine.errors import PlanValidationError, ProjectError
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 MAX_ROUNDS_CAP = 10
 DEFAULT_TIMEOUT_MINUTES = 45.0
@@ -273,7 +267,11 @@ class Plan(BaseModel):
         return next((g for g in self.gates if unit_id in g.held_units()), None)
 
     def graph(self) -> nx.DiGraph:
-        """Edges point from a dependency to its dependent, labelled with ``edge``."""
+        """Edges point from a dependency to its dependent, labelled with ``edge``. (networkx
+        is imported here, not with the plan: ~0.5 s that opening a project does not need;
+        the checks and the scheduler walk ``core.plan_graph.DependencyIndex`` instead.)"""
+        import networkx as nx
+
         g = nx.DiGraph()
         for u in self.units:
             g.add_node(u.id)
@@ -341,6 +339,8 @@ class PlanProblem(BaseModel):
     message: str = Field(description="what is wrong")
     hint: str = Field(default="", description="what to do")
     code: str = Field(default="", description="a stable name for the kind of problem")
+    line_no: int | None = Field(default=None, description="the line of plan.toml it is on "
+                                "(the field's line, else its table's), when known")
     # Whether the line reads "field <f> <message>" (the message then follows the field name)
     # or the message names what it is about itself.
     say_field: bool = Field(default=True, exclude=True)
@@ -349,6 +349,12 @@ class PlanProblem(BaseModel):
         fld = f"field {self.field} " if self.field and self.say_field else ""
         text = f"{self.where}: {fld}{self.message}"
         return f"{text} — {self.hint}" if self.hint else text
+
+    def located(self) -> str:
+        """``line()`` followed by where it is in plan.toml, when known (what `keepstep
+        validate` prints)."""
+        text = self.line()
+        return f"{text} (plan.toml line {self.line_no})" if self.line_no else text
 
     def __str__(self) -> str:
         return self.line()
@@ -383,28 +389,106 @@ def _fmt_loc(loc: Iterable[Any], raw: dict[str, Any]) -> tuple[str, str | None, 
     return ".".join(map(str, loc)), None, None, ""
 
 
-def _shape_problems(exc: ValidationError, raw: dict[str, Any]) -> list[PlanProblem]:
+def _near(word: Any, choices: Iterable[str]) -> str:
+    near = difflib.get_close_matches(str(word), sorted(set(choices)), n=1, cutoff=0.6)
+    return f"did you mean {near[0]!r}?" if near else ""
+
+
+def _fields_of(loc: list[Any]) -> list[str]:
+    """The field names allowed where ``loc`` points (for "did you mean")."""
+    models: dict[str, type[BaseModel]] = {"unit": Unit, "gate": Gate, "plan": PlanHeader}
+    if len(loc) == 1:
+        return ["plan", "unit", "gate"]
+    model = models.get(str(loc[0]))
+    if model is None:
+        return []
+    rest = [p for p in loc[1:] if not isinstance(p, int)]
+    if len(rest) == 2 and model is Unit and rest[0] == "depends_on":
+        model = Dependency
+    elif len(rest) == 2 and model is Unit and rest[0] == "inputs":
+        model = InputRef
+    elif len(rest) != 1:
+        return []
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def _shape_message(err: Any) -> tuple[str, str]:
+    """(message, hint) for one pydantic error: the value, what is allowed (once) and the
+    nearest allowed spelling."""
+    loc = list(err["loc"])
+    if err["type"] == "enum":
+        expected = str(err.get("ctx", {}).get("expected", ""))
+        allowed = [a.strip(" '") for a in expected.replace(" or ", ", ").split(",")]
+        allowed = [a for a in allowed if a]
+        what = "kind" if loc and loc[-1] == "kind" else "value"
+        message = f"{err.get('input')!r} is not a {what} keepstep knows (allowed: " \
+                  f"{', '.join(allowed)})"
+        return message, _near(err.get("input"), allowed)
+    if err["type"] == "extra_forbidden":
+        near = _near(loc[-1], _fields_of(loc)) if loc else ""
+        return "unknown field", near or "remove it or check its spelling"
+    return err["msg"], ""
+
+
+def _shape_problems(exc: ValidationError, raw: dict[str, Any], *, prefix: tuple[Any, ...] = ()
+                    ) -> list[PlanProblem]:
     problems = []
     for err in exc.errors():
-        where, uid, gid, fld = _fmt_loc(err["loc"], raw)
-        msg = err["msg"]
-        if err["type"] == "enum":
-            msg += " (allowed: " + str(err.get("ctx", {}).get("expected", "")) + ")"
-        elif err["type"] == "extra_forbidden":
-            msg = "unknown field — remove it or check its spelling"
+        loc = (*prefix, *err["loc"])
+        where, uid, gid, fld = _fmt_loc(loc, raw)
+        msg, hint = _shape_message({**err, "loc": loc})
         if not fld and uid is None and gid is None:
-            problems.append(PlanProblem(where=where, message=msg, code="shape"))
+            problems.append(PlanProblem(where=where, message=msg, hint=hint, code="shape"))
         else:
             # "unit U2: field depends_on.0.edge: ..." (field named even when it is the unit)
             fld = fld or ("(unit)" if uid else "(gate)")
             problems.append(PlanProblem(where=where, unit=uid, gate=gid, field=fld,
-                                        message=f"field {fld}: {msg}", code="shape",
-                                        say_field=False))
+                                        message=f"field {fld}: {msg}", hint=hint,
+                                        code="shape", say_field=False))
     return problems
 
 
+def _partial_plan(raw: dict[str, Any]) -> tuple[Plan, list[PlanProblem], set[str]]:
+    """Every table that parses on its own, the shape problems of those that do not, and the
+    ids of units that did not (so a dependency on one is not reported as unknown)."""
+    problems: list[PlanProblem] = []
+    failed_ids: set[str] = set()
+    parts: dict[str, Any] = {}
+    top = {k: v for k, v in raw.items() if k not in ("plan", "unit", "gate")}
+    if top:
+        try:
+            Plan.model_validate(top)
+        except ValidationError as exc:
+            problems += _shape_problems(exc, raw)
+    try:
+        parts["plan"] = PlanHeader.model_validate(raw.get("plan", {}))
+    except ValidationError as exc:
+        problems += _shape_problems(exc, raw, prefix=("plan",))
+        parts["plan"] = PlanHeader()
+    for key, model in (("unit", Unit), ("gate", Gate)):
+        tables = raw.get(key, [])
+        if not isinstance(tables, list):
+            try:
+                Plan.model_validate({key: tables})
+            except ValidationError as exc:
+                problems += _shape_problems(exc, raw)
+            tables = []
+        ok: list[Any] = []
+        for n, table in enumerate(tables):
+            try:
+                ok.append(model.model_validate(table))
+            except ValidationError as exc:
+                problems += _shape_problems(exc, raw, prefix=(key, n))
+                if key == "unit" and isinstance(table, dict) and isinstance(table.get("id"), str):
+                    failed_ids.add(table["id"])
+        parts["units" if key == "unit" else "gates"] = ok
+    return Plan(**parts), problems, failed_ids
+
+
 def parse_plan(text: str, *, origin: str = "plan.toml") -> Plan:
-    """Parse TOML into a Plan; shape errors become PlanValidationError lines."""
+    """Parse TOML into a Plan. A plan with shape errors raises PlanValidationError with every
+    problem at once: the shape errors of the tables that do not parse and the plan checks of
+    the rest (``core.plan_checks.find_problems``), each with its line in the file."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -413,8 +497,81 @@ def parse_plan(text: str, *, origin: str = "plan.toml") -> Plan:
     try:
         return Plan.model_validate(raw)
     except ValidationError as exc:
-        problems = _shape_problems(exc, raw)
+        partial, problems, failed = _partial_plan(raw)
+        if not problems:  # not reproduced table by table: report the errors as they are
+            problems = _shape_problems(exc, raw)
+        # Imported here: plan_checks imports this module.
+        from keepstep.engine.core.plan_checks import find_problems
+
+        # Plan-wide conclusions ("no required final unit", deliverables) would be wrong
+        # while tables are missing; everything about the tables that parsed is reported.
+        problems += [p for p in find_problems(partial, other_ids=failed)
+                     if not (failed and p.code in ("no_final", "deliverable"))]
+        problems = locate_lines(text, problems, raw)
         raise PlanValidationError([p.line() for p in problems], problems=problems) from exc
+
+
+_TABLE_RE = re.compile(r"^\s*\[\[\s*(unit|gate)\s*\]\]\s*(#.*)?$")
+_HEADER_RE = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\"-]+)\s*\]\s*(#.*)?$")
+_KEY_RE = re.compile(r"^\s*([A-Za-z0-9_-]+)\s*=")
+
+
+def locate_lines(text: str, problems: list[PlanProblem], raw: dict[str, Any] | None = None
+                 ) -> list[PlanProblem]:
+    """``problems`` with ``line_no`` set from plan.toml's ``text``: the line of the field
+    (its first key), else of its ``[[unit]]``/``[[gate]]`` table, else of ``[plan]``. Tables
+    are matched to ids in file order (the n-th ``[[unit]]`` is the n-th unit)."""
+    if not problems:
+        return problems
+    tables: dict[str, list[dict[str, int]]] = {"unit": [], "gate": []}
+    plan_keys: dict[str, int] = {}
+    current: dict[str, int] | None = None
+    for n, line in enumerate(text.splitlines(), start=1):
+        m = _TABLE_RE.match(line)
+        if m:
+            current = {"": n}
+            tables[m.group(1)].append(current)
+            continue
+        h = _HEADER_RE.match(line)
+        if h:
+            name = h.group(1)
+            if name == "plan":
+                current = plan_keys
+                plan_keys.setdefault("", n)
+            elif current is not None and name.split(".")[0] in ("unit", "gate") and \
+                    len(name.split(".")) > 1:
+                current.setdefault(name.split(".", 1)[1].split(".")[0], n)  # [unit.params]
+            else:
+                current = None
+            continue
+        k = _KEY_RE.match(line)
+        if k and current is not None:
+            current.setdefault(k.group(1), n)
+    if raw is None:
+        try:
+            raw = tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
+            return problems
+    index: dict[tuple[str, str], dict[str, int]] = {}
+    for key in ("unit", "gate"):
+        entries = raw.get(key)
+        for table, found in zip(entries if isinstance(entries, list) else [], tables[key],
+                                strict=False):
+            if isinstance(table, dict) and isinstance(table.get("id"), str):
+                index.setdefault((key, table["id"]), found)
+    out = []
+    for p in problems:
+        line_no = None
+        if p.unit or p.gate:
+            keys = index.get(("unit", p.unit) if p.unit else ("gate", str(p.gate)))
+            if keys:
+                line_no = keys.get(p.field.split(".")[0]) or keys.get("")
+        elif p.where.startswith("plan."):  # a shape error in [plan]: "plan.titel"
+            line_no = plan_keys.get(p.where.split(".")[1]) or plan_keys.get("")
+        elif p.code == "deliverable":
+            line_no = plan_keys.get("deliverables")
+        out.append(p.model_copy(update={"line_no": line_no}) if line_no else p)
+    return out
 
 
 def load_plan(path: Path) -> Plan:
@@ -428,329 +585,26 @@ def load_plan(path: Path) -> Plan:
     return parse_plan(text, origin=str(path))
 
 
-# -- validation ---------------------------------------------------------------------------------
-
-def _param_problems(u: Unit) -> list[PlanProblem]:
-    try:
-        parse_params(u.kind.value, u.params)
-    except ValidationError as exc:
-        out = []
-        for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"])
-            msg = err["msg"]
-            if err["type"] == "extra_forbidden":
-                msg = f"unknown param for a {u.kind.value} unit — remove it or check its spelling"
-            elif err["type"] == "missing":
-                msg = f"a {u.kind.value} unit needs it"
-            out.append(unit_problem(u.id, f"params.{loc}" if loc else "params", msg,
-                                    "docs/plan-format.md lists every kind's params",
-                                    code="params"))
-        return out
-    return []
-
-
 def outputs_of(u: Unit) -> list[str]:
     """What a unit writes: its declared outputs, else its kind's defaults."""
     return list(u.outputs) or default_outputs(u)
 
 
-def _input_problems(u: Unit, sources: dict[str, Any] | None, groups: set[str] | None,
-                    contract_fields: set[str] | None) -> list[PlanProblem]:
-    out: list[PlanProblem] = []
-    for ref in u.inputs:
-        prefix, _, name = ref.partition(":")
-        if prefix not in INPUT_PREFIXES or not name:
-            out.append(unit_problem(
-                u.id, "inputs", f"input {ref!r} is not of the form <kind>:<name> with kind one "
-                f"of {', '.join(INPUT_PREFIXES)}", code="input", say_field=False))
-        elif prefix == "source" and sources is not None:
-            if name not in sources:
-                out.append(unit_problem(u.id, "inputs", f"input source {name!r} is not in "
-                                        "sources.toml", "add it there (and approve it) or fix "
-                                        "the id", code="source", say_field=False))
-            elif not sources[name]:
-                out.append(unit_problem(u.id, "inputs", f"input source {name!r} is not "
-                                        "approved", f"approve it with `keepstep sources DIR "
-                                        f"approve {name}` or remove the input", code="source",
-                                        say_field=False))
-        elif prefix == "group" and groups is not None and name not in groups:
-            out.append(unit_problem(u.id, "inputs", f"input group {name!r} has no approved "
-                                    "source", "approve its sources or fix the group name",
-                                    code="group", say_field=False))
-        elif (prefix == "contract" and contract_fields is not None
-              and name not in contract_fields):
-            out.append(unit_problem(u.id, "inputs", f"input contract field {name!r} is not in "
-                                    "contract.md's front matter (has: "
-                                    f"{', '.join(sorted(contract_fields))})", code="contract",
-                                    say_field=False))
-    for ref, edges in u.input_edges.items():
-        if ref not in u.inputs:
-            out.append(unit_problem(u.id, "input_edges", f"names {ref!r}, which is not among "
-                                    "its inputs", "add the input or remove the entry",
-                                    code="input_edges"))
-            continue
-        emitted = {e.value for e in root_edges(ref)}
-        for e in edges:
-            if EdgeType(e).value not in emitted:
-                out.append(unit_problem(
-                    u.id, "inputs", f"{ref} is read through edge {EdgeType(e).value!r}, which "
-                    f"it never emits (it emits {', '.join(sorted(emitted))})",
-                    "use one of those edge types", code="input_edges"))
-    return out
+# The checks moved to ``core.plan_checks``; these names still resolve here (loaded on use, so
+# importing either module first works).
+_MOVED = ("check_plan", "find_problems", "validate_plan")
 
 
-def _kind_problems(u: Unit, units: dict[str, Unit], documents: dict[str, str]) -> list[PlanProblem]:
-    """What a kind needs of the plan around it (dependencies, documents, files)."""
-    out: list[PlanProblem] = []
-    kind = u.kind
-    deps = [units[d.unit] for d in u.depends_on if d.unit in units]
-    if kind == UnitKind.extract and not (u.input_refs("source") or u.input_refs("group")):
-        out.append(unit_problem(u.id, "inputs", "an extract unit names no sources",
-                                "add group:<G> or source:<id> inputs", code="extract_sources"))
-    if kind == UnitKind.verify and not evidence_sources(u, units):
-        out.append(unit_problem(u.id, "depends_on", "a verify unit reaches no "
-                                "evidence-producing unit through its dependencies", "depend "
-                                "on an extract unit (or a unit that writes evidence.json), "
-                                "directly or through other units", code="verify_evidence"))
-    if kind in (UnitKind.synthesize, UnitKind.rank, UnitKind.model) and not any(
-            verified_output(d) for d in deps):
-        out.append(unit_problem(u.id, "depends_on", f"a {kind.value} unit has no verification "
-                                "dependency: it would have no verified evidence to cite",
-                                "depend on a verify unit", code="verified_evidence"))
-    if kind == UnitKind.model and u.params.get("answer", "claims") not in ANSWERS:
-        pass  # reported by the params model
-    if kind == UnitKind.render:
-        tname = u.params.get("template")
-        if tname and str(tname) not in u.input_refs("template"):
-            out.append(unit_problem(u.id, "params.template", f"template {tname!r} is not "
-                                    "declared as an input", f"add \"template:{tname}\" to "
-                                    "inputs", code="template_input"))
-    if kind == UnitKind.audit:
-        out += _audit_problems(u, units, deps)
-    if kind == UnitKind.deliver:
-        files = u.params.get("files")
-        dep_ids = {d.unit for d in u.depends_on}
-        for ref in files if isinstance(files, list) else []:
-            dep, _, name = str(ref).partition(":")
-            if not dep or not name:
-                out.append(unit_problem(u.id, "params.files", f"{ref!r} is not of the form "
-                                        "<unit>:<output name>", code="deliver_file"))
-            elif dep not in units:
-                out.append(unit_problem(u.id, "params.files", f"{ref!r} names unknown unit "
-                                        f"{dep!r}", "name a unit of the plan", code="deliver_file"))
-            elif dep not in dep_ids:
-                out.append(unit_problem(u.id, "params.files", f"{ref!r}: {dep} is not in "
-                                        "depends_on", f"add {dep} to depends_on (edge "
-                                        "\"presentation\": the bytes are delivered)",
-                                        code="deliver_file"))
-            elif name not in outputs_of(units[dep]):
-                out.append(unit_problem(u.id, "params.files", f"{ref!r}: {dep} writes no "
-                                        f"{name!r} (it writes "
-                                        f"{', '.join(outputs_of(units[dep])) or 'nothing'})",
-                                        "name one of its outputs", code="deliver_file"))
-    return out
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        from keepstep.engine.core import plan_checks
 
-
-def _audit_problems(u: Unit, units: dict[str, Unit], deps: list[Unit]) -> list[PlanProblem]:
-    out: list[PlanProblem] = []
-    try:
-        params = parse_params("audit", u.params)
-    except ValidationError:
-        return out  # reported by _param_problems
-    docs = {str(d.params.get("document")): d for d in deps
-            if d.kind == UnitKind.render and d.params.get("document")}
-    for n, check in enumerate(params.checks):
-        named: list[str] = []
-        if isinstance(check, PresentCheck | CitedIdsCheck) or hasattr(check, "documents"):
-            named += list(getattr(check, "documents", []))
-        if hasattr(check, "document"):
-            named.append(check.document)
-        if isinstance(check, ListsSourcesCheck):
-            named.append(check.of)
-        if isinstance(check, CitedIdsCheck | FiguresCheck) and check.against != "evidence":
-            named.append(check.against)
-        for doc in dict.fromkeys(named):
-            if doc not in docs:
-                out.append(unit_problem(
-                    u.id, f"params.checks.{n}", f"{check.check} check names document {doc!r}, "
-                    "which no render dependency produces (known: "
-                    f"{', '.join(sorted(docs)) or 'none'})",
-                    "depend on the render unit of that document, or fix the name",
-                    code="unknown_document"))
-        if isinstance(check, SectionsCheck) and check.template and \
-                check.template not in u.input_refs("template"):
-            out.append(unit_problem(u.id, f"params.checks.{n}.template", f"template "
-                                    f"{check.template!r} is not an input of the audit",
-                                    f"add {{ ref = \"template:{check.template}\", edges = "
-                                    "[\"template\"] } to inputs", code="template_input"))
-    return out
-
-
-def _binding_problems(plan: Plan, gate: Gate, ids: set[str], ancestors: set[str],
-                      contract_fields: set[str] | None) -> list[PlanProblem]:
-    out = []
-    for b in gate.bindings():
-        kind, _, name = b.partition(":")
-        if b in ("contract", "plan"):
-            continue
-        if kind == "contract" and name:
-            if contract_fields is not None and name not in contract_fields:
-                out.append(gate_problem(gate.id, "binds", f"binds contract field {name!r}, "
-                                        "which contract.md does not have", code="binds"))
-            continue
-        if kind in ("artifact", "verdict") and name:
-            uid = name.partition(":")[0]
-            if uid not in ids:
-                out.append(gate_problem(gate.id, "binds", f"{b!r} names unknown unit {uid!r}",
-                                        "name a unit of the plan", code="binds"))
-            elif uid not in ancestors:
-                out.append(gate_problem(gate.id, "binds", f"{b!r}: {uid} is not upstream of "
-                                        f"{gate.unit}, so its value may not exist when the "
-                                        "gate asks", f"make {gate.unit} depend on {uid}",
-                                        code="binds"))
-            continue
-        out.append(gate_problem(gate.id, "binds", f"{b!r} is not a binding", "use "
-                                "contract:<field>, artifact:<unit>, verdict:<unit>, plan or "
-                                "contract (a list binds several)", code="binds"))
-    return out
-
-
-def find_problems(
-    plan: Plan,
-    *,
-    sources: dict[str, Any] | None = None,
-    groups: set[str] | None = None,
-    contract_fields: set[str] | None = None,
-) -> list[PlanProblem]:
-    """Every problem of the plan itself (pure: no files read). ``sources`` maps source id ->
-    approved flag; ``groups`` the groups with an approved source; ``contract_fields`` the
-    contract's fields (plus ``body``)."""
-    problems: list[PlanProblem] = []
-    seen: dict[str, int] = {}
-    for u in plan.units:
-        seen[u.id] = seen.get(u.id, 0) + 1
-    for uid, n in sorted(seen.items()):
-        if n > 1:
-            problems.append(PlanProblem(where=f"unit {uid}", unit=uid, message=f"id is used {n} "
-                                        "times", hint="give each unit its own id", code="dup"))
-    ids = set(seen)
-    units = plan.unit_map()
-    documents = plan.documents()
-    for u in plan.units:
-        if not UNIT_ID_RE.fullmatch(u.id):
-            problems.append(unit_problem(u.id, "id", f"{u.id!r} is not a safe unit id",
-                                         f"use {UNIT_ID_RULE}", code="unit_id"))
-        for d in u.depends_on:
-            if d.unit not in ids:
-                problems.append(PlanProblem(
-                    where=f"unit {u.id}", unit=u.id, message=f"depends_on names unknown unit "
-                    f"{d.unit!r}", hint="add that unit or remove the dependency",
-                    code="unknown_dep"))
-            elif d.unit == u.id:
-                problems.append(PlanProblem(where=f"unit {u.id}", unit=u.id,
-                                            message="depends_on names itself",
-                                            hint="remove it", code="self_dep"))
-        if u.kind in LOOP_KINDS or u.max_rounds is not None:
-            if u.max_rounds is None:
-                problems.append(unit_problem(
-                    u.id, "max_rounds", f"is required for a {u.kind.value} (loop) unit",
-                    f"set a bound from 1 to {MAX_ROUNDS_CAP}; unbounded loops are rejected",
-                    code="max_rounds"))
-            elif not 1 <= u.max_rounds <= MAX_ROUNDS_CAP:
-                problems.append(unit_problem(u.id, "max_rounds", f"is {u.max_rounds}",
-                                             f"it must be between 1 and {MAX_ROUNDS_CAP}",
-                                             code="max_rounds"))
-        if u.timeout_minutes <= 0:
-            problems.append(unit_problem(u.id, "timeout_minutes", "must be positive",
-                                         code="timeout"))
-        problems += _input_problems(u, sources, groups, contract_fields)
-        problems += _param_problems(u)
-        problems += _kind_problems(u, units, documents)
-    for doc, n in _duplicates([str(u.params.get("document")) for u in plan.units
-                               if u.kind == UnitKind.render and u.params.get("document")]):
-        problems.append(plan_problem(f"document {doc!r} is rendered by {n} units", "give each "
-                                     "render unit its own params.document", code="dup_document"))
-    g = plan.graph()
-    try:
-        cycle = nx.find_cycle(g)
-        path = " -> ".join([e[0] for e in cycle] + [cycle[-1][1]])
-        problems.append(plan_problem(f"dependency cycle: {path}", "remove one of these "
-                                     "dependencies so the plan is a DAG", code="cycle"))
-        acyclic = False
-    except nx.NetworkXNoCycle:
-        acyclic = True
-    gate_ids: dict[str, int] = {}
-    for gate in plan.gates:
-        gate_ids[gate.id] = gate_ids.get(gate.id, 0) + 1
-        if gate.unit not in ids:
-            problems.append(gate_problem(gate.id, "unit", f"names unknown unit {gate.unit!r}",
-                                         "point the gate at an existing unit", code="gate_unit"))
-        for extra in gate.also:
-            if extra not in ids:
-                problems.append(gate_problem(gate.id, "also", f"names unknown unit {extra!r}",
-                                             "remove it or add that unit", code="gate_unit"))
-        for choice in gate.proceed:
-            if gate.options and choice not in gate.options:
-                problems.append(gate_problem(gate.id, "proceed", f"{choice!r} is not one of "
-                                             "its options", "list options that exist",
-                                             code="gate_proceed"))
-        ancestors: set[str] = set()
-        if acyclic and gate.unit in g:
-            for held in gate.held_units():
-                if held in g:
-                    ancestors |= nx.ancestors(g, held)
-        problems += _binding_problems(plan, gate, ids, ancestors if acyclic else ids,
-                                      contract_fields)
-    for gid, n in sorted(gate_ids.items()):
-        if n > 1:
-            problems.append(PlanProblem(where=f"gate {gid}", gate=gid, message=f"id is used {n} "
-                                        "times", hint="give each gate its own id", code="dup"))
-    required = plan.required_units()
-    if plan.units and not required:
-        problems.append(plan_problem("no unit has required_final = true", "mark the final "
-                                     "units, otherwise a run can never be done",
-                                     code="no_final"))
-    needed: set[str] = set()
-    if acyclic:
-        for r in required & set(g.nodes):
-            needed |= nx.ancestors(g, r) | {r}
-    producers: dict[str, str] = {}
-    for u in plan.units:
-        for out in outputs_of(u):
-            producers.setdefault(out, u.id)
-    for deliverable in plan.plan.deliverables:
-        if deliverable not in producers:
-            problems.append(plan_problem(f"deliverable {deliverable!r} is produced by no unit",
-                                         "add it to a unit's outputs", code="deliverable"))
-        elif acyclic and producers[deliverable] not in needed:
-            problems.append(plan_problem(
-                f"deliverable {deliverable!r} is produced by {producers[deliverable]}, which no "
-                "required final unit depends on", "mark it required_final or add a dependency",
-                code="deliverable"))
-    return problems
-
-
-def _duplicates(values: list[str]) -> list[tuple[str, int]]:
-    counts: dict[str, int] = {}
-    for v in values:
-        counts[v] = counts.get(v, 0) + 1
-    return sorted((v, n) for v, n in counts.items() if n > 1)
-
-
-def validate_plan(plan: Plan, **context: Any) -> list[str]:
-    """``find_problems`` as lines ("unit U1: field inputs: ... — what to do")."""
-    return [p.line() for p in find_problems(plan, **context)]
-
-
-def check_plan(plan: Plan, **context: Any) -> Plan:
-    problems = find_problems(plan, **context)
-    if problems:
-        raise PlanValidationError([p.line() for p in problems], problems=problems)
-    return plan
+        return getattr(plan_checks, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["DEFAULT_TIMEOUT_MINUTES", "INPUT_PREFIXES", "LOOP_KINDS", "MAX_ROUNDS_CAP",
            "MODEL_KINDS", "ROOT_EDGES", "UNIT_ID_RE", "Dependency", "EdgeType", "Gate",
-           "InputRef", "Plan", "PlanHeader", "PlanProblem", "Unit", "UnitKind", "check_plan",
-           "document_output", "find_problems", "load_plan", "outputs_of", "parse_plan",
-           "root_edges", "validate_plan"]
+           "InputRef", "Plan", "PlanHeader", "PlanProblem", "Unit", "UnitKind",
+           "document_output", "load_plan", "locate_lines", "outputs_of", "parse_plan",
+           "root_edges"]

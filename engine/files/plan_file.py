@@ -1,4 +1,13 @@
-"""plan.toml written back the way a person left it: comments, order and layout kept.
+"""plan.toml read through a cache, and written back the way a person left it.
+
+``PlanCache`` keeps the parsed plan and its checked problems in ``.keepstep/plan-cache.json``
+(0600), keyed by the sha256 of plan.toml's bytes, keepstep's version and a hash of the
+checker's own source (the plan model, its checks and the kind presets): a second process
+reads JSON instead of parsing TOML (tomllib takes ~1 s for a 10,000-unit plan) and does not
+re-run the checks. Any change of the file, of keepstep or of the checker misses the cache.
+The cached plan is still validated by the pydantic model on load (a tampered cache cannot
+produce a plan the model refuses), and the unit-id rule is re-checked. A cache that cannot
+be read or written is ignored: it is an optimisation only.
 
 ``save_plan`` compares the plan being saved with the plan the file holds now, both in the
 plan's own TOML form (``Plan.to_toml_dict``), and edits the parsed document (tomlkit) only
@@ -10,15 +19,157 @@ byte for byte. A file that is not a readable plan is compared as plain TOML inst
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import tomllib
+from collections.abc import Callable
+from contextlib import suppress
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import tomlkit
 from tomlkit.items import AoT, InlineTable, Table
 
-from keepstep.engine.core.plan import Plan
+from keepstep.engine.core import plan as plan_module
+from keepstep.engine.core import plan_checks, presets
+from keepstep.engine.core.plan import UNIT_ID_RE, Plan, PlanProblem, parse_plan
+from keepstep.engine.core.plan_graph import gc_paused
+from keepstep.engine.errors import ProjectError
+
+CACHE_NAME = "plan-cache.json"
+CACHE_FORMAT = 1
+# Above this, plan.toml is parsed and checked without the cache (the cache is not worth
+# writing for a handful of units either way; this bounds what one cache file can hold).
+CACHE_MAX_BYTES = 256 * 1024 * 1024
+_checker_key: str | None = None
+
+
+def checker_key() -> str:
+    """keepstep's version and a hash of the checker's source (computed once per process)."""
+    global _checker_key
+    if _checker_key is None:
+        h = hashlib.sha256()
+        try:
+            h.update(metadata.version("keepstep").encode())
+        except metadata.PackageNotFoundError:
+            h.update(b"unknown")
+        for module in (plan_module, plan_checks, presets):
+            h.update(Path(str(module.__file__)).read_bytes())
+        _checker_key = h.hexdigest()
+    return _checker_key
+
+
+class PlanCache:
+    """The parsed and checked plan.toml of one project, cached under its state folder."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = Path(state_dir) / CACHE_NAME
+        self.key: str | None = None  # sha256 of the plan.toml last loaded
+        self.hit = False  # whether that load came from the cache
+        self._data: dict[str, Any] | None = None
+        self._dirty = False
+
+    def load(self, plan_path: Path) -> Plan:
+        """plan.toml as a Plan: from the cache when its bytes, keepstep and the checker are
+        unchanged, else parsed (shape errors raise PlanValidationError) and cached."""
+        if not plan_path.is_file():
+            raise ProjectError(f"{plan_path} is missing",
+                               hint="create it with `keepstep init DIR`")
+        raw = plan_path.read_bytes()
+        self.key = hashlib.sha256(raw).hexdigest() + ":" + checker_key()
+        self.hit = False
+        data = self._read()
+        if data is not None and data.get("key") == self.key:
+            plan = self._plan_of(data)
+            if plan is not None:
+                self._data, self.hit = data, True
+                return plan
+        with gc_paused():
+            plan = parse_plan(raw.decode("utf-8"), origin=str(plan_path))
+        if len(raw) <= CACHE_MAX_BYTES:
+            self._data = {"format": CACHE_FORMAT, "key": self.key, "checks": {},
+                          "plan": plan.model_dump(mode="json", by_alias=True,
+                                                  exclude_defaults=True)}
+            self._dirty = True
+        return plan
+
+    def fingerprint(self, plan: Plan) -> str:
+        """``plan.fingerprint()`` of the plan last loaded, remembered in the cache."""
+        data = self._data
+        if data is None or data.get("key") != self.key:
+            return plan.fingerprint()
+        found = data.get("fingerprint")
+        if not isinstance(found, str):
+            found = data["fingerprint"] = plan.fingerprint()
+            self._dirty = True
+        return found
+
+    def problems(self, context: dict[str, Any],
+                 compute: Callable[[], list[PlanProblem]]) -> list[PlanProblem]:
+        """``compute()`` (the plan's checks against ``context``), remembered with the plan
+        last loaded: the same plan against the same context is not checked again."""
+        data = self._data
+        if data is None or data.get("key") != self.key:
+            return compute()
+        ctx = hashlib.sha256(json.dumps(context, sort_keys=True, default=sorted)
+                             .encode()).hexdigest()
+        cached = data["checks"].get(ctx)
+        if isinstance(cached, list):
+            with suppress(ValueError, TypeError):
+                return [PlanProblem.model_validate(p) for p in cached]
+        found = compute()
+        if len(data["checks"]) >= 4:  # a few source/contract states, not a history
+            data["checks"].clear()
+        data["checks"][ctx] = [p.model_dump(mode="json") | {"say_field": p.say_field}
+                               for p in found]
+        self._dirty = True
+        return found
+
+    def flush(self) -> None:
+        """Write what this process added to the cache (once, after loading and checking)."""
+        if self._dirty:
+            self._dirty = False
+            self._write()
+
+    # -- the file ----------------------------------------------------------------------------
+    def _plan_of(self, data: dict[str, Any]) -> Plan | None:
+        try:
+            with gc_paused():
+                plan = Plan.model_validate(data["plan"])
+        except (ValueError, TypeError, KeyError):
+            return None
+        if not all(UNIT_ID_RE.fullmatch(u.id) for u in plan.units):
+            return None  # only ever cached with ids the checks passed or will report: re-parse
+        return plan
+
+    def _read(self) -> dict[str, Any] | None:
+        try:
+            with gc_paused():
+                data = json.loads(self.path.read_bytes())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or \
+                not isinstance(data.get("checks"), dict):
+            return None
+        return data
+
+    def _write(self) -> None:
+        """Atomically, 0600; only into a state folder that exists (reading a project never
+        creates one) and is writable (a read-only one is simply not cached)."""
+        if self._data is None or not self.path.parent.is_dir():
+            return
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(self._data, fh, separators=(",", ":"))
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, self.path)
+        except OSError:
+            with suppress(OSError):
+                tmp.unlink()
 
 # Tables of tables keyed by id (``[[unit]]``, ``[[gate]]``).
 _KEYED = ("unit", "gate")
@@ -95,4 +246,4 @@ def _merge_keyed(tables: AoT, old: list[dict[str, Any]], new: list[dict[str, Any
         _merge(tables[at], old_by_id.get(uid, {}), entry)
 
 
-__all__ = ["save_plan"]
+__all__ = ["CACHE_NAME", "PlanCache", "checker_key", "save_plan"]

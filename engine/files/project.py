@@ -16,7 +16,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from keepstep.engine.core.inputs import Contract, InputSnapshot, SourceEntry, source_hashes
-from keepstep.engine.core.plan import Plan, load_plan
+from keepstep.engine.core.plan import Plan, PlanProblem, locate_lines
 from keepstep.engine.errors import ConfigError, PlanValidationError, ProjectError, SourceError
 from keepstep.engine.files.confine import project_file, unsafe_file
 from keepstep.engine.files.convert import (
@@ -25,6 +25,7 @@ from keepstep.engine.files.convert import (
     ConvertedSource,
     detect_format,
 )
+from keepstep.engine.files.plan_file import PlanCache
 from keepstep.storage.hashing import file_sha256
 
 CONFIG_FILE = "keepstep.toml"
@@ -459,6 +460,17 @@ class ProjectFiles(BaseModel):
     sources: SourcesFile
     plan: Plan
     _cache: ConversionCache | None = PrivateAttr(default=None)
+    # (the plan object, its fingerprint): seeded from the plan cache at load; recomputed
+    # when ``plan`` is replaced by another object.
+    _fingerprint: tuple[Plan, str] | None = PrivateAttr(default=None)
+
+    def plan_fingerprint(self) -> str:
+        """``self.plan.fingerprint()``, remembered for this plan object (the plan cache
+        stores it with the parsed plan, so a fresh process does not hash 10,000 units)."""
+        memo = self._fingerprint
+        if memo is None or memo[0] is not self.plan:
+            memo = self._fingerprint = (self.plan, self.plan.fingerprint())
+        return memo[1]
 
     def approved_sources(self) -> dict[str, SourceEntry]:
         return {s.id: s for s in self.sources.sources if s.approved}
@@ -519,23 +531,46 @@ def load_project_files(root: Path, *, validate: bool = True) -> ProjectFiles:
     config = load_config(root)
     contract = load_contract(root)
     sources = load_sources(root)
-    plan = load_plan(root / PLAN_FILE)
+    cache = PlanCache(root / STATE_DIR)
+    plan = cache.load(root / PLAN_FILE)
     files = ProjectFiles(root=root, config=config, contract=contract, sources=sources, plan=plan)
+    files._fingerprint = (plan, cache.fingerprint(plan))
     if validate:
-        problems = plan_problems(files)
+        problems = plan_problems(files, cache=cache)
+        cache.flush()
         if problems:
             raise PlanValidationError([p.line() for p in problems], problems=problems)
+    cache.flush()
     return files
 
 
-def plan_problems(files: ProjectFiles) -> list[Any]:
+def with_lines(root: Path, problems: list[Any]) -> list[Any]:
+    """``problems`` with their line in the project's plan.toml (``core.plan.locate_lines``);
+    the file is read only when there are problems."""
+    if not problems:
+        return problems
+    try:
+        return locate_lines((Path(root) / PLAN_FILE).read_text(encoding="utf-8"), problems)
+    except (OSError, UnicodeDecodeError):
+        return problems
+
+
+def plan_problems(files: ProjectFiles, *, cache: PlanCache | None = None) -> list[Any]:
     """The plan's own problems (``core.plan.find_problems``) against the approved sources and
     the contract's fields. The checks against the rest of the folder (templates, data files,
     adapters, prompts, providers) are ``run.validation.file_problems``: they need the kinds
     and the gateway, which sit above this package."""
-    from keepstep.engine.core.plan import find_problems
+    from keepstep.engine.core.plan_checks import find_problems
 
     approved = {s.id: s.approved for s in files.sources.sources}
     groups = {s.group for s in files.sources.sources if s.approved and s.group}
-    return find_problems(files.plan, sources=approved, groups=groups,
-                         contract_fields=set(files.contract.fields) | {"body"})
+    fields = set(files.contract.fields) | {"body"}
+    context: dict[str, Any] = {"sources": approved, "groups": groups, "contract_fields": fields}
+
+    def check() -> list[PlanProblem]:
+        return with_lines(files.root, find_problems(files.plan, sources=approved, groups=groups,
+                                                    contract_fields=fields))
+
+    if cache is None:  # ``cache``: the PlanCache that loaded files.plan (same process)
+        return check()
+    return cache.problems(context, check)

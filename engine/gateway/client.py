@@ -155,12 +155,14 @@ def _litellm() -> ModuleType:
 def warm_up(models: Iterable[str] = ()) -> None:
     """Do, ahead of the first call, what a process's first model call would otherwise pay
     for while a unit waits: import litellm and the completion path it loads lazily, and the
-    tokenizer each model's token counting uses. Safe to call from a background thread; an
-    error is left for the first real call to report."""
+    tokenizer each model's token counting uses. Nothing for the offline model, which is
+    answered without litellm. Safe to call from a background thread; an error is left for
+    the first real call to report."""
+    models = [m for m in models if m.split("/", 1)[0] != offline_provider.PROVIDER]
+    if not models:
+        return  # the offline model needs neither litellm nor a tokenizer
     litellm = _litellm()
     for model in models:
-        if model.split("/", 1)[0] == offline_provider.PROVIDER:
-            continue
         with contextlib.suppress(Exception):
             litellm.token_counter(model=model, text="warm up")  # loads the tokenizer
             # A mock answer goes through litellm's request and response building (the
@@ -334,7 +336,7 @@ class ModelGateway:
                                                **reserve_kwargs)
                 started = self._clock()
                 try:
-                    response = self._completion()(**kwargs)
+                    response = self._completion(provider)(**kwargs)
                     error = None
                 # RunCancelled/LeaseLost (BaseException) pass through and leave the row reserved
                 # but unsettled: whether the provider charged for it is unknown, and the ledger
@@ -384,10 +386,16 @@ class ModelGateway:
 
     # -- helpers --------------------------------------------------------------------------
 
-    def _completion(self) -> Callable[..., Any]:
+    def _completion(self, provider: str) -> Callable[..., Any]:
+        """The provider's transport: litellm's dispatcher, or — for the offline model — its
+        own ``completion`` with the same arguments and response shape (no litellm import)."""
         if self._completion_fn is not None:
-            _litellm()  # the offline provider must be registered even with an injected fn
+            # An injected fn (tests) is called with litellm imported and the offline
+            # provider registered, as it always was: it may call litellm itself.
+            _litellm()
             return self._completion_fn
+        if provider == offline_provider.PROVIDER:
+            return offline_provider.completion
         return _litellm().completion
 
     def _call_kwargs(self, request: ModelRequest, provider: str,

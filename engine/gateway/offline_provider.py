@@ -1,13 +1,19 @@
-"""The offline default model, wrapped as a litellm provider.
+"""The offline default model as a provider: ``local/keepstep-offline``.
 
-``register()`` makes ``local/keepstep-offline`` callable through ``litellm.completion`` like any
-other model, at zero cost. It answers the prompts every model gets: it reads the INPUT block
-of the rendered user message (``prompts.read_input_block``), runs ``offline_model.respond``
-on it and answers with the result as sorted JSON. A message without an INPUT block (a bare
-JSON payload, say) is refused: there is no second payload format.
+It answers the prompts every model gets: it reads the INPUT block of the rendered user
+message (``prompts.read_input_block``), runs ``offline_model.respond`` on it and answers with
+the result as sorted JSON. A message without an INPUT block (a bare JSON payload, say) is
+refused: there is no second payload format.
 
-Importing this module does not import litellm: the ``CustomLLM`` subclass is built on the first
-``register()`` call. Only the gateway should call ``register()``.
+``completion(**kwargs)`` takes the keyword arguments the gateway hands ``litellm.completion``
+and returns a response of the same shape (``choices[0].message.content``, ``usage``, a zero
+``response_cost``); a refused payload raises ``OfflineRequestError`` carrying HTTP 400, as
+litellm's BadRequestError does. The gateway calls it for provider ``local`` in place of
+litellm's dispatcher — everything around the call (reserve, limits, classification, retries,
+settle, parsing) is the same code — so an offline run never imports litellm (seconds of
+start-up and ~85 % of the process's memory). ``register()`` also makes the model callable
+through ``litellm.completion`` for code that calls litellm itself (a ``CustomLLM`` built on
+the first call, so importing this module does not import litellm); both answer the same.
 """
 
 from __future__ import annotations
@@ -50,6 +56,47 @@ def build_response_content(messages: list[dict[str, Any]]) -> str:
     return json.dumps(result, sort_keys=True, ensure_ascii=False)
 
 
+class OfflineRequestError(ValueError):
+    """A request the offline model refuses: HTTP 400 (the gateway classifies it permanent)."""
+
+    status_code = 400
+    llm_provider = PROVIDER
+    model = MODEL
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class OfflineResponse:
+    """The response of ``completion``: what the gateway reads of a litellm ModelResponse."""
+
+    def __init__(self, content: str, tokens_in: int, tokens_out: int) -> None:
+        self.model = MODEL
+        self.choices = [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": content}}]
+        self.usage = {"prompt_tokens": tokens_in, "completion_tokens": tokens_out,
+                      "total_tokens": tokens_in + tokens_out}
+        self._hidden_params = {"response_cost": 0.0}
+
+
+def answer(messages: list[dict[str, Any]]) -> tuple[str, int, int]:
+    """(content, tokens in, tokens out) for a rendered prompt; OfflinePayloadError."""
+    content = build_response_content(messages)
+    prompt_text = "\n".join(message_text(m.get("content")) for m in messages)
+    return content, offline_model.count_tokens(prompt_text), offline_model.count_tokens(content)
+
+
+def completion(*, model: str, messages: list[dict[str, Any]], **_options: Any) -> OfflineResponse:
+    """The offline model's answer to a ``litellm.completion``-style call (see the module)."""
+    if model != MODEL:
+        raise OfflineRequestError(f"the only local model is {MODEL}, not {model!r}")
+    try:
+        return OfflineResponse(*answer(messages))
+    except OfflinePayloadError as exc:
+        raise OfflineRequestError(str(exc)) from None
+
+
 def _make_handler(litellm: Any) -> Any:
     from litellm.llms.custom_llm import CustomLLM, CustomLLMError
 
@@ -58,14 +105,11 @@ def _make_handler(litellm: Any) -> Any:
 
         def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
             try:
-                content = build_response_content(messages)
+                content, tokens_in, tokens_out = answer(messages)
             except OfflinePayloadError as exc:
                 # 400 so litellm raises BadRequestError: a bad payload will not get better
                 # by retrying.
                 raise CustomLLMError(status_code=400, message=str(exc)) from None
-            prompt_text = "\n".join(message_text(m.get("content")) for m in messages)
-            tokens_in = offline_model.count_tokens(prompt_text)
-            tokens_out = offline_model.count_tokens(content)
             return litellm.ModelResponse(
                 model=MODEL,
                 choices=[{

@@ -245,7 +245,7 @@ class Workspace:
         files = self.files
         cached = self._files_fingerprint
         if cached is None or cached[0] is not files or cached[1] is not files.plan:
-            cached = self._files_fingerprint = (files, files.plan, files.plan.fingerprint())
+            cached = self._files_fingerprint = (files, files.plan, files.plan_fingerprint())
         return cached[2]
 
     def close(self) -> None:

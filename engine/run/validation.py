@@ -261,6 +261,7 @@ def validate_project(root: Path, *, models: bool = True) -> ValidationReport:
         load_project_files,
         plan_problems,
         snapshot_sources,
+        with_lines,
     )
 
     root = Path(root)
@@ -269,7 +270,7 @@ def validate_project(root: Path, *, models: bool = True) -> ValidationReport:
     except PlanValidationError as exc:  # plan.toml is not TOML, or has shape errors
         problems = exc.problems or [plan_problem(e) for e in exc.errors]
         return ValidationReport(ok=False, problems=problems)
-    problems = plan_problems(files) + file_problems(files)
+    problems = plan_problems(files) + with_lines(root, file_problems(files))
     report = ValidationReport(ok=not problems, problems=problems, units=len(files.plan.units),
                               gates=len(files.plan.gates))
     if not problems:

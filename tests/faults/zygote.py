@@ -13,8 +13,9 @@ Protocol, one JSON object per line:
     zygote -> parent  {"id": n, "pid": pid}              after each fork
     zygote -> parent  {"pid": pid, "code": c}            when a child ends (c < 0: signal)
 
-A child runs ``tests.faults.child.main(argv)`` (the real worker plus test hooks). Run this file as
-a script; ``Zygote`` below is the parent's side.
+A child runs ``tests.faults.child.main(argv)`` (the real worker plus test hooks), or — started
+with ``--storage``, which preloads only keepstep.storage — tests/support/crash_child.py for
+tests/test_storage_crash.py. Run this file as a script; ``Zygote`` below is the parent's side.
 """
 
 from __future__ import annotations
@@ -60,7 +61,16 @@ def _warm_up() -> None:
                                            messages=[{"role": "user", "content": payload}]))
 
 
+def _preload_storage() -> None:
+    """The light preload (``--storage``): only what tests/support/crash_child.py imports."""
+    import keepstep.storage  # noqa: F401
+    import tests.support.crash_child  # noqa: F401
+
+
 def _preload() -> None:
+    if "--storage" in sys.argv[1:]:
+        _preload_storage()
+        return
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm  # noqa: F401
 
@@ -115,6 +125,11 @@ def _child(request: dict[str, Any], control_fds: list[int]) -> int:
     os.environ.update(request["env"])
     if request.get("cwd"):
         os.chdir(request["cwd"])
+    if request.get("entry") == "crash_child":  # tests/test_storage_crash.py's child
+        from tests.support import crash_child
+
+        sys.argv = [str(Path(crash_child.__file__)), *request["argv"]]
+        return int(crash_child.main() or 0)
     from tests.faults import child
 
     return int(child.main(list(request["argv"])) or 0)
@@ -168,13 +183,18 @@ def serve() -> None:
 class Zygote:
     """Starts the zygote and talks to it. Not thread-safe: one harness drives it."""
 
-    def __init__(self, *, env: dict[str, str] | None = None) -> None:
+    def __init__(self, *, env: dict[str, str] | None = None, storage_only: bool = False
+                 ) -> None:
+        """``storage_only``: preload keepstep.storage alone, for children that run
+        tests/support/crash_child.py (``spawn(..., entry="crash_child")``)."""
         base = dict(os.environ if env is None else env)
         base.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         base.pop("KEEPSTEP_CRASH_AT", None)
         self.env = base
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.faults.zygote"], stdin=subprocess.PIPE,
+            [sys.executable, "-m", "tests.faults.zygote", *(["--storage"] if storage_only
+                                                             else [])],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, env=base, cwd=str(REPO),
         )
         self._buf = b""
@@ -213,13 +233,14 @@ class Zygote:
         return True
 
     def spawn(self, argv: list[str], *, env: dict[str, str], stdout: Path, stderr: Path,
-              cwd: Path | None = None) -> int:
-        """Fork a child running ``tests.faults.child.main(argv)``; returns its pid."""
+              cwd: Path | None = None, entry: str | None = None) -> int:
+        """Fork a child running ``tests.faults.child.main(argv)`` (or, with ``entry=
+        "crash_child"``, tests/support/crash_child.py with ``argv``); returns its pid."""
         assert self.proc.stdin is not None
         self._next_id += 1
         rid = self._next_id
         request = {"id": rid, "argv": argv, "env": env, "stdout": str(stdout),
-                   "stderr": str(stderr), "cwd": str(cwd) if cwd else None}
+                   "stderr": str(stderr), "cwd": str(cwd) if cwd else None, "entry": entry}
         self.proc.stdin.write((json.dumps(request) + "\n").encode())
         self.proc.stdin.flush()
         while rid not in self._spawned:
