@@ -11,6 +11,7 @@ file, and tests/test_plan_format.py fails when the file is out of date.
 
 from __future__ import annotations
 
+import textwrap
 import types
 import typing
 from typing import Any
@@ -76,6 +77,16 @@ CHANGE_KINDS: dict[str, str] = {
 
 # The pack data files the kinds read (data/<name>.toml); a pack without one gets neutral
 # defaults. The sample packs' files are worked examples, each with a comment on its format.
+# What a user of the offline default must know about rank units (validate checks it).
+OFFLINE_RANK_NOTE = (
+    "With the offline model (the default), a rank unit finds a risk only where a verified "
+    "statement uses one of `data/risks.toml`'s keywords — or, without that file, a generic risk "
+    "word (delay, shortage, risk, …). `keepstep validate` reports a rank unit whose approved "
+    "sources use none of them, with what to do: put the words your sources use in the keywords. "
+    "A pack from `keepstep init` ships a commented `data/risks.toml` and a README.md that walks "
+    "from your own sources (`keepstep sources remove` / `sources add`) to a finished run and "
+    "Word deliverables (`keepstep export --format docx`).")
+
 DATA_FILES: dict[str, str] = {
     "topics": "`[[topic]]` tables (name, keywords): the topics evidence is filed under; the "
               "offline model files a statement under the topic with the most keyword hits",
@@ -308,6 +319,8 @@ def plan_format_markdown() -> str:
         "| file | format |",
         "|---|---|",
         *[f"| `data/{name}.toml` | {_md(text)} |" for name, text in DATA_FILES.items()],
+        "",
+        *textwrap.wrap(OFFLINE_RANK_NOTE, 99),
         "",
         "## Audit checks (`[[unit.params.checks]]`)",
         "",
