@@ -26,12 +26,8 @@ from keepstep.engine.core.plan import Plan, Unit
 from keepstep.engine.core.state import OutputRef, UnitRecord, UnitState
 from keepstep.engine.core.timefmt import iso_utc
 from keepstep.engine.errors import (
-    AuthError,
-    BudgetExhausted,
     KeepstepError,
     LeaseLost,
-    ModelError,
-    QuotaExhausted,
     ReplayMiss,
     RunCancelled,
     UnitTimedOut,
@@ -39,7 +35,9 @@ from keepstep.engine.errors import (
 from keepstep.engine.files.project import ProjectFiles
 from keepstep.engine.kinds.context import KindOutcome
 from keepstep.engine.kinds.model_step import DEFAULT_REVISE_ROUNDS, CheckedAnswer, StepCall
+from keepstep.engine.run.baseline import PRODUCER_VERSION
 from keepstep.engine.run.call_reuse import ReuseIndex
+from keepstep.engine.run.ending import AttemptOutcome
 from keepstep.storage import (
     ArtifactEntry,
     Claim,
@@ -53,17 +51,15 @@ if TYPE_CHECKING:
     from keepstep.engine.run.adapters import EffectAdapter
     from keepstep.engine.run.effects import EffectOutcome
 
-PRODUCER_VERSION = "keepstep-0.1.0"
-
 
 class AttemptResult:
     """What happened to one attempt (returned to the run loop)."""
 
-    def __init__(self, unit: str, attempt_id: str, outcome: str, detail: str = "",
+    def __init__(self, unit: str, attempt_id: str, outcome: AttemptOutcome, detail: str = "",
                  version: int | None = None) -> None:
         self.unit = unit
         self.attempt_id = attempt_id
-        self.outcome = outcome  # committed | blocked | failed | retry | orphaned | cancelled
+        self.outcome = outcome
         self.detail = detail
         self.version = version
 
@@ -422,7 +418,8 @@ class Heartbeat(threading.Thread):
     """Renews the lease every ``interval``; sets ``lost`` when the token is stale."""
 
     def __init__(self, store: Store, claim: Claim, *, interval: float, lease_seconds: float,
-                 progress: Callable[[], str], on_event: Callable[[dict], None] | None) -> None:
+                 progress: Callable[[], str], on_event: Callable[[dict], None] | None,
+                 lost: threading.Event | None = None) -> None:
         super().__init__(daemon=True, name=f"heartbeat-{claim.attempt_id}")
         self.store = store
         self.claim = claim
@@ -430,7 +427,8 @@ class Heartbeat(threading.Thread):
         self.lease_seconds = lease_seconds
         self.progress = progress
         self.on_event = on_event
-        self.lost = threading.Event()
+        # Set when the token is stale; the attempt's context watches the same event.
+        self.lost = lost if lost is not None else threading.Event()
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -508,26 +506,6 @@ def record_diagnosis(ctx: AttemptContext, outcome: KindOutcome) -> dict[str, Any
     ctx.write("problems.json", diagnosis, media_type="application/json")
     diagnosis["file"] = ctx.staged[-1].path
     return diagnosis
-
-
-def blocked_reason(exc: BaseException) -> tuple[str, str, dict[str, Any]]:
-    """(status, reason, details) for an error that needs a person or a decision."""
-    if isinstance(exc, BudgetExhausted):
-        details: dict[str, Any] = {"kind": "budget", "figures": exc.figures}
-        reason = "budget: " + str(exc).split(" — ")[0].split(": ", 1)[-1]
-        command = getattr(exc, "raise_command", None)
-        if command:
-            details["raise"] = command
-            reason += f"; raise with `{command}`"
-        return "blocked", reason, details
-    if isinstance(exc, QuotaExhausted):
-        return "blocked", "provider quota exhausted", {"kind": "quota"}
-    if isinstance(exc, AuthError):
-        return "blocked", "model provider authentication failed: " + str(exc).split("\n")[0], {
-            "kind": "auth"}
-    if isinstance(exc, ModelError):
-        return "failed", f"{exc.error_class}: {str(exc).splitlines()[0]}", {"kind": exc.error_class}
-    return "failed", str(exc).splitlines()[0], {"kind": "error"}
 
 
 # A pack's data files are read by every model step (its topics go into each extraction

@@ -33,6 +33,7 @@ from keepstep.engine.errors import PlanValidationError
 from keepstep.engine.files.project import STATE_DIR, ProjectFiles, load_project_files
 from keepstep.engine.gateway.call_ledger import StoreCallLedger
 from keepstep.engine.run.baseline import PRODUCER_VERSION, PROMPT_VERSION
+from keepstep.engine.run.pool import WorkerPool
 from keepstep.storage import Event, Head, ModelCall, SQLiteStore
 
 if TYPE_CHECKING:
@@ -192,6 +193,8 @@ class Workspace:
         self._recorded_plans: dict[tuple[str, str | None, int], Plan] = {}
         self._adapters: tuple[ProjectFiles, dict[str, EffectAdapter]] | None = None
         self._assigned_adapters: dict[str, EffectAdapter] | None = None
+        # The run loop's unit threads, made at the first claim, closed with the project.
+        self._worker_pool: WorkerPool | None = None
         # validate=False opens a project whose plan does not validate yet (listing or
         # approving sources); reload() — which every run, resume and preview goes through —
         # validates.
@@ -248,11 +251,17 @@ class Workspace:
             cached = self._files_fingerprint = (files, files.plan, files.plan.fingerprint())
         return cached[2]
 
+    @property
+    def worker_pool(self) -> WorkerPool:
+        """The threads that run unit attempts (made on first use, closed with the project)."""
+        if self._worker_pool is None:
+            self._worker_pool = WorkerPool()
+        return self._worker_pool
+
     def close(self) -> None:
-        pool = getattr(self, "_worker_pool", None)
-        if pool is not None:  # the run loop's unit threads (engine.run.loop.WorkerPool)
+        pool, self._worker_pool = self._worker_pool, None
+        if pool is not None:
             pool.close()
-            self._worker_pool: Any = None
         self.store.close()
 
     @property
