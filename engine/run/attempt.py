@@ -41,6 +41,7 @@ from keepstep.engine.run.ending import AttemptOutcome
 from keepstep.storage import (
     ArtifactEntry,
     Claim,
+    Event,
     StaleFencingToken,
     Store,
     crash_point,
@@ -121,7 +122,7 @@ class AttemptContext:
         lease_lost: threading.Event,
         deadline: float,
         clock: Callable[[], float],
-        decision_events: Callable[[], list],
+        decision_events: Callable[[], list[Event]],
         adapters: Mapping[str, EffectAdapter] | None = None,
     ) -> None:
         self.store = store
@@ -168,7 +169,7 @@ class AttemptContext:
                 if sid in wanted or (s.group and s.group in groups)]
 
     def source_text(self, source_id: str) -> str:
-        return self.converted_source(source_id).whole_text()
+        return str(self.converted_source(source_id).whole_text())
 
     def converted_source(self, source_id: str) -> Any:
         # The file is hashed again (not the snapshot's sha256 taken on trust): a file edited
@@ -244,7 +245,7 @@ class AttemptContext:
                                 hint="add the template file or fix the unit's template input")
         return path.read_text(encoding="utf-8")
 
-    def decision_events(self) -> list:
+    def decision_events(self) -> list[Event]:
         return self._decision_events()
 
     # -- control ---------------------------------------------------------------
@@ -394,8 +395,8 @@ class AttemptContext:
                              reused=reused_from is not None, artifact=entry.path)
 
     # -- writing -----------------------------------------------------------------
-    def write(self, name: str, data: bytes | str | dict | list, *, media_type: str | None = None,
-              source_ids: list[str] | None = None) -> str:
+    def write(self, name: str, data: bytes | str | dict[str, Any] | list[Any], *,
+              media_type: str | None = None, source_ids: list[str] | None = None) -> str:
         if isinstance(data, (dict, list)):
             blob = (json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
             media_type = media_type or "application/json"
@@ -418,7 +419,8 @@ class Heartbeat(threading.Thread):
     """Renews the lease every ``interval``; sets ``lost`` when the token is stale."""
 
     def __init__(self, store: Store, claim: Claim, *, interval: float, lease_seconds: float,
-                 progress: Callable[[], str], on_event: Callable[[dict], None] | None,
+                 progress: Callable[[], str],
+                 on_event: Callable[[dict[str, Any]], None] | None,
                  lost: threading.Event | None = None) -> None:
         super().__init__(daemon=True, name=f"heartbeat-{claim.attempt_id}")
         self.store = store

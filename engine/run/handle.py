@@ -87,20 +87,23 @@ class FactsCache:
                 return head.version
             if (self.version is None or head.version <= self.version
                     or head.version - self.version > self.MAX_DELTAS):
-                self._load_all()
-                return self.version  # type: ignore[return-value]
+                return self._reload()
             cps = self.store.list_checkpoints(self.run_id, self.branch_id,
                                               since_version=self.version + 1)
             chained = bool(cps) and cps[0].version == self.version + 1 and \
                 cps[-1].version == head.version and cps[-1].hash == head.hash and \
                 (self.hash is None or cps[0].parent_hash == self.hash)
             if not chained:
-                self._load_all()
-                return self.version  # type: ignore[return-value]
+                return self._reload()
             for cp in cps:
                 self._apply_delta(cp.delta)
             self.version, self.hash = head.version, head.hash
             return head.version
+
+    def _reload(self) -> int:
+        self._load_all()
+        assert self.version is not None  # _load_all set it
+        return self.version
 
     def _load_all(self) -> None:
         head = self.store.get_head(self.run_id, self.branch_id)

@@ -82,7 +82,7 @@ class _Attempt(AttemptContext):
 
     on_step: Callable[[str], None] | None = None
 
-    @property  # type: ignore[override]
+    @property
     def progress(self) -> str:
         return self._step
 

@@ -60,9 +60,9 @@ def _row_hash_ok(row: Mapping[str, Any]) -> bool:
     """Whether a stored row matches its hash: from its delta text as stored (canonical, as
     every commit writes it), else decoded and encoded again."""
     try:
-        if checkpoint_hash_encoded(row, row["delta"]) == row["hash"]:
-            return True
-        return checkpoint_hash(row) == row["hash"]
+        stored = str(row["hash"])
+        return (checkpoint_hash_encoded(row, str(row["delta"])) == stored
+                or checkpoint_hash(row) == stored)
     except (ValueError, TypeError):  # undecodable delta text: edited
         return False
 
