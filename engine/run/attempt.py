@@ -21,30 +21,35 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from keepstep.engine.core.inputs import InputSnapshot, SourceEntry
+from keepstep.engine.core.changes import prompt_refs
+from keepstep.engine.core.inputs import InputSnapshot, SourceEntry, header_fields, split_header
 from keepstep.engine.core.plan import Plan, Unit
 from keepstep.engine.core.state import OutputRef, UnitRecord, UnitState
 from keepstep.engine.core.timefmt import iso_utc
 from keepstep.engine.errors import (
-    AuthError,
-    BudgetExhausted,
     KeepstepError,
     LeaseLost,
-    ModelError,
-    QuotaExhausted,
     ReplayMiss,
     RunCancelled,
     UnitTimedOut,
 )
 from keepstep.engine.files.confine import project_file
 from keepstep.engine.files.project import ProjectFiles, template_file
+from keepstep.engine.gateway.answers import problem, summary
+from keepstep.engine.gateway.call_ledger import StoreCallLedger, artifact_ref
 from keepstep.engine.gateway.outage import reporting
+from keepstep.engine.gateway.profile import model_profile
+from keepstep.engine.gateway.prompts import load_prompt
 from keepstep.engine.kinds.context import KindOutcome
 from keepstep.engine.kinds.model_step import DEFAULT_REVISE_ROUNDS, CheckedAnswer, StepCall
+from keepstep.engine.run.baseline import PRODUCER_VERSION
 from keepstep.engine.run.call_reuse import ReuseIndex
+from keepstep.engine.run.effects import delivery_key, destination_of, perform_effect
+from keepstep.engine.run.ending import AttemptOutcome
 from keepstep.storage import (
     ArtifactEntry,
     Claim,
+    Event,
     StaleFencingToken,
     Store,
     crash_point,
@@ -55,17 +60,15 @@ if TYPE_CHECKING:
     from keepstep.engine.run.adapters import EffectAdapter
     from keepstep.engine.run.effects import EffectOutcome
 
-PRODUCER_VERSION = "keepstep-0.1.0"
-
 
 class AttemptResult:
     """What happened to one attempt (returned to the run loop)."""
 
-    def __init__(self, unit: str, attempt_id: str, outcome: str, detail: str = "",
+    def __init__(self, unit: str, attempt_id: str, outcome: AttemptOutcome, detail: str = "",
                  version: int | None = None) -> None:
         self.unit = unit
         self.attempt_id = attempt_id
-        self.outcome = outcome  # committed | blocked | failed | retry | orphaned | cancelled
+        self.outcome = outcome
         self.detail = detail
         self.version = version
 
@@ -94,7 +97,6 @@ def input_fingerprints(unit: Unit, files: ProjectFiles, snapshot: InputSnapshot,
             out[ref] = versions.get(name, "")
         elif kind == "data":
             out[ref] = templates.get(ref, "")
-    from keepstep.engine.core.changes import prompt_refs
 
     for ref in prompt_refs(unit):
         # The prompt's hash joins the unit's fingerprint: a prompt edit is a typed change.
@@ -127,7 +129,7 @@ class AttemptContext:
         lease_lost: threading.Event,
         deadline: float,
         clock: Callable[[], float],
-        decision_events: Callable[[], list],
+        decision_events: Callable[[], list[Event]],
         adapters: Mapping[str, EffectAdapter] | None = None,
     ) -> None:
         self.store = store
@@ -174,7 +176,7 @@ class AttemptContext:
                 if sid in wanted or (s.group and s.group in groups)]
 
     def source_text(self, source_id: str) -> str:
-        return self.converted_source(source_id).whole_text()
+        return str(self.converted_source(source_id).whole_text())
 
     def converted_source(self, source_id: str) -> Any:
         # The file is hashed again (not the snapshot's sha256 taken on trust): a file edited
@@ -195,7 +197,6 @@ class AttemptContext:
                 hint=f"add \"content\" to the edges of {named[0]} in the unit's inputs")
 
     def source_header(self, source_id: str) -> dict[str, str]:
-        from keepstep.engine.core.inputs import header_fields, split_header
 
         entry = self.files.approved_sources().get(source_id)
         if entry is None:
@@ -250,7 +251,7 @@ class AttemptContext:
                                 hint="add the template file or fix the unit's template input")
         return path.read_text(encoding="utf-8")
 
-    def decision_events(self) -> list:
+    def decision_events(self) -> list[Event]:
         return self._decision_events()
 
     # -- control ---------------------------------------------------------------
@@ -268,7 +269,6 @@ class AttemptContext:
     # -- external actions ----------------------------------------------------------
     def effect(self, adapter: str, action: str, request: dict[str, Any], *,
                content: str | None = None) -> EffectOutcome:
-        from keepstep.engine.run.effects import delivery_key, destination_of, perform_effect
 
         found = self.adapters.get(adapter)
         if found is None:
@@ -299,14 +299,12 @@ class AttemptContext:
     # -- model calls -------------------------------------------------------------
     def prompt(self, name: str) -> Any:
         if name not in self._prompts:
-            from keepstep.engine.gateway.prompts import load_prompt
 
             self._prompts[name] = load_prompt(name, self.files.root)
         return self._prompts[name]
 
     def model_profile(self) -> Any:
         if self._profile is None:
-            from keepstep.engine.gateway.profile import model_profile
 
             cfg = self.files.config
             self._profile = model_profile(self.model, max_tokens=cfg.max_tokens,
@@ -314,13 +312,12 @@ class AttemptContext:
         return self._profile
 
     def _ledger(self) -> Any:
-        from keepstep.engine.gateway.call_ledger import StoreCallLedger
 
         return StoreCallLedger(self.store, self.run_id, self.branch_id)
 
     def call_model(self, call: StepCall, *, check: Any) -> CheckedAnswer:
-        from keepstep.engine.gateway.answers import problem, summary
-        from keepstep.engine.gateway.call_ledger import artifact_ref
+        # Lazy on purpose (start-up): the client module is loaded by the first model call,
+        # or in the background from the first claim (RunHandle.preload_model_client).
         from keepstep.engine.gateway.client import CallContext, ModelRequest, request_hash
 
         self.safe_point()
@@ -401,8 +398,8 @@ class AttemptContext:
                              reused=reused_from is not None, artifact=entry.path)
 
     # -- writing -----------------------------------------------------------------
-    def write(self, name: str, data: bytes | str | dict | list, *, media_type: str | None = None,
-              source_ids: list[str] | None = None) -> str:
+    def write(self, name: str, data: bytes | str | dict[str, Any] | list[Any], *,
+              media_type: str | None = None, source_ids: list[str] | None = None) -> str:
         if isinstance(data, (dict, list)):
             blob = (json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
             media_type = media_type or "application/json"
@@ -425,7 +422,9 @@ class Heartbeat(threading.Thread):
     """Renews the lease every ``interval``; sets ``lost`` when the token is stale."""
 
     def __init__(self, store: Store, claim: Claim, *, interval: float, lease_seconds: float,
-                 progress: Callable[[], str], on_event: Callable[[dict], None] | None) -> None:
+                 progress: Callable[[], str],
+                 on_event: Callable[[dict[str, Any]], None] | None,
+                 lost: threading.Event | None = None) -> None:
         super().__init__(daemon=True, name=f"heartbeat-{claim.attempt_id}")
         self.store = store
         self.claim = claim
@@ -433,7 +432,8 @@ class Heartbeat(threading.Thread):
         self.lease_seconds = lease_seconds
         self.progress = progress
         self.on_event = on_event
-        self.lost = threading.Event()
+        # Set when the token is stale; the attempt's context watches the same event.
+        self.lost = lost if lost is not None else threading.Event()
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -511,28 +511,6 @@ def record_diagnosis(ctx: AttemptContext, outcome: KindOutcome) -> dict[str, Any
     ctx.write("problems.json", diagnosis, media_type="application/json")
     diagnosis["file"] = ctx.staged[-1].path
     return diagnosis
-
-
-def blocked_reason(exc: BaseException) -> tuple[str, str, dict[str, Any]]:
-    """(status, reason, details) for an error that needs a person or a decision."""
-    if isinstance(exc, BudgetExhausted):
-        details: dict[str, Any] = {"kind": "budget", "figures": exc.figures}
-        reason = "budget: " + str(exc).split(" — ")[0].split(": ", 1)[-1]
-        command = getattr(exc, "raise_command", None)
-        if command:
-            details["raise"] = command
-            reason += f"; raise with `{command}`"
-        return "blocked", reason, details
-    if isinstance(exc, QuotaExhausted) and exc.error_class != "quota_exhausted":  # an outage
-        return "blocked", str(exc).splitlines()[0], {"kind": exc.error_class}
-    if isinstance(exc, QuotaExhausted):
-        return "blocked", "provider quota exhausted", {"kind": "quota"}
-    if isinstance(exc, AuthError):
-        return "blocked", "model provider authentication failed: " + str(exc).split("\n")[0], {
-            "kind": "auth"}
-    if isinstance(exc, ModelError):
-        return "failed", f"{exc.error_class}: {str(exc).splitlines()[0]}", {"kind": exc.error_class}
-    return "failed", str(exc).splitlines()[0], {"kind": "error"}
 
 
 # A pack's data files are read by every model step (its topics go into each extraction

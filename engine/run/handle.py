@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from keepstep.engine.core.inputs import InputSnapshot
-from keepstep.engine.core.plan import Plan, Unit, parse_plan
+from keepstep.engine.core.plan import MODEL_KINDS, Plan, Unit, parse_plan
 from keepstep.engine.core.state import (
     UNIT_PREFIX,
     BudgetFact,
@@ -30,9 +30,12 @@ from keepstep.engine.core.state import (
     records_from_state,
 )
 from keepstep.engine.errors import PlanValidationError
+from keepstep.engine.files.convert import converter_versions
 from keepstep.engine.files.project import STATE_DIR, ProjectFiles, load_project_files
 from keepstep.engine.gateway.call_ledger import StoreCallLedger
-from keepstep.engine.run.baseline import PRODUCER_VERSION, PROMPT_VERSION
+from keepstep.engine.run.baseline import PRODUCER_VERSION, PROMPT_VERSION, create_run
+from keepstep.engine.run.gates import open_gates
+from keepstep.engine.run.pool import WorkerPool
 from keepstep.storage import Event, Head, ModelCall, SQLiteStore
 
 if TYPE_CHECKING:
@@ -86,20 +89,23 @@ class FactsCache:
                 return head.version
             if (self.version is None or head.version <= self.version
                     or head.version - self.version > self.MAX_DELTAS):
-                self._load_all()
-                return self.version  # type: ignore[return-value]
+                return self._reload()
             cps = self.store.list_checkpoints(self.run_id, self.branch_id,
                                               since_version=self.version + 1)
             chained = bool(cps) and cps[0].version == self.version + 1 and \
                 cps[-1].version == head.version and cps[-1].hash == head.hash and \
                 (self.hash is None or cps[0].parent_hash == self.hash)
             if not chained:
-                self._load_all()
-                return self.version  # type: ignore[return-value]
+                return self._reload()
             for cp in cps:
                 self._apply_delta(cp.delta)
             self.version, self.hash = head.version, head.hash
             return head.version
+
+    def _reload(self) -> int:
+        self._load_all()
+        assert self.version is not None  # _load_all set it
+        return self.version
 
     def _load_all(self) -> None:
         head = self.store.get_head(self.run_id, self.branch_id)
@@ -192,6 +198,8 @@ class Workspace:
         self._recorded_plans: dict[tuple[str, str | None, int], Plan] = {}
         self._adapters: tuple[ProjectFiles, dict[str, EffectAdapter]] | None = None
         self._assigned_adapters: dict[str, EffectAdapter] | None = None
+        # The run loop's unit threads, made at the first claim, closed with the project.
+        self._worker_pool: WorkerPool | None = None
         # validate=False opens a project whose plan does not validate yet (listing or
         # approving sources); reload() — which every run, resume and preview goes through —
         # validates.
@@ -224,6 +232,8 @@ class Workspace:
         signature = self._files_signature()
         files = load_project_files(self.root, validate=validate)
         if validate:
+            # Lazy: validation loads every kind and the model checks; a read-only command
+            # (status, explain) that opens the project never needs them (start-up).
             from keepstep.engine.run.validation import file_problems
 
             # Checked before anything runs: a plan that cannot run spends no model call.
@@ -248,11 +258,17 @@ class Workspace:
             cached = self._files_fingerprint = (files, files.plan, files.plan_fingerprint())
         return cached[2]
 
+    @property
+    def worker_pool(self) -> WorkerPool:
+        """The threads that run unit attempts (made on first use, closed with the project)."""
+        if self._worker_pool is None:
+            self._worker_pool = WorkerPool()
+        return self._worker_pool
+
     def close(self) -> None:
-        pool = getattr(self, "_worker_pool", None)
-        if pool is not None:  # the run loop's unit threads (engine.run.loop.WorkerPool)
+        pool, self._worker_pool = self._worker_pool, None
+        if pool is not None:
             pool.close()
-            self._worker_pool: Any = None
         self.store.close()
 
     @property
@@ -263,6 +279,7 @@ class Workspace:
         through these, and ``deliver`` units act through them. Assigning a mapping (a test
         harness, an embedding app) replaces them, reloads included.
         """
+        # Lazy: only a project with [adapters] tables or a deliver unit builds adapters.
         from keepstep.engine.run.adapters import adapters_from_config
 
         if self._assigned_adapters is not None:
@@ -284,7 +301,7 @@ class Workspace:
 
     def versions(self) -> dict[str, str]:
         """The code, model, prompt, tool and policy versions a checkpoint records."""
-        from keepstep.engine.files.convert import converter_versions
+        # Lazy (start-up): the prompt files are read only when versions are recorded.
         from keepstep.engine.gateway.prompts import prompt_hashes
 
         cfg = self.files.config
@@ -302,7 +319,6 @@ class Workspace:
 
     def start_run(self, run_id: str, *, branch_id: str = "main") -> RunHandle:
         """Create a run at plan-v1 / in-v1 from the project files as they are now."""
-        from keepstep.engine.run.baseline import create_run
 
         create_run(self, run_id, branch_id=branch_id)
         return self.run_handle(run_id, branch_id)
@@ -319,6 +335,10 @@ class RunHandle:
         self._gateway: ModelGateway | None = None
         self._gateway_lock = threading.Lock()
         self._facts: FactsCache | None = None
+        # gate id -> the resume token issued to this object's run loop (or
+        # issue_resume_token), in memory only: the database keeps its sha256, so a face shows
+        # it once from here.
+        self.resume_tokens: dict[str, str] = {}
 
     def facts_cache(self) -> FactsCache:
         """The in-memory committed facts of this run (refresh it before reading)."""
@@ -352,6 +372,7 @@ class RunHandle:
     def plan(self) -> Plan:
         """The plan the run works to: the recorded plan with a takeover's narrowed scope
         applied (dropped units are not required final; see ``run.takeover.scoped_plan``)."""
+        # Lazy: takeover imports the committer, which imports this module's types.
         from keepstep.engine.run.takeover import scoped_plan
 
         return scoped_plan(self, self.recorded_plan)
@@ -406,7 +427,6 @@ class RunHandle:
     def facts(self) -> RunFacts:
         """Everything ``decide`` needs, read in one go. A plain read: it writes nothing
         (gate requests are written by the run loop, ``run.gates.request_gates``)."""
-        from keepstep.engine.run.gates import open_gates
 
         facts = self.live_facts(copy=True)
         facts.gates_open = open_gates(self, facts)
@@ -474,7 +494,6 @@ class RunHandle:
         """Import the model client (litellm: seconds) in a background thread while recovery
         and the first claims run — only when the run has model units left to do and no
         injected gateway. Returns the thread, or None when there is nothing to preload."""
-        from keepstep.engine.core.plan import MODEL_KINDS
 
         if self.project.gateway_factory is not None:
             return None
@@ -491,6 +510,7 @@ class RunHandle:
                          if u.id in model_units})
 
         def load() -> None:
+            # Lazy on purpose: this is the background import of litellm (start-up).
             from keepstep.engine.gateway import client
 
             try:

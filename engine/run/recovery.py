@@ -1,7 +1,7 @@
 """Recovery: audit first, then reconcile, then apply detected changes (DESIGN §6).
 
-Its own states (started, auditing, reconciling, deciding, done, blocked,
-aborted) and its own event kinds (``recovery.*``), so "a unit failed" and
+Its own states (``RecoveryState``: started, auditing, reconciling, deciding, done,
+blocked) and its own event kinds (``recovery.*``), so "a unit failed" and
 "the recovery failed" are never confused. Running it twice is harmless: every
 step is idempotent and the change commit is a compare-and-swap on the head.
 """
@@ -12,35 +12,45 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
+from keepstep.engine.core.changes import artifact_lost
 from keepstep.engine.core.invalidation import invalidate
 from keepstep.engine.core.state import UnitState, unit_key
 from keepstep.engine.core.timefmt import iso_utc, parse_iso
 from keepstep.engine.errors import KeepstepError, PlanValidationError, RecoveryError
-from keepstep.engine.run.baseline import (
-    data_hashes,
-    inputs_state,
-    plan_state,
-    template_fields,
-    template_hashes,
-    template_headings,
-    template_layouts,
-)
+from keepstep.engine.run.baseline import detect, inputs_state, plan_state
+from keepstep.engine.run.commit import commit
 from keepstep.engine.run.effects import reconcile, settle_waiting
-from keepstep.storage import BudgetLimitReached, CheckpointConflict, EventIn, StorageError
+from keepstep.storage import (
+    SCHEMA_VERSION,
+    AttemptStatus,
+    BudgetLimitReached,
+    CommitRequest,
+    EventIn,
+    StorageError,
+)
 from keepstep.storage.hashing import file_sha256
 
 if TYPE_CHECKING:
-    from keepstep.engine.core.plan import Plan
     from keepstep.engine.run.handle import RunHandle
 
 
+class RecoveryState(StrEnum):
+    started = "started"
+    auditing = "auditing"
+    reconciling = "reconciling"
+    deciding = "deciding"
+    done = "done"
+    blocked = "blocked"
+
+
 class RecoveryReport(BaseModel):
-    state: str = "started"
+    state: RecoveryState = RecoveryState.started
     blocked: bool = False
     reason: str = ""
     fenced: list[str] = Field(default_factory=list)
@@ -80,8 +90,8 @@ def _owner_dead(owner: str) -> bool:
 
 
 # An attempt that ended with no outcome recorded (its executor died or was fenced).
-_ENDED_UNSEEN = ("claimed", "fenced")
-_IN_FLIGHT = ("claimed",)
+_ENDED_UNSEEN = (AttemptStatus.claimed, AttemptStatus.fenced)
+_IN_FLIGHT = (AttemptStatus.claimed,)
 # How often recovery starts its change commit again when another front end moved the head
 # meanwhile; past that it stops (a person looks) instead of looping.
 MAX_CHANGE_RESTARTS = 5
@@ -110,7 +120,7 @@ class Recovery:
                 pass
 
     def _block(self, reason: str, *, failed: bool = True) -> RecoveryReport:
-        self.report.state = "blocked"
+        self.report.state = RecoveryState.blocked
         self.report.blocked = True
         self.report.reason = reason
         self._event("failed" if failed else "blocked", reason=reason)
@@ -142,7 +152,7 @@ class Recovery:
     def execute(self) -> RecoveryReport:
         opened = self._breaker_open()
         if opened:
-            self.report.state = "blocked"
+            self.report.state = RecoveryState.blocked
             self.report.blocked = True
             self.report.reason = opened
             self._event("blocked", reason=opened)
@@ -151,12 +161,12 @@ class Recovery:
         # A resume reads the state from the database, never from a cache of an earlier loop.
         self.run.drop_facts()
         try:
-            self.report.state = "auditing"
+            self.report.state = RecoveryState.auditing
             if not self._audit():
                 return self.report
-            self.report.state = "reconciling"
+            self.report.state = RecoveryState.reconciling
             self._reconcile()
-            self.report.state = "deciding"
+            self.report.state = RecoveryState.deciding
             self._apply_changes()
         except PlanValidationError as exc:
             return self._block(f"the project files do not validate: {exc}")
@@ -172,7 +182,7 @@ class Recovery:
                 return self._block(f"recovery attempts over their limit ({exc.args[0]}); "
                                    "raise it with `keepstep budget raise --recoveries N`",
                                    failed=False)
-        self.report.state = "done"
+        self.report.state = RecoveryState.done
         self.report.duration_s = round(time.monotonic() - self.started, 3)
         self._event("done", **self._metrics())
         return self.report
@@ -206,7 +216,6 @@ class Recovery:
             return False
         head = self.store.get_head(run.run_id, run.branch_id)
         cp = self.store.get_checkpoint(run.run_id, head.version, run.branch_id)
-        from keepstep.storage import SCHEMA_VERSION
 
         if cp.schema_version > SCHEMA_VERSION:
             self._block(f"checkpoint {cp.version} was written by a newer keepstep (schema "
@@ -253,13 +262,15 @@ class Recovery:
             # re-read the attempt: it may have committed, or been claimed, meanwhile.
             att = store.get_attempt(run.run_id, orphan.attempt_id)
             status = att.status if att is not None else None
-            if status in ("orphaned", "committed") or (status in _IN_FLIGHT and any(
+            settled = (AttemptStatus.orphaned, AttemptStatus.committed)
+            if status in settled or (status in _IN_FLIGHT and any(
                     le.attempt_id == orphan.attempt_id and le.expires_at > store.now()
                     for le in store.leases(run.run_id))):
                 continue
             if status in _ENDED_UNSEEN:
                 if not store.set_attempt_status(
-                        run.run_id, orphan.attempt_id, "orphaned", only_if=_ENDED_UNSEEN,
+                        run.run_id, orphan.attempt_id, AttemptStatus.orphaned,
+                        only_if=_ENDED_UNSEEN,
                         message="files staged but never committed; quarantined"):
                     continue
             elif _sealed(orphan.directory):
@@ -275,20 +286,20 @@ class Recovery:
             self.report.did_work = True
 
     def _apply_changes(self) -> None:
-        for _ in range(MAX_CHANGE_RESTARTS):
-            try:
-                self._apply_changes_once()
-                return
-            except CheckpointConflict:
-                # Another front end committed meanwhile: start again from the newest head.
-                self._event("restarted", reason="the head moved during recovery")
-        raise RecoveryError(
-            f"the head kept moving while recovery committed the detected changes "
-            f"({MAX_CHANGE_RESTARTS} tries)",
-            hint="another keepstep process is committing to this run; let it finish, "
-            "then `keepstep resume`")
+        version = commit(
+            self.store, self._changes_commit, tries=MAX_CHANGE_RESTARTS,
+            # Another front end committed meanwhile: start again from the newest head.
+            on_conflict=lambda: self._event("restarted", reason="the head moved during recovery"),
+            gave_up=lambda: RecoveryError(
+                f"the head kept moving while recovery committed the detected changes "
+                f"({MAX_CHANGE_RESTARTS} tries)",
+                hint="another keepstep process is committing to this run; let it finish, "
+                "then `keepstep resume`"))
+        if version is not None:
+            self.report.commits.append(version)
 
-    def _apply_changes_once(self) -> None:
+    def _changes_commit(self) -> CommitRequest | None:
+        """The commit of the detected changes at the current head (None: no change)."""
         run, store = self.run, self.store
         found = detect(run)
         files, snapshot, templates = found.files, found.snapshot, found.templates
@@ -297,8 +308,9 @@ class Recovery:
         changes = list(found.changes)
         changes += self._artifact_changes()
         if not changes:
-            return
+            return None
         self.report.did_work = True
+        self.report.invalidated = []
         self.report.changes = [f"{c.kind}: {c.detail}" for c in changes]
         records = run.facts_records()
         result = invalidate(files.plan, changes, records,
@@ -351,62 +363,14 @@ class Recovery:
         elif not input_level:
             kind = "repair"  # only lost or changed artifacts: same plan, same inputs
         delta["budget"] = store.get_budget(run.run_id, run.branch_id).used
-        version = store.commit_checkpoint(
-            run.run_id, run.branch_id, head.version, delta, kind=kind, current=current,
-            events=[EventIn(kind=f"decision.{kind.replace('-', '_')}", payload=event_payload)],
-        )
-        self.report.commits.append(version)
+        return CommitRequest(
+            run_id=run.run_id, branch_id=run.branch_id, expected_version=head.version,
+            delta=delta, kind=kind, current=current,
+            events=(EventIn(kind=f"decision.{kind.replace('-', '_')}", payload=event_payload),))
 
     def _artifact_changes(self) -> list[Any]:
-        from keepstep.engine.core.changes import artifact_lost
 
         return [artifact_lost(uid, what) for uid, what in getattr(self, "_lost", [])]
-
-
-class Detected(BaseModel):
-    """What differs between the run's recorded baseline and the project files now."""
-
-    model_config = {"arbitrary_types_allowed": True}
-    changes: list[Any]
-    files: Any
-    snapshot: Any
-    templates: dict[str, str]
-    source_groups: dict[str, str]
-
-
-def detect(run: RunHandle, *, sources: Any = None, plan: Plan | None = None) -> Detected:
-    """Re-read the project files, re-hash the sources, and list the typed changes.
-
-    ``sources`` (a SourcesFile) and ``plan`` stand in for sources.toml and plan.toml — a
-    preview of an edit not written yet; nothing is written either way."""
-    from keepstep.engine.core.changes import detect_changes
-    from keepstep.engine.files.project import snapshot_sources
-
-    # The files as loaded when the project was opened, unless they changed on disk since:
-    # a resume parses plan.toml once, not twice.
-    files = run.project.reload_if_changed()
-    old_plan_info = run.plan_info
-    old_inputs = run.store.read_key(run.run_id, "inputs", run.branch_id) or {}
-    snapshot = snapshot_sources(files.root, sources if sources is not None else files.sources)
-    new_plan = plan if plan is not None else files.plan
-    templates = template_hashes(files.root)
-    changes = detect_changes(
-        old_inputs=old_inputs, new_snapshot=snapshot,
-        old_contract_fields=old_plan_info.get("contract_fields", {}),
-        new_contract=files.contract, old_plan=run.recorded_plan, new_plan=new_plan,
-        old_templates=old_plan_info.get("templates", {}), new_templates=templates,
-        old_versions=run.versions, new_versions=run.project.versions(),
-        source_formats=files.source_formats(),
-        old_layouts=old_plan_info.get("template_layouts"),
-        new_layouts=template_layouts(files.root),
-        old_data=old_plan_info.get("data"), new_data=data_hashes(files.root),
-        old_headings=old_plan_info.get("template_headings"),
-        new_headings=template_headings(files.root),
-        template_fields=template_fields(files.root),
-    )
-    groups = {**old_inputs.get("groups", {}), **snapshot.groups}
-    return Detected(changes=changes, files=files, snapshot=snapshot, templates=templates,
-                    source_groups=groups)
 
 
 def reconcile_effects(run: RunHandle) -> list[str]:
@@ -422,4 +386,4 @@ def recover(run: RunHandle,
     return Recovery(run, on_event).execute()
 
 
-__all__ = ["Recovery", "RecoveryReport", "detect", "recover"]
+__all__ = ["Recovery", "RecoveryReport", "RecoveryState", "recover"]

@@ -25,8 +25,19 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture(params=sorted(BACKENDS))
-def backend(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Store]:
-    store = BACKENDS[request.param](tmp_path / ".keepstep", clock)
+def backend_name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def reopen(backend_name: str, tmp_path: Path, clock: FakeClock) -> Callable[[], Store]:
+    """A fresh store of the same backend on the same data (as another process opens it)."""
+    return lambda: BACKENDS[backend_name](tmp_path / ".keepstep", clock)
+
+
+@pytest.fixture
+def backend(reopen: Callable[[], Store]) -> Iterator[Store]:
+    store = reopen()
     yield store
     store.close()
 
