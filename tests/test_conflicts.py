@@ -139,6 +139,27 @@ def test_candidates_need_two_sources_and_two_values() -> None:
     assert [s.evidence_id for s in c.sides] == ["A1-e1", "B1-e1", "C1-e1"]
 
 
+def test_a_quantity_a_model_names_differently_in_each_source_is_still_a_candidate() -> None:
+    """A real model names one quantity in its own words per source (seen with a model behind
+    the relay: "availability incl. planned maintenance, as measured by the customer" against
+    "committed minimum monthly availability"): same entity name, same unit and a shared
+    salient metric word make a candidate; another entity, another unit or one value do not."""
+    def item(eid: str, figure: str, metric: str, entity: str, unit: str = "%") -> dict[str, Any]:
+        return {"id": eid, "source_id": eid.split("-")[0], "quote": f"x {figure}",
+                "quantities": [{"figure": figure, "value": figure.rstrip("%"), "unit": unit,
+                                "metric": metric, "entity": entity, "period": ""}]}
+
+    vendor = item("V4-e2", "99.95%", "committed minimum monthly availability", "Acme")
+    customer = item("R1-e8", "99.5%", "availability incl. planned maintenance, as measured",
+                    "Acme at a customer site")
+    [c] = propose([vendor, customer])
+    assert {s.evidence_id for s in c.sides} == {"V4-e2", "R1-e8"}
+    assert propose([vendor, item("R1-e8", "99.5%", "availability", "Other Co")]) == []
+    assert propose([vendor, item("R1-e8", "99.5", "availability", "Acme", unit="hours")]) == []
+    assert propose([vendor, item("R1-e8", "99.95%", "availability", "Acme")]) == []
+    assert propose([vendor, item("R1-e8", "20%", "price rise", "Acme")]) == []
+
+
 def test_the_classification_is_checked_against_the_candidates() -> None:
     """A held value no side gives, an unknown candidate, a missing class: each named."""
     inputs = {"claims": [{"id": "A1-e1"}], "candidates": [

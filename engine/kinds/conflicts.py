@@ -3,7 +3,10 @@
 A **candidate** is proposed by code from the structured figures (``quantities``) of verified
 evidence: two or more items from different sources that give the same metric for the same
 entity and period, with different values (values are compared after their scale words and
-thousands separators are read: ``1.2 million`` and ``1,200,000`` are one value). A verify
+thousands separators are read: ``1.2 million`` and ``1,200,000`` are one value), or — since a
+model words one quantity differently in each source — two figures of different sources with
+the same entity name and unit whose metrics share a salient word (at most ``MAX_CANDIDATES``
+in all, most alike first). A verify
 unit sends its candidates to the model, which classifies each:
 
 - ``definition``: both values are right, they count different things (say which applies);
@@ -204,7 +207,75 @@ def propose(evidence: Iterable[Mapping[str, Any]],
         out.append(Candidate(id=f"K{len(out) + 1}", metric=first.metric,
                              entity=first.entity, period=first.period, unit=first.unit,
                              sides=sides))
+    paired = {frozenset(s.evidence_id for s in c.sides) for c in out}
+    for a, b, qa in _near_pairs(evidence, meta):
+        key = frozenset((a.evidence_id, b.evidence_id))
+        if any(key <= seen for seen in paired) or len(out) >= MAX_CANDIDATES:
+            continue
+        paired.add(key)
+        out.append(Candidate(id=f"K{len(out) + 1}", metric=qa.metric, entity=qa.entity,
+                             period=qa.period, unit=qa.unit, sides=[a, b]))
     return out
+
+
+# A model names one quantity in its own words in each source ("availability as measured by
+# the customer" against "committed monthly availability"): besides exact matches, two figures
+# of different sources are a candidate when they share the entity's name, the unit and a
+# salient word of the metric. The model classifies each (most are not-a-conflict); the number
+# is bounded so a large run does not send hundreds.
+MAX_CANDIDATES = 24
+_GENERIC = frozenset("""
+a an and as at by for from in incl including of on or per the to with without over under
+annual annually monthly month months year years yearly daily weekly quarterly total overall
+minimum maximum min max lower upper bound band target committed measured actual average about
+around roughly approximately estimated expected current draft offered new old share rate
+level number count amount value figure cap limit each every first last latest base standard
+""".split())
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z][a-z0-9]+", str(text).lower())
+            if w not in _GENERIC and len(w) > 2}
+
+
+def _name(entity: str) -> str:
+    words = re.findall(r"[a-z][a-z0-9]+", str(entity).lower())
+    return next((w for w in words if w not in _GENERIC and len(w) > 2), "")
+
+
+def _near_pairs(evidence: Iterable[Mapping[str, Any]],
+                meta: Mapping[str, Mapping[str, str]]
+                ) -> list[tuple[ConflictSide, ConflictSide, Quantity]]:
+    """Pairs of figures from different sources for the same entity name and unit whose
+    metrics share a salient word and whose values differ, most alike metrics first."""
+    rows: list[tuple[str, str, str, set[str], Quantity, Mapping[str, Any]]] = []
+    for item in evidence:
+        for q in quantities_of(item):
+            name, words = _name(q.entity), _words(q.metric)
+            if name and words and number(q.value or q.figure) is not None:
+                rows.append((str(item.get("source_id", "")), name, _key(q.unit), words, q, item))
+    scored: list[tuple[float, int, ConflictSide, ConflictSide, Quantity]] = []
+    for i, (sa, na, ua, wa, qa, ia) in enumerate(rows):
+        for sb, nb, ub, wb, qb, ib in rows[i + 1:]:
+            if sa == sb or na != nb or ua != ub or not (wa & wb):
+                continue
+            if _value_key(qa.value or qa.figure) == _value_key(qb.value or qb.figure):
+                continue
+            score = len(wa & wb) / len(wa | wb)
+            scored.append((score, len(scored), _side(ia, qa, meta), _side(ib, qb, meta), qa))
+    scored.sort(key=lambda t: (-t[0], t[1]))
+    return [(a, b, q) for _, _, a, b, q in scored]
+
+
+def _side(item: Mapping[str, Any], q: Quantity,
+          meta: Mapping[str, Mapping[str, str]]) -> ConflictSide:
+    sid = str(item.get("source_id", ""))
+    info = meta.get(sid) or {}
+    return ConflictSide(
+        evidence_id=str(item.get("id", "")), source_id=sid, value=q.figure,
+        quote=str(item.get("quote", "")),
+        locator=item.get("locator") if isinstance(item.get("locator"), str) else None,
+        source_date=str(info.get("date", "")), source_title=str(info.get("title", "")))
 
 
 def _value_key(value: str) -> str:
