@@ -15,6 +15,9 @@ import pytest  # noqa: E402
 
 from keepstep.storage import SQLiteStore  # noqa: E402
 
+# PostgreSQL servers and databases for the tests marked `postgres`.
+pytest_plugins = ["tests.support.pg_fixtures"]
+
 
 @pytest.fixture
 def store_root(tmp_path: Path) -> Path:

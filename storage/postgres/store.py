@@ -1,0 +1,201 @@
+"""PostgresStore: the Store on a PostgreSQL server, for several executors on several hosts.
+
+State lives on the server; each host keeps a local folder (``<project>/.keepstep``) where
+its attempts stage files, exactly as with SQLite. A commit writes the committed files'
+bytes into ``blobs`` (by sha256) in the commit's own transaction, so a commit is still all
+or nothing and any host can read every committed artifact: a host materialises the files
+it lacks from the blobs (:meth:`PostgresStore.sync_artifacts`) when it opens the store and
+after each claim, so the engine reads them where it always does.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from keepstep.storage.artifacts import ArtifactStore
+from keepstep.storage.errors import StorageError
+from keepstep.storage.hashing import file_sha256
+from keepstep.storage.models import ArtifactEntry, Claim
+from keepstep.storage.permissions import SEALED_MODE, make_private_dir, open_private
+from keepstep.storage.postgres.connection import PgConn, PostgresBase, storage_error
+from keepstep.storage.postgres.database import (
+    check_schema,
+    connect_once,
+    migrate,
+    redacted,
+)
+from keepstep.storage.sqlite.approvals import Approvals
+from keepstep.storage.sqlite.calls import Calls
+from keepstep.storage.sqlite.checkpoints import Checkpoints
+from keepstep.storage.sqlite.claims import Claims
+from keepstep.storage.sqlite.effects import Effects
+from keepstep.storage.sqlite.events import Events
+from keepstep.storage.sqlite.manifests import Manifests
+
+# Committed files larger than this are refused at commit (a bytea value is at most 1 GB;
+# artifacts are reports and extracts, far smaller).
+MAX_BLOB_BYTES = 256 * 1024 * 1024
+
+
+class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals, Effects,
+                    Manifests):
+    """The Store on PostgreSQL. ``root`` is this host's local state folder (staging and the
+    artifact cache); ``url`` the server (``postgresql://user@host:5432/db``; the password
+    comes from ``password``, PGPASSWORD or ~/.pgpass, never from keepstep.toml).
+
+    ``clock=None`` uses the database server's clock for leases and timestamps; a clock
+    given here replaces it (tests). ``read_only=True`` neither migrates nor writes.
+    """
+
+    def __init__(self, root: Path, url: str, *, clock: Callable[[], float] | None = None,
+                 read_only: bool = False, password: str | None = None, pool_size: int = 4,
+                 durable_files: bool = True, sync: bool = True) -> None:
+        self.root = Path(root)
+        self.url = url
+        self.where = redacted(url)
+        self.clock = clock
+        self.read_only = read_only
+        self.artifacts = ArtifactStore(self.root / "artifacts", durable=durable_files)
+        self._synced: dict[str, int] = {}
+        self._sync_lock = threading.Lock()
+        conn = connect_once(url, password)
+        try:
+            try:
+                check_schema(conn, self.where, read_only=read_only)
+            except psycopg.Error as exc:
+                raise storage_error(exc, "reading the schema version", self.where) from exc
+            self.migrated = [] if read_only else migrate(conn, self.where)
+        finally:
+            conn.close()
+        if not read_only:
+            make_private_dir(self.root)
+        self._init_pool(url, max_size=pool_size, password=password)
+        if sync:
+            for run_id in self.runs():
+                self.sync_artifacts(run_id)
+
+    # -- artifacts any host can read ------------------------------------------
+    def _blob_rows(self, manifest: Iterable[ArtifactEntry]) -> list[tuple[str, int, bytes]]:
+        rows: dict[str, tuple[str, int, bytes]] = {}
+        for entry in manifest:
+            if entry.sha256 in rows:
+                continue
+            path = self.artifacts.path_of(entry)
+            data = path.read_bytes()
+            if len(data) > MAX_BLOB_BYTES:
+                raise StorageError(
+                    f"{entry.path} is {len(data)} bytes; the PostgreSQL store keeps committed "
+                    f"files up to {MAX_BLOB_BYTES} bytes",
+                    hint="split the output, or use the SQLite store for this project")
+            rows[entry.sha256] = (entry.sha256, len(data), data)
+        return list(rows.values())
+
+    def _insert_blobs(self, conn: PgConn, rows: list[tuple[str, int, bytes]]) -> None:
+        if rows:
+            conn.executemany("INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) "
+                             "ON CONFLICT (sha256) DO NOTHING", rows)
+
+    def commit_checkpoint(self, run_id: str, branch_id: str, expected_version: int,
+                          delta: Mapping[str, Any], manifest: Iterable[ArtifactEntry] = (),
+                          fencing_token: int | None = None, **kwargs: Any) -> int:
+        manifest = list(manifest)
+        blobs = self._blob_rows(manifest)  # read before taking the writers' lock
+        with self._write() as db:
+            self._insert_blobs(db.conn, blobs)
+            version: int = super().commit_checkpoint(run_id, branch_id, expected_version,
+                                                     delta, manifest, fencing_token, **kwargs)
+        return version
+
+    def claim(self, run_id: str, branch_id: str, unit: str, *, expected_version: int,
+              owner: str, lease_seconds: float) -> Claim:
+        claim: Claim = super().claim(run_id, branch_id, unit, expected_version=expected_version,
+                                     owner=owner, lease_seconds=lease_seconds)
+        # The unit reads what was committed up to its head: make it present on this host.
+        self.sync_artifacts(run_id)
+        return claim
+
+    def sync_artifacts(self, run_id: str) -> int:
+        """Write every committed file of ``run_id`` this host lacks from the blobs (sealed,
+        sha256 checked); returns how many were written. Incremental: each call looks only
+        at manifest rows added since the previous one."""
+        if self.read_only and not self.artifacts.root.is_dir():
+            return 0
+        with self._sync_lock:
+            mark = self._synced.get(run_id, 0)
+            rows = self._q("SELECT rowid AS n, path, sha256 FROM artifacts WHERE run_id = ? "
+                           "AND rowid > ? ORDER BY rowid", [run_id, mark])
+            wanted = [r for r in rows if not (self.artifacts.root / r["path"]).is_file()]
+            written = 0
+            if wanted:
+                for sha, data in self._fetch_blobs({r["sha256"] for r in wanted}).items():
+                    for r in wanted:
+                        if r["sha256"] == sha:
+                            self._materialise(self.artifacts.root / r["path"], data, sha)
+                            written += 1
+            if rows:
+                self._synced[run_id] = max(int(r["n"]) for r in rows if "n" in r)
+            return written
+
+    def _fetch_blobs(self, hashes: set[str]) -> dict[str, bytes]:
+        out: dict[str, bytes] = {}
+        ordered = sorted(hashes)
+        for i in range(0, len(ordered), 200):
+            chunk = ordered[i:i + 200]
+            for r in self._q("SELECT sha256, data FROM blobs WHERE sha256 IN "
+                             f"({', '.join('?' * len(chunk))})", chunk):
+                out[r["sha256"]] = bytes(r["data"])
+        return out
+
+    def _materialise(self, path: Path, data: bytes, sha: str) -> None:
+        from keepstep.storage.hashing import sha256_hex
+
+        if sha256_hex(data) != sha:
+            raise StorageError(f"the stored blob {sha[:12]} does not match its hash",
+                               hint="run `keepstep verify`; restore the database from a backup")
+        if path.is_file() and file_sha256(str(path)) == sha:
+            return
+        make_private_dir(path.parent)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.fetch")
+        fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.chmod(tmp, SEALED_MODE)
+        os.replace(tmp, path)
+
+    def blob(self, sha256: str) -> bytes | None:
+        """A committed file's bytes by content hash, or None."""
+        row = self._q1("SELECT data FROM blobs WHERE sha256 = ?", [sha256])
+        return bytes(row["data"]) if row else None
+
+    # -- executors --------------------------------------------------------------
+    def heartbeat(self, executor: str, run_id: str | None) -> None:
+        """Record that ``executor`` (this host, this process) is alive, working ``run_id``."""
+        now = self.now()
+        with self._write(durable=False) as db:
+            db.conn.execute(
+                "INSERT INTO executors (executor, host, pid, run_id, started_at, heartbeat_at) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (executor) DO UPDATE SET "
+                "run_id = excluded.run_id, heartbeat_at = excluded.heartbeat_at",
+                [executor, socket.gethostname(), os.getpid(), run_id, now, now])
+
+    def executors(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Executors that reported a heartbeat (for ``run_id``), with their live lease
+        count: executor, host, pid, run_id, started_at, heartbeat_at, leases."""
+        sql = ("SELECT e.executor, e.host, e.pid, e.run_id, e.started_at, e.heartbeat_at, "
+               "(SELECT COUNT(*) FROM leases l WHERE l.owner = e.executor "
+               " AND l.expires_at > ?) AS leases FROM executors e")
+        params: list[Any] = [self.now()]
+        if run_id is not None:
+            sql += " WHERE e.run_id = ?"
+            params.append(run_id)
+        return self._q(sql + " ORDER BY e.heartbeat_at DESC", params)
