@@ -20,10 +20,11 @@ _EXPORTS: dict[str, str] = {
                                "StoragePermissionDenied UnsafeArtifactName",
     "keepstep.storage.faults": "crash_point",
     "keepstep.storage.hashing": "canonical_json sha256_hex",
-    "keepstep.storage.models": "ApprovalRecord ArtifactEntry ArtifactProblem Attempt Budget "
-                               "ChainProblem ChainReport Checkpoint Claim CurrentChange "
-                               "EffectRecord Event EventIn Head Lease ModelCall OrphanAttempt "
-                               "UnitStatus",
+    "keepstep.storage.models": "ApprovalRecord ArtifactEntry ArtifactProblem Attempt "
+                               "AttemptEnd AttemptStatus Budget ChainProblem ChainReport "
+                               "Checkpoint Claim CommitRequest CurrentChange EffectRecord Event "
+                               "EventIn Head Lease ModelCall OrphanAttempt UnitStatus "
+                               "UnitStatusChange UnitStatusKind",
     "keepstep.storage.restores": "Baseline RestoreRefused RestoreReport restore",
     "keepstep.storage.retention": "GcItem GcReport gc",
     "keepstep.storage.sqlite.schema": "SCHEMA_VERSION",
@@ -35,15 +36,16 @@ _WHERE = {name: module for module, names in _EXPORTS.items() for name in names.s
 
 __all__ = [
     "ApprovalRecord", "ApprovalRefused", "ApprovalStore", "ArtifactEntry", "ArtifactImmutable",
-    "ArtifactProblem", "ArtifactStore", "Attempt", "BackupReport", "Baseline", "Budget",
+    "ArtifactProblem", "ArtifactStore", "Attempt", "AttemptEnd", "AttemptStatus", "BackupReport", "Baseline", "Budget",
     "BudgetLimitReached", "CallStore", "ChainBroken", "ChainProblem", "ChainReport",
-    "Checkpoint", "CheckpointConflict", "CheckpointStore", "Claim", "ClaimStore",
+    "Checkpoint", "CheckpointConflict", "CheckpointStore", "Claim", "ClaimStore", "CommitRequest",
     "CommitOutcomeUnknown", "CorruptDatabase", "CurrentChange", "DatabaseLost", "DiskFull",
     "EffectRecord", "EffectStore", "Event", "EventIn", "EventStore", "GcItem", "GcReport",
     "Head", "KeepstepError", "Lease", "LeaseHeld", "ManifestStore", "ModelCall", "NotFound",
     "OrphanAttempt", "RestoreRefused", "RestoreReport", "SCHEMA_VERSION", "SQLiteStore",
     "SchemaMigrationFailed", "SchemaNeedsMigration", "SchemaTooNew", "StaleFencingToken",
     "StorageBusy", "StorageError", "StoragePermissionDenied", "Store", "UnitStatus",
+    "UnitStatusChange", "UnitStatusKind",
     "UnsafeArtifactName", "backup", "canonical_json", "crash_point", "gc", "restore",
     "safe_name", "sha256_hex",
 ]
@@ -94,11 +96,14 @@ if TYPE_CHECKING:
         ArtifactEntry,
         ArtifactProblem,
         Attempt,
+        AttemptEnd,
+        AttemptStatus,
         Budget,
         ChainProblem,
         ChainReport,
         Checkpoint,
         Claim,
+        CommitRequest,
         CurrentChange,
         EffectRecord,
         Event,
@@ -108,6 +113,8 @@ if TYPE_CHECKING:
         ModelCall,
         OrphanAttempt,
         UnitStatus,
+        UnitStatusChange,
+        UnitStatusKind,
     )
     from keepstep.storage.restores import Baseline, RestoreRefused, RestoreReport, restore
     from keepstep.storage.retention import GcItem, GcReport, gc

@@ -2,9 +2,37 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, Field
+
+
+class AttemptStatus(StrEnum):
+    """An attempt row's status (str-valued: the stored text is the value).
+
+    ``claimed`` is the only status in flight; every other one is final except that
+    recovery may move an ended-unseen attempt (``claimed`` or ``fenced``) to ``orphaned``."""
+
+    claimed = "claimed"
+    committed = "committed"
+    failed = "failed"
+    timed_out = "timed_out"
+    blocked = "blocked"
+    fenced = "fenced"
+    cancelled = "cancelled"
+    orphaned = "orphaned"
+
+
+class UnitStatusKind(StrEnum):
+    """A unit's runtime status (the ``unit_status`` row; a committed unit has none).
+
+    Named ``…Kind`` because ``UnitStatus`` is the row model callers already import."""
+
+    blocked = "blocked"
+    failed = "failed"
 
 
 class Head(BaseModel):
@@ -83,7 +111,7 @@ class Attempt(BaseModel):
     attempt_no: int
     executor: str
     fencing_token: int
-    status: str
+    status: AttemptStatus
     claimed_at_version: int
     started_at: str
     ended_at: str | None = None
@@ -95,7 +123,7 @@ class UnitStatus(BaseModel):
     """A runtime status (blocked, failed, cancelled…): an event-backed row, not a checkpoint."""
 
     unit: str
-    status: str
+    status: UnitStatusKind
     reason: str
     details: dict[str, Any] = Field(default_factory=dict)
     updated_at: str
@@ -249,3 +277,58 @@ class EffectRecord(BaseModel):
 APPROVAL_STATUSES = ("requested", "decided", "revoked", "expired", "superseded")
 EFFECT_STATUSES = ("intent", "committed", "unknown", "failed", "compensated",
                    "compensation-intent")
+
+
+@dataclass(frozen=True, slots=True)
+class UnitStatusChange:
+    """The runtime status an attempt's ending gives its unit, with its event
+    (``unit.<status>`` unless ``event_kind``; payload ``{"reason": …, **details}``)."""
+
+    status: UnitStatusKind
+    reason: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+    event_kind: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnd:
+    """How an attempt that did not commit ends: what ``Store.end_attempt`` writes at once.
+
+    ``status``: the attempt's final status (never ``claimed`` or ``committed``: a commit
+    ends its attempt itself). ``unit_status``: the unit's runtime status to set, if any.
+    ``events``: appended after the unit status's event. ``usage``: added to the budget's
+    used counters (never enforced). ``only_if``: the attempt must still be in one of these
+    statuses, else nothing at all is written."""
+
+    status: AttemptStatus
+    error_class: str | None = None
+    message: str | None = None
+    unit_status: UnitStatusChange | None = None
+    events: tuple[EventIn, ...] = ()
+    usage: Mapping[str, float] = field(default_factory=dict)
+    only_if: tuple[AttemptStatus, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRequest:
+    """One checkpoint commit, as ``Store.commit`` takes it (see its docstring).
+
+    ``expected_version``: the head the commit is made on (compare-and-swap).
+    ``fencing_token`` (needs ``unit``): the unit's lease must still carry it; the lease is
+    released by the commit. ``attempt_id``: marked ``committed``. ``current``: unit -> its
+    current attempt (None: no longer current). ``clear_unit_status``: units whose runtime
+    status goes. ``usage``: added to the used counters (never enforced)."""
+
+    run_id: str
+    branch_id: str
+    expected_version: int
+    delta: Mapping[str, Any]
+    kind: str = "unit-success"
+    manifest: tuple[ArtifactEntry, ...] = ()
+    unit: str | None = None
+    attempt_id: str | None = None
+    fencing_token: int | None = None
+    current: Mapping[str, str | None] = field(default_factory=dict)
+    events: tuple[EventIn, ...] = ()
+    clear_unit_status: tuple[str, ...] = ()
+    usage: Mapping[str, float] = field(default_factory=dict)

@@ -20,10 +20,13 @@ from keepstep.storage.models import (
     ApprovalRecord,
     ArtifactEntry,
     Attempt,
+    AttemptEnd,
+    AttemptStatus,
     Budget,
     ChainReport,
     Checkpoint,
     Claim,
+    CommitRequest,
     CurrentChange,
     EffectRecord,
     Event,
@@ -33,6 +36,7 @@ from keepstep.storage.models import (
     ModelCall,
     OrphanAttempt,
     UnitStatus,
+    UnitStatusKind,
 )
 
 
@@ -98,7 +102,14 @@ class CheckpointStore(Protocol):
         CheckpointConflict: the head is no longer ``expected_version``.
         StaleFencingToken: a token was given and the unit's lease no longer carries it.
         NotFound: no such run or branch. StorageError: a token without a unit.
+        The same as ``commit`` with a CommitRequest of these fields.
         """
+        ...
+
+    def commit(self, request: CommitRequest) -> int:
+        """Append checkpoint ``request.expected_version + 1`` atomically; returns its
+        version. What is written and raised is said at ``commit_checkpoint``: this is the
+        one commit, with its fields in one value (see CommitRequest)."""
         ...
 
     def get_checkpoint(self, run_id: str, version: int, branch_id: str = ...) -> Checkpoint:
@@ -186,11 +197,24 @@ class ClaimStore(Protocol):
         """The newest fencing token handed out (tokens only grow)."""
         ...
 
-    def set_attempt_status(self, run_id: str, attempt_id: str, status: str, *,
+    def set_attempt_status(self, run_id: str, attempt_id: str, status: AttemptStatus | str, *,
                            error_class: str | None = ..., message: str | None = ...,
-                           only_if: Iterable[str] | None = ...) -> bool:
+                           only_if: Iterable[AttemptStatus | str] | None = ...) -> bool:
         """Set an attempt's status (and end time, unless it is still in flight); with
-        ``only_if``, only from one of those statuses. Returns whether a row changed."""
+        ``only_if``, only from one of those statuses. Returns whether a row changed.
+        ValueError for a status that is not an AttemptStatus. (Recovery's quarantine uses
+        it; an attempt's own ending is ``end_attempt``.)"""
+        ...
+
+    def end_attempt(self, claim: Claim, end: AttemptEnd) -> bool:
+        """End an attempt that did not commit, all in ONE transaction or not at all: the
+        attempt row gets ``end.status`` (with error class, message and end time), the unit's
+        lease is released if it still carries ``claim.fencing_token``, the unit's runtime
+        status is set (``end.unit_status``, with its event), ``end.usage`` is added to the
+        used counters (never enforced) and ``end.events`` are appended (after the status's
+        event). With ``end.only_if`` and the attempt in none of those statuses, nothing at
+        all is written: False. Else True. StorageError for a status that does not end an
+        attempt (``claimed``, ``committed``). A crash at any point leaves all or nothing."""
         ...
 
     def attempts(self, run_id: str, unit: str | None = ...) -> list[Attempt]:
@@ -206,7 +230,8 @@ class ClaimStore(Protocol):
         """One attempt, or None."""
         ...
 
-    def set_unit_status(self, run_id: str, branch_id: str, unit: str, status: str, reason: str,
+    def set_unit_status(self, run_id: str, branch_id: str, unit: str,
+                        status: UnitStatusKind | str, reason: str,
                         details: Mapping[str, Any] | None = ..., *, event_kind: str | None = ...,
                         attempt_id: str | None = ...) -> None:
         """Record a runtime status (blocked, failed, …) and its event (``unit.<status>``

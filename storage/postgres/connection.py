@@ -252,6 +252,11 @@ class PostgresBase:
         self._tx.conn = conn
         try:
             try:
+                blobs = getattr(self._tx, "pending", None)
+                if blobs:  # a commit's files (PostgresStore.commit), in its transaction
+                    self._tx.pending = None
+                    conn.executemany("INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) "
+                                     "ON CONFLICT (sha256) DO NOTHING", blobs)
                 yield PgDb(conn)
             except psycopg.Error as exc:
                 _rollback(raw)

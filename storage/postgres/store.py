@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +22,9 @@ import psycopg
 from keepstep.storage.artifacts import ArtifactStore
 from keepstep.storage.errors import StorageError
 from keepstep.storage.hashing import file_sha256
-from keepstep.storage.models import ArtifactEntry, Claim
+from keepstep.storage.models import ArtifactEntry, Claim, CommitRequest
 from keepstep.storage.permissions import SEALED_MODE, make_private_dir, open_private
-from keepstep.storage.postgres.connection import PgConn, PostgresBase, storage_error
+from keepstep.storage.postgres.connection import PostgresBase, storage_error
 from keepstep.storage.postgres.database import (
     check_schema,
     connect_once,
@@ -97,20 +97,16 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
             rows[entry.sha256] = (entry.sha256, len(data), data)
         return list(rows.values())
 
-    def _insert_blobs(self, conn: PgConn, rows: list[tuple[str, int, bytes]]) -> None:
-        if rows:
-            conn.executemany("INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) "
-                             "ON CONFLICT (sha256) DO NOTHING", rows)
-
-    def commit_checkpoint(self, run_id: str, branch_id: str, expected_version: int,
-                          delta: Mapping[str, Any], manifest: Iterable[ArtifactEntry] = (),
-                          fencing_token: int | None = None, **kwargs: Any) -> int:
-        manifest = list(manifest)
-        blobs = self._blob_rows(manifest)  # read before taking the writers' lock
-        with self._write() as db:
-            self._insert_blobs(db.conn, blobs)
-            version: int = super().commit_checkpoint(run_id, branch_id, expected_version,
-                                                     delta, manifest, fencing_token, **kwargs)
+    def commit(self, request: CommitRequest) -> int:
+        """The one commit (see CheckpointStore.commit), with the committed files' bytes
+        stored as blobs in the same transaction: all of it lands, or none."""
+        # Read before taking the writers' lock; the commit's own transaction inserts them
+        # first (see PostgresBase._write), so its crash points keep their meaning.
+        self._tx.pending = self._blob_rows(request.manifest)
+        try:
+            version: int = super().commit(request)
+        finally:
+            self._tx.pending = None
         return version
 
     def claim(self, run_id: str, branch_id: str, unit: str, *, expected_version: int,

@@ -15,7 +15,7 @@ from keepstep.storage.hashing import (
     state_hash_of,
     state_hash_update,
 )
-from keepstep.storage.models import ArtifactEntry, Checkpoint, EventIn, Head
+from keepstep.storage.models import ArtifactEntry, Checkpoint, CommitRequest, EventIn, Head
 from keepstep.storage.sqlite.calls import add_usage_in
 from keepstep.storage.sqlite.chain import (
     ChainChecks,
@@ -185,7 +185,20 @@ class Checkpoints(ChainChecks):
         current: Mapping[str, str | None] | None = None,
         usage: Mapping[str, float] | None = None,
     ) -> int:
-        manifest = list(manifest)
+        return self.commit(CommitRequest(
+            run_id=run_id, branch_id=branch_id, expected_version=expected_version,
+            delta=delta, kind=kind, manifest=tuple(manifest), unit=unit,
+            attempt_id=attempt_id, fencing_token=fencing_token, current=current or {},
+            events=tuple(events), clear_unit_status=tuple(clear_unit_status),
+            usage=usage or {}))
+
+    def commit(self, request: CommitRequest) -> int:
+        run_id, branch_id = request.run_id, request.branch_id
+        expected_version, delta = request.expected_version, request.delta
+        fencing_token, kind, unit = request.fencing_token, request.kind, request.unit
+        attempt_id, events, current = request.attempt_id, request.events, request.current
+        usage, clear_unit_status = request.usage, request.clear_unit_status
+        manifest = list(request.manifest)
         ts = iso(self.now())
         # Each delta value is encoded once: the same strings feed the materialised state,
         # the state hash, the stored delta and the checkpoint hash.

@@ -8,12 +8,31 @@ from typing import Any
 
 from sqlite_utils import Database
 
-from keepstep.storage.errors import CheckpointConflict, LeaseHeld, NotFound, StaleFencingToken
+from keepstep.storage.errors import (
+    CheckpointConflict,
+    LeaseHeld,
+    NotFound,
+    StaleFencingToken,
+    StorageError,
+)
 from keepstep.storage.faults import crash_point
 from keepstep.storage.hashing import canonical_json
-from keepstep.storage.models import Attempt, Claim, EventIn, Lease, UnitStatus
+from keepstep.storage.models import (
+    Attempt,
+    AttemptEnd,
+    AttemptStatus,
+    Claim,
+    EventIn,
+    Lease,
+    UnitStatus,
+    UnitStatusChange,
+    UnitStatusKind,
+)
 from keepstep.storage.sqlite.connection import SQLiteBase, iso
+from keepstep.storage.sqlite.calls import add_usage_in
 from keepstep.storage.sqlite.events import insert_events
+
+_ENDINGS = frozenset(AttemptStatus) - {AttemptStatus.claimed, AttemptStatus.committed}
 
 
 class Claims(SQLiteBase):
@@ -107,7 +126,7 @@ class Claims(SQLiteBase):
         )
         db.conn.execute(
             "UPDATE attempts SET status = 'fenced', ended_at = ?, message = ? "
-            "WHERE run_id = ? AND attempt_id = ? AND status IN ('claimed', 'staged')",
+            "WHERE run_id = ? AND attempt_id = ? AND status = 'claimed'",
             [ts, f"lease expired (owner {lease.owner})", run_id, lease.attempt_id],
         )
         insert_events(db.conn, run_id, branch_id, ts, [EventIn(
@@ -209,16 +228,59 @@ class Claims(SQLiteBase):
     ) -> bool:
         """Set an attempt's status; with ``only_if``, only from one of those statuses."""
         ts = iso(self.now())
+        status = AttemptStatus(status)
         sql = ("UPDATE attempts SET status = ?, error_class = COALESCE(?, error_class), "
-               "message = COALESCE(?, message), ended_at = CASE WHEN ? IN ('claimed', 'staged') "
+               "message = COALESCE(?, message), ended_at = CASE WHEN ? = 'claimed' "
                "THEN ended_at ELSE ? END WHERE run_id = ? AND attempt_id = ?")
-        params: list[Any] = [status, error_class, message, status, ts, run_id, attempt_id]
+        params: list[Any] = [status.value, error_class, message, status.value, ts, run_id,
+                             attempt_id]
         if only_if is not None:
             only = list(only_if)
             sql += f" AND status IN ({', '.join('?' * len(only))})"
-            params.extend(only)
+            params.extend(AttemptStatus(o).value for o in only)
         with self._write() as db:
             return db.conn.execute(sql, params).rowcount > 0
+
+    def end_attempt(self, claim: Claim, end: AttemptEnd) -> bool:
+        """End an attempt that did not commit, in one ``BEGIN IMMEDIATE``: its status, its
+        lease released by the claim's token, the unit's runtime status and its event, the
+        events, the usage. With ``end.only_if`` refused, nothing is written (False)."""
+        status = AttemptStatus(end.status)
+        if status not in _ENDINGS:
+            raise StorageError(f"{status.value!r} does not end an attempt",
+                               hint="a commit ends its attempt as committed itself")
+        ts = iso(self.now())
+        run_id, branch_id, unit = claim.run_id, claim.branch_id, claim.unit
+        sql = ("UPDATE attempts SET status = ?, error_class = COALESCE(?, error_class), "
+               "message = COALESCE(?, message), ended_at = ? WHERE run_id = ? AND attempt_id = ?")
+        params: list[Any] = [status.value, end.error_class, end.message, ts, run_id,
+                             claim.attempt_id]
+        if end.only_if is not None:
+            only = [AttemptStatus(o).value for o in end.only_if]
+            sql += f" AND status IN ({', '.join('?' * len(only))})"
+            params.extend(only)
+        crash_point("end_attempt.before_begin")
+        with self._write() as db:
+            conn = db.conn
+            if conn.execute(sql, params).rowcount == 0 and end.only_if is not None:
+                return False
+            crash_point("end_attempt.after_attempt")
+            conn.execute("DELETE FROM leases WHERE run_id = ? AND branch_id = ? AND unit = ? "
+                         "AND fencing_token = ?", [run_id, branch_id, unit, claim.fencing_token])
+            crash_point("end_attempt.after_lease")
+            events = list(end.events)
+            if end.unit_status is not None:
+                events.insert(0, _write_unit_status(conn, run_id, branch_id, unit,
+                                                    end.unit_status, claim.attempt_id, ts))
+                crash_point("end_attempt.after_unit_status")
+            if end.usage:
+                add_usage_in(conn, run_id, branch_id, end.usage, enforce=False)
+                crash_point("end_attempt.after_usage")
+            if events:
+                insert_events(conn, run_id, branch_id, ts, events)
+            crash_point("end_attempt.before_commit")
+        crash_point("end_attempt.after_commit")
+        return True
 
     def attempts(self, run_id: str, unit: str | None = None) -> list[Attempt]:
         sql, params = "SELECT * FROM attempts WHERE run_id = ?", [run_id]
@@ -251,18 +313,11 @@ class Claims(SQLiteBase):
         attempt_id: str | None = None,
     ) -> None:
         ts = iso(self.now())
+        change = UnitStatusChange(UnitStatusKind(status), reason, dict(details or {}),
+                                  event_kind)
         with self._write() as db:
-            db.conn.execute(
-                "INSERT INTO unit_status (run_id, branch_id, unit, status, reason, details, "
-                "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, branch_id, unit) "
-                "DO UPDATE SET status = excluded.status, reason = excluded.reason, "
-                "details = excluded.details, updated_at = excluded.updated_at",
-                [run_id, branch_id, unit, status, reason, canonical_json(dict(details or {})), ts],
-            )
-            insert_events(db.conn, run_id, branch_id, ts, [EventIn(
-                kind=event_kind or f"unit.{status}", unit=unit, attempt_id=attempt_id,
-                payload={"reason": reason, **dict(details or {})},
-            )])
+            event = _write_unit_status(db.conn, run_id, branch_id, unit, change, attempt_id, ts)
+            insert_events(db.conn, run_id, branch_id, ts, [event])
 
     def clear_unit_status(self, run_id: str, branch_id: str, unit: str) -> None:
         with self._write() as db:
@@ -281,3 +336,19 @@ class Claims(SQLiteBase):
                                   details=json.loads(r["details"]), updated_at=r["updated_at"])
             for r in rows
         }
+
+
+def _write_unit_status(conn: Any, run_id: str, branch_id: str, unit: str,
+                       change: UnitStatusChange, attempt_id: str | None, ts: str) -> EventIn:
+    """Upsert a unit's runtime status; returns its event (for the caller to append)."""
+    status = UnitStatusKind(change.status).value
+    details = dict(change.details)
+    conn.execute(
+        "INSERT INTO unit_status (run_id, branch_id, unit, status, reason, details, "
+        "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, branch_id, unit) "
+        "DO UPDATE SET status = excluded.status, reason = excluded.reason, "
+        "details = excluded.details, updated_at = excluded.updated_at",
+        [run_id, branch_id, unit, status, change.reason, canonical_json(details), ts],
+    )
+    return EventIn(kind=change.event_kind or f"unit.{status}", unit=unit,
+                   attempt_id=attempt_id, payload={"reason": change.reason, **details})

@@ -1,7 +1,7 @@
 """Fixtures of the Store contract suite: every test here runs once per backend.
 
 A backend adds itself to BACKENDS and must pass tests/store/ unchanged. The PostgreSQL one
-gets a fresh database per test (tests/support/pg_fixtures.py); its runs are marked
+gets an empty database per test (tests/support/pg_fixtures.py); its runs are marked
 ``postgres`` (skipped with a reason locally when no server can be started, failed in CI).
 No SQL and no backend internals in the contract tests.
 """
@@ -17,13 +17,14 @@ from keepstep.storage import SQLiteStore, Store
 from tests.store.contract import RUN, FakeClock
 
 
-def _postgres(root: Path, clock: FakeClock, url: str) -> Store:
+def _postgres(root: Path, clock: FakeClock, url: str | None) -> Store:
     from keepstep.storage.postgres import PostgresStore
 
+    assert url is not None
     return PostgresStore(root, url, clock=clock)
 
 
-BACKENDS: dict[str, Callable[..., Store]] = {
+BACKENDS: dict[str, Callable[[Path, FakeClock, str | None], Store]] = {
     "sqlite": lambda root, clock, url: SQLiteStore(root, clock=clock),
     "postgres": _postgres,
 }
@@ -36,9 +37,21 @@ def clock() -> FakeClock:
 
 @pytest.fixture(params=[pytest.param(name, marks=pytest.mark.postgres)
                         if name == "postgres" else name for name in sorted(BACKENDS)])
-def backend(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Store]:
-    url = request.getfixturevalue("pg_url") if request.param == "postgres" else None
-    store = BACKENDS[request.param](tmp_path / ".keepstep", clock, url)
+def backend_name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def reopen(request: pytest.FixtureRequest, backend_name: str, tmp_path: Path,
+           clock: FakeClock) -> Callable[[], Store]:
+    """A fresh store of the same backend on the same data (as another process opens it)."""
+    url = request.getfixturevalue("pg_url") if backend_name == "postgres" else None
+    return lambda: BACKENDS[backend_name](tmp_path / ".keepstep", clock, url)
+
+
+@pytest.fixture
+def backend(reopen: Callable[[], Store]) -> Iterator[Store]:
+    store = reopen()
     yield store
     store.close()
 
