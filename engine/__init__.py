@@ -203,6 +203,12 @@ if TYPE_CHECKING:
         preview_narrow,
         preview_rerun,
     )
+    from keepstep.engine.run.team import (
+        StoreMove,
+        StoreSummary,
+        move_store,
+        store_summary,
+    )
     from keepstep.engine.run.validation import (
         SOURCE_UNREADABLE,
         ValidationReport,
@@ -362,6 +368,10 @@ _EXPORTS: dict[str, str] = {
     "NotFound": "keepstep.storage",
     "StorageError": "keepstep.storage",
     "file_sha256": "keepstep.storage.hashing",
+    "StoreMove": "keepstep.engine.run.team",
+    "StoreSummary": "keepstep.engine.run.team",
+    "move_store": "keepstep.engine.run.team",
+    "store_summary": "keepstep.engine.run.team",
 }
 __all__ = sorted(_EXPORTS)
 

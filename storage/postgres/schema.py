@@ -278,14 +278,6 @@ CREATE TABLE chain_verified (
     hash {T} NOT NULL,
     PRIMARY KEY (run_id, branch_id)
 );
-CREATE TABLE executors (
-    executor {T} PRIMARY KEY,
-    host {T} NOT NULL,
-    pid BIGINT NOT NULL,
-    run_id {T},
-    started_at DOUBLE PRECISION NOT NULL,
-    heartbeat_at DOUBLE PRECISION NOT NULL
-);
 """
 
 # (name, statements) in order; never edit one that shipped, append a new one.

@@ -11,7 +11,6 @@ after each claim, so the engine reads them where it always does.
 from __future__ import annotations
 
 import os
-import socket
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -172,26 +171,3 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
         """A committed file's bytes by content hash, or None."""
         row = self._q1("SELECT data FROM blobs WHERE sha256 = ?", [sha256])
         return bytes(row["data"]) if row else None
-
-    # -- executors --------------------------------------------------------------
-    def heartbeat(self, executor: str, run_id: str | None) -> None:
-        """Record that ``executor`` (this host, this process) is alive, working ``run_id``."""
-        now = self.now()
-        with self._write(durable=False) as db:
-            db.conn.execute(
-                "INSERT INTO executors (executor, host, pid, run_id, started_at, heartbeat_at) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (executor) DO UPDATE SET "
-                "run_id = excluded.run_id, heartbeat_at = excluded.heartbeat_at",
-                [executor, socket.gethostname(), os.getpid(), run_id, now, now])
-
-    def executors(self, run_id: str | None = None) -> list[dict[str, Any]]:
-        """Executors that reported a heartbeat (for ``run_id``), with their live lease
-        count: executor, host, pid, run_id, started_at, heartbeat_at, leases."""
-        sql = ("SELECT e.executor, e.host, e.pid, e.run_id, e.started_at, e.heartbeat_at, "
-               "(SELECT COUNT(*) FROM leases l WHERE l.owner = e.executor "
-               " AND l.expires_at > ?) AS leases FROM executors e")
-        params: list[Any] = [self.now()]
-        if run_id is not None:
-            sql += " WHERE e.run_id = ?"
-            params.append(run_id)
-        return self._q(sql + " ORDER BY e.heartbeat_at DESC", params)
