@@ -12,6 +12,8 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -31,29 +33,45 @@ def _unavailable(reason: str) -> None:
                 "postgresql to run the tests marked `postgres`")
 
 
+def start_cluster(folder: Path) -> Any:
+    """A throwaway cluster in ``folder`` (a Cluster), or skip/fail saying why."""
+    from tests.support.pg_cluster import Cluster, ClusterUnavailable
+
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder, 0o755)
+    if os.geteuid() == 0:  # the postgres user must reach the cluster folder
+        for parent in folder.parents:
+            if parent == parent.parent:
+                break
+            if not os.stat(parent).st_mode & 0o001:
+                os.chmod(parent, os.stat(parent).st_mode | 0o011)
+    try:
+        cluster = Cluster(folder / "cluster")
+        cluster.start()
+    except (ClusterUnavailable, OSError) as exc:
+        _unavailable(str(exc))
+    return cluster
+
+
 @pytest.fixture(scope="session")
 def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     url = os.environ.get("KEEPSTEP_TEST_PG_URL")
     if url:
         yield url
         return
-    from tests.support.pg_cluster import Cluster, ClusterUnavailable
+    cluster = start_cluster(tmp_path_factory.mktemp("pg"))
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop("immediate")
 
-    folder = tmp_path_factory.mktemp("pg")
-    os.chmod(folder, 0o755)
-    for parent in folder.parents:  # the postgres user must reach the cluster folder
-        if parent == parent.parent:
-            break
-        if os.geteuid() == 0 and not os.stat(parent).st_mode & 0o001:
-            os.chmod(parent, os.stat(parent).st_mode | 0o011)
+
+@pytest.fixture
+def pg_own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A cluster of this test's own (it may be restarted), with a ``keepstep`` database."""
+    cluster = start_cluster(tmp_path_factory.mktemp("pg-own"))
     try:
-        cluster = Cluster(folder / "cluster")
-        url = cluster.start()
-    except (ClusterUnavailable, OSError) as exc:
-        _unavailable(str(exc))
-        return
-    try:
-        yield url
+        yield cluster
     finally:
         cluster.stop("immediate")
 
