@@ -156,7 +156,8 @@ class PostgresBase:
     root: Path
     artifacts: ArtifactStore
     read_only: bool
-    clock: Callable[[], float] | None
+    clock: Callable[[], float]
+    _fixed_clock: Callable[[], float] | None
     where: str  # the URL without its password, for messages
 
     def _init_pool(self, conninfo: str, *, max_size: int, password: str | None) -> None:
@@ -210,7 +211,7 @@ class PostgresBase:
         return rows[0] if rows else None
 
     @contextmanager
-    def _write(self, *, durable: bool = True) -> Iterator[PgDb]:
+    def _write(self, *, durable: bool = True) -> Iterator[Any]:
         """One write transaction holding the store's write lock. A write inside another on
         the same thread joins it (one COMMIT for both).
 
@@ -284,8 +285,8 @@ class PostgresBase:
         clocks differ agree on lease expiry. Read once and then every few seconds; in
         between, the local monotonic clock plus the measured offset (error ≤ half a round
         trip). A clock given to the constructor (tests) replaces it."""
-        if self.clock is not None:
-            return self.clock()
+        if self._fixed_clock is not None:
+            return self._fixed_clock()
         local = time.time()
         with self._clock_lock:
             if self._offset is None or time.monotonic() - self._offset_at > 5.0:

@@ -93,7 +93,7 @@ def migrate(conn: psycopg.Connection[Any], where: str) -> list[str]:
                 if callable(step):
                     step(conn)
                 else:
-                    conn.execute(step)  # type: ignore[arg-type]
+                    conn.execute(step)
                 conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} (name, applied_at) "
                              "VALUES (%s, %s)", [name, time.time()])
                 applied.append(name)

@@ -59,7 +59,8 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
         self.root = Path(root)
         self.url = url
         self.where = redacted(url)
-        self.clock = clock
+        self._fixed_clock = clock
+        self.clock = self.now
         self.read_only = read_only
         self.artifacts = ArtifactStore(self.root / "artifacts", durable=durable_files)
         self._synced: dict[str, int] = {}
