@@ -14,7 +14,6 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 import psycopg
 
