@@ -171,3 +171,12 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
         """A committed file's bytes by content hash, or None."""
         row = self._q1("SELECT data FROM blobs WHERE sha256 = ?", [sha256])
         return bytes(row["data"]) if row else None
+
+    # -- maintenance -------------------------------------------------------------
+    def backup_to(self, target: Path) -> None:
+        """A server's state is backed up with the server's own tools, not file copies."""
+        raise StorageError(
+            f"this project's state is on the PostgreSQL server at {self.where}; `keepstep "
+            "backup` copies only the embedded SQLite file",
+            hint="back it up with `pg_dump -Fc` (docs/team.md), or take a copy home first "
+                 "with `keepstep store migrate --to sqlite`")
