@@ -236,11 +236,10 @@ class PostgresBase:
             except PoolTimeout as exc:
                 raise storage_error(exc, "starting a write transaction", self.where) from exc
             try:
-                raw.execute("BEGIN")
-                raw.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
-                if not durable:
-                    raw.execute("SET LOCAL synchronous_commit = off")
-                raw.execute("SELECT pg_advisory_xact_lock(%s)", [WRITE_LOCK_KEY])
+                # One round trip: the transaction, its settings and the writers' lock.
+                relaxed = "" if durable else " SET LOCAL synchronous_commit = off;"
+                raw.execute(f"BEGIN; SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS};{relaxed} "
+                            f"SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})")
                 break
             except psycopg.Error as exc:
                 cm.__exit__(type(exc), exc, exc.__traceback__)
