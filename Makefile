@@ -36,6 +36,7 @@ typecheck: $(STAMP)
 	for d in app engine storage; do ln -sfn ../../$$d .typecheck/keepstep/$$d; done
 	$(BIN)/python -m mypy --strict -p keepstep.storage
 	$(BIN)/python -m mypy -p keepstep.engine
+	$(BIN)/python -m mypy --strict --follow-imports=silent -p keepstep.engine.run
 
 # keepstep against LangGraph on the ME-042 DAG. LangGraph lives only in $(PEERS), never in
 # keepstep's dependencies; bench/peers.py reads the DAG shape bench/parallel.py dumps.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from keepstep.storage.errors import KeepstepError
+from keepstep.storage.errors import KeepstepError as KeepstepError  # re-exported
 
 
 class ProjectError(KeepstepError):

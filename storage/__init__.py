@@ -36,18 +36,17 @@ _WHERE = {name: module for module, names in _EXPORTS.items() for name in names.s
 
 __all__ = [
     "ApprovalRecord", "ApprovalRefused", "ApprovalStore", "ArtifactEntry", "ArtifactImmutable",
-    "ArtifactProblem", "ArtifactStore", "Attempt", "AttemptEnd", "AttemptStatus", "BackupReport", "Baseline", "Budget",
-    "BudgetLimitReached", "CallStore", "ChainBroken", "ChainProblem", "ChainReport",
-    "Checkpoint", "CheckpointConflict", "CheckpointStore", "Claim", "ClaimStore", "CommitRequest",
-    "CommitOutcomeUnknown", "CorruptDatabase", "CurrentChange", "DatabaseLost", "DiskFull",
-    "EffectRecord", "EffectStore", "Event", "EventIn", "EventStore", "GcItem", "GcReport",
-    "Head", "KeepstepError", "Lease", "LeaseHeld", "ManifestStore", "ModelCall", "NotFound",
-    "OrphanAttempt", "RestoreRefused", "RestoreReport", "SCHEMA_VERSION", "SQLiteStore",
-    "SchemaMigrationFailed", "SchemaNeedsMigration", "SchemaTooNew", "StaleFencingToken",
-    "StorageBusy", "StorageError", "StoragePermissionDenied", "Store", "UnitStatus",
-    "UnitStatusChange", "UnitStatusKind",
-    "UnsafeArtifactName", "backup", "canonical_json", "crash_point", "gc", "restore",
-    "safe_name", "sha256_hex",
+    "ArtifactProblem", "ArtifactStore", "Attempt", "AttemptEnd", "AttemptStatus", "BackupReport",
+    "Baseline", "Budget", "BudgetLimitReached", "CallStore", "ChainBroken", "ChainProblem",
+    "ChainReport", "Checkpoint", "CheckpointConflict", "CheckpointStore", "Claim", "ClaimStore",
+    "CommitOutcomeUnknown", "CommitRequest", "CorruptDatabase", "CurrentChange", "DatabaseLost",
+    "DiskFull", "EffectRecord", "EffectStore", "Event", "EventIn", "EventStore", "GcItem",
+    "GcReport", "Head", "KeepstepError", "Lease", "LeaseHeld", "ManifestStore", "ModelCall",
+    "NotFound", "OrphanAttempt", "RestoreRefused", "RestoreReport", "SCHEMA_VERSION",
+    "SQLiteStore", "SchemaMigrationFailed", "SchemaNeedsMigration", "SchemaTooNew",
+    "StaleFencingToken", "StorageBusy", "StorageError", "StoragePermissionDenied", "Store",
+    "UnitStatus", "UnitStatusChange", "UnitStatusKind", "UnsafeArtifactName", "backup",
+    "canonical_json", "crash_point", "gc", "restore", "safe_name", "sha256_hex"
 ]
 
 

@@ -25,7 +25,7 @@ from keepstep.storage.models import ArtifactEntry, ArtifactProblem
 from keepstep.storage.permissions import (
     DIR_MODE,
     SEALED_MODE,
-    fsync_dir,
+    fsync_dir as fsync_dir,  # re-exported: the file adapter syncs its folder with it
     make_private_dir,
     open_private,
 )

@@ -26,12 +26,8 @@ from keepstep.engine.core.plan import Plan, Unit
 from keepstep.engine.core.state import OutputRef, UnitRecord, UnitState
 from keepstep.engine.core.timefmt import iso_utc
 from keepstep.engine.errors import (
-    AuthError,
-    BudgetExhausted,
     KeepstepError,
     LeaseLost,
-    ModelError,
-    QuotaExhausted,
     ReplayMiss,
     RunCancelled,
     UnitTimedOut,
@@ -39,10 +35,13 @@ from keepstep.engine.errors import (
 from keepstep.engine.files.project import ProjectFiles
 from keepstep.engine.kinds.context import KindOutcome
 from keepstep.engine.kinds.model_step import DEFAULT_REVISE_ROUNDS, CheckedAnswer, StepCall
+from keepstep.engine.run.baseline import PRODUCER_VERSION
 from keepstep.engine.run.call_reuse import ReuseIndex
+from keepstep.engine.run.ending import AttemptOutcome
 from keepstep.storage import (
     ArtifactEntry,
     Claim,
+    Event,
     StaleFencingToken,
     Store,
     crash_point,
@@ -53,17 +52,15 @@ if TYPE_CHECKING:
     from keepstep.engine.run.adapters import EffectAdapter
     from keepstep.engine.run.effects import EffectOutcome
 
-PRODUCER_VERSION = "keepstep-0.1.0"
-
 
 class AttemptResult:
     """What happened to one attempt (returned to the run loop)."""
 
-    def __init__(self, unit: str, attempt_id: str, outcome: str, detail: str = "",
+    def __init__(self, unit: str, attempt_id: str, outcome: AttemptOutcome, detail: str = "",
                  version: int | None = None) -> None:
         self.unit = unit
         self.attempt_id = attempt_id
-        self.outcome = outcome  # committed | blocked | failed | retry | orphaned | cancelled
+        self.outcome = outcome
         self.detail = detail
         self.version = version
 
@@ -125,7 +122,7 @@ class AttemptContext:
         lease_lost: threading.Event,
         deadline: float,
         clock: Callable[[], float],
-        decision_events: Callable[[], list],
+        decision_events: Callable[[], list[Event]],
         adapters: Mapping[str, EffectAdapter] | None = None,
     ) -> None:
         self.store = store
@@ -172,7 +169,7 @@ class AttemptContext:
                 if sid in wanted or (s.group and s.group in groups)]
 
     def source_text(self, source_id: str) -> str:
-        return self.converted_source(source_id).whole_text()
+        return str(self.converted_source(source_id).whole_text())
 
     def converted_source(self, source_id: str) -> Any:
         # The file is hashed again (not the snapshot's sha256 taken on trust): a file edited
@@ -248,7 +245,7 @@ class AttemptContext:
                                 hint="add the template file or fix the unit's template input")
         return path.read_text(encoding="utf-8")
 
-    def decision_events(self) -> list:
+    def decision_events(self) -> list[Event]:
         return self._decision_events()
 
     # -- control ---------------------------------------------------------------
@@ -398,8 +395,8 @@ class AttemptContext:
                              reused=reused_from is not None, artifact=entry.path)
 
     # -- writing -----------------------------------------------------------------
-    def write(self, name: str, data: bytes | str | dict | list, *, media_type: str | None = None,
-              source_ids: list[str] | None = None) -> str:
+    def write(self, name: str, data: bytes | str | dict[str, Any] | list[Any], *,
+              media_type: str | None = None, source_ids: list[str] | None = None) -> str:
         if isinstance(data, (dict, list)):
             blob = (json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
             media_type = media_type or "application/json"
@@ -422,7 +419,9 @@ class Heartbeat(threading.Thread):
     """Renews the lease every ``interval``; sets ``lost`` when the token is stale."""
 
     def __init__(self, store: Store, claim: Claim, *, interval: float, lease_seconds: float,
-                 progress: Callable[[], str], on_event: Callable[[dict], None] | None) -> None:
+                 progress: Callable[[], str],
+                 on_event: Callable[[dict[str, Any]], None] | None,
+                 lost: threading.Event | None = None) -> None:
         super().__init__(daemon=True, name=f"heartbeat-{claim.attempt_id}")
         self.store = store
         self.claim = claim
@@ -430,7 +429,8 @@ class Heartbeat(threading.Thread):
         self.lease_seconds = lease_seconds
         self.progress = progress
         self.on_event = on_event
-        self.lost = threading.Event()
+        # Set when the token is stale; the attempt's context watches the same event.
+        self.lost = lost if lost is not None else threading.Event()
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -508,26 +508,6 @@ def record_diagnosis(ctx: AttemptContext, outcome: KindOutcome) -> dict[str, Any
     ctx.write("problems.json", diagnosis, media_type="application/json")
     diagnosis["file"] = ctx.staged[-1].path
     return diagnosis
-
-
-def blocked_reason(exc: BaseException) -> tuple[str, str, dict[str, Any]]:
-    """(status, reason, details) for an error that needs a person or a decision."""
-    if isinstance(exc, BudgetExhausted):
-        details: dict[str, Any] = {"kind": "budget", "figures": exc.figures}
-        reason = "budget: " + str(exc).split(" — ")[0].split(": ", 1)[-1]
-        command = getattr(exc, "raise_command", None)
-        if command:
-            details["raise"] = command
-            reason += f"; raise with `{command}`"
-        return "blocked", reason, details
-    if isinstance(exc, QuotaExhausted):
-        return "blocked", "provider quota exhausted", {"kind": "quota"}
-    if isinstance(exc, AuthError):
-        return "blocked", "model provider authentication failed: " + str(exc).split("\n")[0], {
-            "kind": "auth"}
-    if isinstance(exc, ModelError):
-        return "failed", f"{exc.error_class}: {str(exc).splitlines()[0]}", {"kind": exc.error_class}
-    return "failed", str(exc).splitlines()[0], {"kind": "error"}
 
 
 # A pack's data files are read by every model step (its topics go into each extraction

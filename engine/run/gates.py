@@ -228,7 +228,7 @@ def option_estimates(run: RunHandle, gate: Gate, facts: RunFacts) -> list[Approv
     redo = sorted(downstream_of(plan, held) | set(held))
     current = sorted(u for u in plan.unit_map() if facts.is_current(u))
     calls = run.store.calls(run.run_id)
-    per_unit: dict[str, list] = {}
+    per_unit: dict[str, list[Any]] = {}
     for c in calls:
         per_unit.setdefault(c.unit, []).append(c)
     kinds = {u.id: u.kind.value for u in plan.units}

@@ -33,6 +33,7 @@ from keepstep.engine.errors import PlanValidationError
 from keepstep.engine.files.project import STATE_DIR, ProjectFiles, load_project_files
 from keepstep.engine.gateway.call_ledger import StoreCallLedger
 from keepstep.engine.run.baseline import PRODUCER_VERSION, PROMPT_VERSION
+from keepstep.engine.run.pool import WorkerPool
 from keepstep.storage import Event, Head, ModelCall, SQLiteStore
 from keepstep.storage.selection import StoreChoice, choose_store, open_store
 
@@ -87,20 +88,23 @@ class FactsCache:
                 return head.version
             if (self.version is None or head.version <= self.version
                     or head.version - self.version > self.MAX_DELTAS):
-                self._load_all()
-                return self.version  # type: ignore[return-value]
+                return self._reload()
             cps = self.store.list_checkpoints(self.run_id, self.branch_id,
                                               since_version=self.version + 1)
             chained = bool(cps) and cps[0].version == self.version + 1 and \
                 cps[-1].version == head.version and cps[-1].hash == head.hash and \
                 (self.hash is None or cps[0].parent_hash == self.hash)
             if not chained:
-                self._load_all()
-                return self.version  # type: ignore[return-value]
+                return self._reload()
             for cp in cps:
                 self._apply_delta(cp.delta)
             self.version, self.hash = head.version, head.hash
             return head.version
+
+    def _reload(self) -> int:
+        self._load_all()
+        assert self.version is not None  # _load_all set it
+        return self.version
 
     def _load_all(self) -> None:
         head = self.store.get_head(self.run_id, self.branch_id)
@@ -205,6 +209,8 @@ class Workspace:
         self._recorded_plans: dict[tuple[str, str | None, int], Plan] = {}
         self._adapters: tuple[ProjectFiles, dict[str, EffectAdapter]] | None = None
         self._assigned_adapters: dict[str, EffectAdapter] | None = None
+        # The run loop's unit threads, made at the first claim, closed with the project.
+        self._worker_pool: WorkerPool | None = None
         # validate=False opens a project whose plan does not validate yet (listing or
         # approving sources); reload() — which every run, resume and preview goes through —
         # validates.
@@ -265,11 +271,17 @@ class Workspace:
             cached = self._files_fingerprint = (files, files.plan, files.plan.fingerprint())
         return cached[2]
 
+    @property
+    def worker_pool(self) -> WorkerPool:
+        """The threads that run unit attempts (made on first use, closed with the project)."""
+        if self._worker_pool is None:
+            self._worker_pool = WorkerPool()
+        return self._worker_pool
+
     def close(self) -> None:
-        pool = getattr(self, "_worker_pool", None)
-        if pool is not None:  # the run loop's unit threads (engine.run.loop.WorkerPool)
+        pool, self._worker_pool = self._worker_pool, None
+        if pool is not None:
             pool.close()
-            self._worker_pool: Any = None
         self.store.close()
 
     @property

@@ -1,7 +1,7 @@
 """Recovery: audit first, then reconcile, then apply detected changes (DESIGN §6).
 
-Its own states (started, auditing, reconciling, deciding, done, blocked,
-aborted) and its own event kinds (``recovery.*``), so "a unit failed" and
+Its own states (``RecoveryState``: started, auditing, reconciling, deciding, done,
+blocked) and its own event kinds (``recovery.*``), so "a unit failed" and
 "the recovery failed" are never confused. Running it twice is harmless: every
 step is idempotent and the change commit is a compare-and-swap on the head.
 """
@@ -12,6 +12,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +29,15 @@ from keepstep.engine.run.baseline import (
     template_hashes,
     template_layouts,
 )
+from keepstep.engine.run.commit import commit
 from keepstep.engine.run.effects import reconcile
-from keepstep.storage import BudgetLimitReached, CheckpointConflict, EventIn, StorageError
+from keepstep.storage import (
+    AttemptStatus,
+    BudgetLimitReached,
+    CommitRequest,
+    EventIn,
+    StorageError,
+)
 from keepstep.storage.hashing import file_sha256
 
 if TYPE_CHECKING:
@@ -37,8 +45,17 @@ if TYPE_CHECKING:
     from keepstep.engine.run.handle import RunHandle
 
 
+class RecoveryState(StrEnum):
+    started = "started"
+    auditing = "auditing"
+    reconciling = "reconciling"
+    deciding = "deciding"
+    done = "done"
+    blocked = "blocked"
+
+
 class RecoveryReport(BaseModel):
-    state: str = "started"
+    state: RecoveryState = RecoveryState.started
     blocked: bool = False
     reason: str = ""
     fenced: list[str] = Field(default_factory=list)
@@ -78,8 +95,8 @@ def _owner_dead(owner: str) -> bool:
 
 
 # An attempt that ended with no outcome recorded (its executor died or was fenced).
-_ENDED_UNSEEN = ("claimed", "fenced")
-_IN_FLIGHT = ("claimed",)
+_ENDED_UNSEEN = (AttemptStatus.claimed, AttemptStatus.fenced)
+_IN_FLIGHT = (AttemptStatus.claimed,)
 # How often recovery starts its change commit again when another front end moved the head
 # meanwhile; past that it stops (a person looks) instead of looping.
 MAX_CHANGE_RESTARTS = 5
@@ -108,7 +125,7 @@ class Recovery:
                 pass
 
     def _block(self, reason: str, *, failed: bool = True) -> RecoveryReport:
-        self.report.state = "blocked"
+        self.report.state = RecoveryState.blocked
         self.report.blocked = True
         self.report.reason = reason
         self._event("failed" if failed else "blocked", reason=reason)
@@ -140,7 +157,7 @@ class Recovery:
     def execute(self) -> RecoveryReport:
         opened = self._breaker_open()
         if opened:
-            self.report.state = "blocked"
+            self.report.state = RecoveryState.blocked
             self.report.blocked = True
             self.report.reason = opened
             self._event("blocked", reason=opened)
@@ -149,12 +166,12 @@ class Recovery:
         # A resume reads the state from the database, never from a cache of an earlier loop.
         self.run.drop_facts()
         try:
-            self.report.state = "auditing"
+            self.report.state = RecoveryState.auditing
             if not self._audit():
                 return self.report
-            self.report.state = "reconciling"
+            self.report.state = RecoveryState.reconciling
             self._reconcile()
-            self.report.state = "deciding"
+            self.report.state = RecoveryState.deciding
             self._apply_changes()
         except PlanValidationError as exc:
             return self._block(f"the project files do not validate: {exc}")
@@ -170,7 +187,7 @@ class Recovery:
                 return self._block(f"recovery attempts over their limit ({exc.args[0]}); "
                                    "raise it with `keepstep budget raise --recoveries N`",
                                    failed=False)
-        self.report.state = "done"
+        self.report.state = RecoveryState.done
         self.report.duration_s = round(time.monotonic() - self.started, 3)
         self._event("done", **self._metrics())
         return self.report
@@ -251,13 +268,15 @@ class Recovery:
             # re-read the attempt: it may have committed, or been claimed, meanwhile.
             att = store.get_attempt(run.run_id, orphan.attempt_id)
             status = att.status if att is not None else None
-            if status in ("orphaned", "committed") or (status in _IN_FLIGHT and any(
+            settled = (AttemptStatus.orphaned, AttemptStatus.committed)
+            if status in settled or (status in _IN_FLIGHT and any(
                     le.attempt_id == orphan.attempt_id and le.expires_at > store.now()
                     for le in store.leases(run.run_id))):
                 continue
             if status in _ENDED_UNSEEN:
                 if not store.set_attempt_status(
-                        run.run_id, orphan.attempt_id, "orphaned", only_if=_ENDED_UNSEEN,
+                        run.run_id, orphan.attempt_id, AttemptStatus.orphaned,
+                        only_if=_ENDED_UNSEEN,
                         message="files staged but never committed; quarantined"):
                     continue
             elif _sealed(orphan.directory):
@@ -273,20 +292,20 @@ class Recovery:
             self.report.did_work = True
 
     def _apply_changes(self) -> None:
-        for _ in range(MAX_CHANGE_RESTARTS):
-            try:
-                self._apply_changes_once()
-                return
-            except CheckpointConflict:
-                # Another front end committed meanwhile: start again from the newest head.
-                self._event("restarted", reason="the head moved during recovery")
-        raise RecoveryError(
-            f"the head kept moving while recovery committed the detected changes "
-            f"({MAX_CHANGE_RESTARTS} tries)",
-            hint="another keepstep process is committing to this run; let it finish, "
-            "then `keepstep resume`")
+        version = commit(
+            self.store, self._changes_commit, tries=MAX_CHANGE_RESTARTS,
+            # Another front end committed meanwhile: start again from the newest head.
+            on_conflict=lambda: self._event("restarted", reason="the head moved during recovery"),
+            gave_up=lambda: RecoveryError(
+                f"the head kept moving while recovery committed the detected changes "
+                f"({MAX_CHANGE_RESTARTS} tries)",
+                hint="another keepstep process is committing to this run; let it finish, "
+                "then `keepstep resume`"))
+        if version is not None:
+            self.report.commits.append(version)
 
-    def _apply_changes_once(self) -> None:
+    def _changes_commit(self) -> CommitRequest | None:
+        """The commit of the detected changes at the current head (None: no change)."""
         run, store = self.run, self.store
         found = detect(run)
         files, snapshot, templates = found.files, found.snapshot, found.templates
@@ -295,8 +314,9 @@ class Recovery:
         changes = list(found.changes)
         changes += self._artifact_changes()
         if not changes:
-            return
+            return None
         self.report.did_work = True
+        self.report.invalidated = []
         self.report.changes = [f"{c.kind}: {c.detail}" for c in changes]
         records = run.facts_records()
         result = invalidate(files.plan, changes, records,
@@ -349,11 +369,10 @@ class Recovery:
         elif not input_level:
             kind = "repair"  # only lost or changed artifacts: same plan, same inputs
         delta["budget"] = store.get_budget(run.run_id, run.branch_id).used
-        version = store.commit_checkpoint(
-            run.run_id, run.branch_id, head.version, delta, kind=kind, current=current,
-            events=[EventIn(kind=f"decision.{kind.replace('-', '_')}", payload=event_payload)],
-        )
-        self.report.commits.append(version)
+        return CommitRequest(
+            run_id=run.run_id, branch_id=run.branch_id, expected_version=head.version,
+            delta=delta, kind=kind, current=current,
+            events=(EventIn(kind=f"decision.{kind.replace('-', '_')}", payload=event_payload),))
 
     def _artifact_changes(self) -> list[Any]:
         from keepstep.engine.core.changes import artifact_lost
@@ -415,4 +434,4 @@ def recover(run: RunHandle,
     return Recovery(run, on_event).execute()
 
 
-__all__ = ["Recovery", "RecoveryReport", "detect", "recover"]
+__all__ = ["Recovery", "RecoveryReport", "RecoveryState", "detect", "recover"]

@@ -16,7 +16,10 @@ import networkx as nx
 from keepstep.engine.core.changes import Change, ChangeKind
 from keepstep.engine.core.invalidation import InvalidationResult, invalidate
 from keepstep.engine.core.plan import EdgeType
+from keepstep.engine.core.state import UnitState, unit_key
 from keepstep.engine.errors import KeepstepError
+from keepstep.engine.run.commit import commit
+from keepstep.storage import CommitRequest, EventIn
 
 if TYPE_CHECKING:
     from keepstep.engine.core.plan import Plan
@@ -172,15 +175,15 @@ def rerun_unit(run: RunHandle, unit: str, *, who: str = "user", note: str = "") 
     released (its runtime status cleared). Refuses a unit blocked by the budget: that needs
     a budget decision first.
     """
-    from keepstep.engine.core.state import UnitState, unit_key
-    from keepstep.storage import CheckpointConflict, EventIn
-
     check_units(run.plan, [unit])
     status = run.store.unit_statuses(run.run_id, run.branch_id).get(unit)
     if status is not None and status.details.get("kind") == "budget":
         raise KeepstepError(f"{unit} is blocked by the budget",
                             hint="raise the limit with `keepstep budget raise` first")
-    for _ in range(20):
+    affected: list[str] = []
+
+    def build() -> CommitRequest | None:
+        nonlocal affected
         head = run.head()
         records = run.facts_records()
         result = rerun_invalidation(run, unit, who=who, note=note)
@@ -190,23 +193,21 @@ def rerun_unit(run: RunHandle, unit: str, *, who: str = "user", note: str = "") 
         if not affected:
             run.store.append_event(run.run_id, event.kind, branch_id=run.branch_id, unit=unit,
                                    payload=event.payload)
-            break
+            return None
         delta: dict[str, Any] = {
             unit_key(u): records[u].model_copy(update={
                 "state": UnitState.invalidated,
                 "explanations": result.affected[u]}).model_dump(mode="json")
             for u in affected}
         delta["budget"] = run.store.get_budget(run.run_id, run.branch_id).used
-        try:
-            run.store.commit_checkpoint(run.run_id, run.branch_id, head.version, delta,
-                                        kind="takeover", unit=unit, events=[event],
-                                        current=dict.fromkeys(affected))
-            break
-        except CheckpointConflict:
-            continue  # another executor committed meanwhile: recompute from the new head
-    else:
-        raise KeepstepError(f"the run kept moving; {unit} was not marked for a rerun",
-                            hint="stop the running executor, then try again")
+        return CommitRequest(run_id=run.run_id, branch_id=run.branch_id,
+                             expected_version=head.version, delta=delta, kind="takeover",
+                             unit=unit, events=(event,), current=dict.fromkeys(affected))
+
+    # Another executor committed meanwhile: recompute from the new head.
+    commit(run.store, build, tries=20, gave_up=lambda: KeepstepError(
+        f"the run kept moving; {unit} was not marked for a rerun",
+        hint="stop the running executor, then try again"))
     if status is not None:
         run.store.clear_unit_status(run.run_id, run.branch_id, unit)
     return affected

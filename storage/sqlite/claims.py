@@ -28,8 +28,8 @@ from keepstep.storage.models import (
     UnitStatusChange,
     UnitStatusKind,
 )
-from keepstep.storage.sqlite.connection import SQLiteBase, iso
 from keepstep.storage.sqlite.calls import add_usage_in
+from keepstep.storage.sqlite.connection import SQLiteBase, iso
 from keepstep.storage.sqlite.events import insert_events
 
 _ENDINGS = frozenset(AttemptStatus) - {AttemptStatus.claimed, AttemptStatus.committed}

@@ -81,6 +81,7 @@ def install_pause(spec: str, marker: str | None) -> None:
     import keepstep.engine.run.attempt as executor
     import keepstep.engine.run.effects as effects
     import keepstep.engine.run.loop as runner
+    import keepstep.engine.run.runner as unit_runner
     import keepstep.storage.sqlite.checkpoints as sqlite_checkpoints
     import keepstep.storage.sqlite.claims as sqlite_claims
     from keepstep.storage.faults import crash_point
@@ -96,7 +97,7 @@ def install_pause(spec: str, marker: str | None) -> None:
                 os.kill(os.getpid(), signal.SIGSTOP)
         crash_point(name)
 
-    for module in (runner, executor, sqlite_checkpoints, sqlite_claims, effects):
+    for module in (runner, unit_runner, executor, sqlite_checkpoints, sqlite_claims, effects):
         module.crash_point = pausing_crash_point  # type: ignore[attr-defined]
 
 
