@@ -204,9 +204,11 @@ if TYPE_CHECKING:
         preview_rerun,
     )
     from keepstep.engine.run.team import (
+        SourceMismatch,
         StoreMove,
         StoreSummary,
         move_store,
+        source_mismatches,
         store_summary,
     )
     from keepstep.engine.run.validation import (
@@ -371,6 +373,8 @@ _EXPORTS: dict[str, str] = {
     "StoreMove": "keepstep.engine.run.team",
     "StoreSummary": "keepstep.engine.run.team",
     "move_store": "keepstep.engine.run.team",
+    "SourceMismatch": "keepstep.engine.run.team",
+    "source_mismatches": "keepstep.engine.run.team",
     "store_summary": "keepstep.engine.run.team",
 }
 __all__ = sorted(_EXPORTS)

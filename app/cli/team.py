@@ -15,6 +15,7 @@ from keepstep.app.cli.common import (
     JsonOpt,
     QuietOpt,
     RunOpt,
+    UsageProblem,
     add_command,
     check_dir,
     sub_app,
@@ -40,8 +41,26 @@ def worker(root: DirArg = None, run: RunOpt = None, jobs: JobsOpt = None,
     Example:
       KEEPSTEP_STORE_URL=postgresql://keepstep@db.internal/team keepstep worker --run ME-042 -j 4
     """
+    from keepstep.app.cli.common import open_project_dir, run_id_of
     from keepstep.app.cli.runs import _start
+    from keepstep.engine import source_mismatches
 
+    with open_project_dir(root, read_only=True) as project:
+        folder, run_id = project.root, run_id_of(project, run)
+        known = run_id in project.runs()
+    if known:
+        # A host whose sources differ from the approved bytes runs none of the units that
+        # read them, and never records its copy as the team's input change.
+        bad = source_mismatches(folder, run_id)
+        if bad:
+            lines = [f"{m.path} (source {m.source_id}) {m.problem} from the approved sha256 "
+                     f"the run recorded; units that read it: {', '.join(m.units) or 'none'}"
+                     for m in bad]
+            raise UsageProblem(
+                "this host's sources do not match the run's:\n  " + "\n  ".join(lines),
+                "bring the project folder up to date (git pull, or sync it) and start the "
+                "worker again; to record a real source change, use `keepstep resume` where "
+                "the new file was approved")
     _start(root, run, "main", {}, None, quiet, as_json, jobs, create=False)
 
 

@@ -221,10 +221,12 @@ class Workspace:
         self.read_only = read_only
         # The store keepstep.toml's [store] url (or KEEPSTEP_STORE_URL) names; none: SQLite.
         self.store_choice = choose_store(self.files.config.store.url)
-        self.store = open_store(self.root / STATE_DIR, self.store_choice,
-                                clock=None if clock is time.time else clock,
-                                synchronous=synchronous, read_only=read_only,
-                                password=store_password(self.store_choice))
+        # Typed as the SQLite store the engine was written against: the PostgreSQL store has
+        # the same capability classes (storage/postgres), the contract suite holds both.
+        self.store: SQLiteStore = open_store(self.root / STATE_DIR, self.store_choice,
+                                             clock=None if clock is time.time else clock,
+                                             synchronous=synchronous, read_only=read_only,
+                                             password=store_password(self.store_choice))
 
     def _files_signature(self) -> tuple[Any, ...]:
         out: list[tuple[Any, ...]] = []

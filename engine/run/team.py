@@ -70,7 +70,7 @@ def _set_store_url(root: Path, url: str | None) -> None:
         if "store" not in doc:
             doc.add(tomlkit.nl())
             doc["store"] = tomlkit.table()
-        doc["store"]["url"] = url  # type: ignore[index]
+        doc["store"]["url"] = url
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(tomlkit.dumps(doc), encoding="utf-8")
     os.replace(tmp, path)
@@ -139,4 +139,55 @@ def move_store(root: Path, to: str) -> StoreMove:
                      env_note=env_note)
 
 
-__all__ = ["StoreMove", "StoreSummary", "move_store", "store_summary"]
+class SourceMismatch(BaseModel):
+    """An approved source whose bytes on this host differ from what the run recorded."""
+
+    source_id: str
+    path: str
+    units: list[str] = Field(description="units that read it (directly or by its group)")
+    problem: str  # "differs" | "missing"
+
+
+def source_mismatches(root: Path, run_id: str, branch_id: str = "main"
+                      ) -> list[SourceMismatch]:
+    """This host's approved sources against the run's recorded input snapshot (its sha256
+    per source): each one that differs or is missing here, with the units reading it.
+    A worker joins a shared run only when this is empty, so that a host with other bytes
+    neither runs those units nor records its copy as the team's input change."""
+    from keepstep.engine.files.project import load_project_files
+    from keepstep.storage.hashing import file_sha256
+
+    root = Path(root).resolve()
+    files = load_project_files(root, validate=False)
+    choice = choose_store(files.config.store.url)
+    store = open_store(root / STATE_DIR, choice, read_only=choice.url is None,
+                       password=store_password(choice))
+    try:
+        recorded = (store.read_key(run_id, "inputs", branch_id) or {})
+    finally:
+        store.close()
+    hashes: dict[str, str] = recorded.get("sources") or {}
+    groups: dict[str, str] = recorded.get("groups") or {}
+    out: list[SourceMismatch] = []
+    by_id = {s.id: s for s in files.sources.sources}
+    for source_id, sha in sorted(hashes.items()):
+        entry = by_id.get(source_id)
+        path = (root / entry.path) if entry is not None else None
+        if path is None or not path.is_file():
+            problem = "missing"
+        elif file_sha256(str(path)) != sha:
+            problem = "differs"
+        else:
+            continue
+        group = groups.get(source_id)
+        units = [u.id for u in files.plan.units
+                 if source_id in u.input_refs("source")
+                 or (group is not None and group in u.input_refs("group"))]
+        out.append(SourceMismatch(source_id=source_id,
+                                  path=entry.path if entry is not None else "(not listed)",
+                                  units=units, problem=problem))
+    return out
+
+
+__all__ = ["SourceMismatch", "StoreMove", "StoreSummary", "move_store", "source_mismatches",
+           "store_summary"]

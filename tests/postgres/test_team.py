@@ -165,3 +165,32 @@ def test_validate_reaches_the_server_without_writing(tmp_path: Path, pg_server: 
         assert not report.ok and "cannot be reached" in report.problems[0].message
     finally:
         drop_database(pg_server, url)
+
+
+def test_a_host_whose_source_differs_refuses_to_join(tmp_path: Path, pg_url: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Host B's copy of a source differs from the approved bytes the run recorded: its
+    worker refuses, naming the file and the units that read it, and records nothing."""
+    import subprocess
+    import sys
+
+    from tests.support.engine_harness import REPO, worker_env
+
+    monkeypatch.setenv("KEEPSTEP_STORE_URL", pg_url)
+    a, b = two_hosts(tmp_path)
+    with open_project(a) as p:
+        p.start_run(RUN)
+        head = p.get_run(RUN).store.get_head(RUN)
+        source = next(s for s in p.files.sources.sources if s.approved)
+    with (b / source.path).open("a", encoding="utf-8") as f:
+        f.write("\nedited on host B only\n")
+    proc = subprocess.run([sys.executable, "-m", "keepstep.app.cli", "worker", str(b),
+                           "--run", RUN, "-q"], env=worker_env(), cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert source.path in proc.stderr and "differs from the approved sha256" in proc.stderr
+    store = PostgresStore(tmp_path / "observer" / ".keepstep", pg_url, sync=False)
+    try:
+        assert store.get_head(RUN) == head and store.attempts(RUN) == []
+    finally:
+        store.close()
