@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -78,7 +79,13 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
         self._init_pool(url, max_size=pool_size, password=password)
         if sync:
             for run_id in self.runs():
-                self.sync_artifacts(run_id)
+                try:
+                    self.sync_artifacts(run_id)
+                except OSError:
+                    if not read_only:
+                        raise
+                    # A read-only look (status, explain) at a folder this user cannot
+                    # write: the files stay on the server; nothing here needs them.
 
     # -- artifacts any host can read ------------------------------------------
     def _blob_rows(self, manifest: Iterable[ArtifactEntry]) -> list[tuple[str, int, bytes]]:
@@ -96,14 +103,30 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
             rows[entry.sha256] = (entry.sha256, len(data), data)
         return list(rows.values())
 
+    # The committed files' bytes go into ``blobs`` in the commit's own transaction: read
+    # here, before the writers' lock is taken, and inserted first thing by that
+    # transaction (PostgresBase._write), so a commit's crash points keep their meaning.
+    # Both entry points are covered, whichever of the two calls the other.
     def commit(self, request: CommitRequest) -> int:
-        """The one commit (see CheckpointStore.commit), with the committed files' bytes
-        stored as blobs in the same transaction: all of it lands, or none."""
-        # Read before taking the writers' lock; the commit's own transaction inserts them
-        # first (see PostgresBase._write), so its crash points keep their meaning.
-        self._tx.pending = self._blob_rows(request.manifest)
+        """The one commit (see CheckpointStore.commit), its files stored as blobs in the
+        same transaction: all of it lands, or none."""
+        if getattr(self._tx, "pending", None) is None:
+            self._tx.pending = self._blob_rows(request.manifest)
         try:
             version: int = super().commit(request)
+        finally:
+            self._tx.pending = None
+        return version
+
+    def commit_checkpoint(self, run_id: str, branch_id: str, expected_version: int,
+                          delta: Mapping[str, Any], manifest: Iterable[ArtifactEntry] = (),
+                          fencing_token: int | None = None, **kwargs: Any) -> int:
+        manifest = list(manifest)
+        if getattr(self._tx, "pending", None) is None:
+            self._tx.pending = self._blob_rows(manifest)
+        try:
+            version: int = super().commit_checkpoint(run_id, branch_id, expected_version,
+                                                     delta, manifest, fencing_token, **kwargs)
         finally:
             self._tx.pending = None
         return version
