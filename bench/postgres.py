@@ -11,6 +11,12 @@ is keepstep's round trips and locking, not the disk) unless --url names one.
 
     .venv/bin/python bench/postgres.py [--sizes 36,1000] [--url postgresql://…]
 
+With .venv-peers holding langgraph-checkpoint-postgres (see bench/peers_postgres.py), the
+same sizes also run there against LangGraph's PostgresSaver on the same server: a chain of
+trivial nodes, durability="sync", the median gap between node starts; the last column is
+keepstep on PostgreSQL / PostgresSaver (the goal: ≤ 1.5×). LangGraph's node writes no file,
+claims nothing and checks no token, so its figure is a floor rather than the same work.
+
 Not a test: figures vary by machine (and by the load on it); watch the ratio.
 """
 
@@ -52,6 +58,21 @@ def per_unit(store: object, n: int) -> float:
     return (time.perf_counter() - started) / n
 
 
+def peer(python: Path, url: str, n: int) -> float | None:
+    """LangGraph PostgresSaver's ms per node for a chain of n (None without .venv-peers)."""
+    import json
+    import subprocess
+
+    if not python.exists():
+        return None
+    proc = subprocess.run([str(python), str(Path(__file__).with_name("peers_postgres.py")),
+                           url, "--sizes", str(n)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"  (PostgresSaver failed: {proc.stderr.strip()[-300:]})", file=sys.stderr)
+        return None
+    return float(json.loads(proc.stdout.strip().splitlines()[-1])["ms_per_node"])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="36,1000")
@@ -71,8 +92,10 @@ def main() -> int:
 
     from tests.support.pg_fixtures import with_database
 
+    peers = Path(__file__).resolve().parents[1] / ".venv-peers" / "bin" / "python"
     print("bookkeeping per trivial unit (claim + stage + commit), ms/unit")
-    print(f"{'units':>7} {'SQLite':>9} {'PostgreSQL':>11} {'PG/SQLite':>10}")
+    print(f"{'units':>7} {'SQLite':>9} {'PostgreSQL':>11} {'PG/SQLite':>10} "
+          f"{'PostgresSaver':>14} {'PG/Saver':>9}")
     try:
         for n in sizes:
             with tempfile.TemporaryDirectory() as tmp:
@@ -91,8 +114,14 @@ def main() -> int:
                     pg.close()
                 with psycopg.connect(with_database(admin, "postgres"), autocommit=True) as c:
                     c.execute(f"DROP DATABASE {name} WITH (FORCE)")
-            print(f"{n:>7} {t_lite * 1000:>9.2f} {t_pg * 1000:>11.2f} {t_pg / t_lite:>9.2f}x",
-                  flush=True)
+                    c.execute(f"CREATE DATABASE {name}_lg")  # its own: both have checkpoints
+                saver = peer(peers, with_database(admin, f"{name}_lg"), n)
+                with psycopg.connect(with_database(admin, "postgres"), autocommit=True) as c:
+                    c.execute(f"DROP DATABASE {name}_lg WITH (FORCE)")
+            tail = (f" {saver:>14.2f} {t_pg * 1000 / saver:>8.2f}x" if saver
+                    else f" {'(no .venv-peers)':>14}")
+            print(f"{n:>7} {t_lite * 1000:>9.2f} {t_pg * 1000:>11.2f} {t_pg / t_lite:>9.2f}x"
+                  + tail, flush=True)
     finally:
         if cluster is not None:
             cluster.stop("immediate")

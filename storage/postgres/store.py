@@ -21,7 +21,7 @@ import psycopg
 from keepstep.storage.artifacts import ArtifactStore
 from keepstep.storage.errors import StorageError
 from keepstep.storage.hashing import file_sha256
-from keepstep.storage.models import ArtifactEntry, Claim, CommitRequest
+from keepstep.storage.models import ArtifactEntry, Claim, CommitRequest, Head
 from keepstep.storage.permissions import SEALED_MODE, make_private_dir, open_private
 from keepstep.storage.postgres.connection import PostgresBase, storage_error
 from keepstep.storage.postgres.database import (
@@ -64,6 +64,7 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
         self.read_only = read_only
         self.artifacts = ArtifactStore(self.root / "artifacts", durable=durable_files)
         self._synced: dict[str, int] = {}
+        self._seen_heads: dict[tuple[str, str], int] = {}
         self._sync_lock = threading.Lock()
         conn = connect_once(url, password)
         try:
@@ -130,6 +131,21 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
         finally:
             self._tx.pending = None
         return version
+
+    def get_head(self, run_id: str, branch_id: str = "main") -> Head:
+        """The head (see CheckpointStore.get_head). When it moved since this host last
+        looked, the files committed meanwhile (by any host) are fetched first: whatever
+        this host decides from the head — recovery re-hashing current outputs, a unit
+        reading its dependencies — finds them here, never "missing"."""
+        head: Head = super().get_head(run_id, branch_id)
+        if self._seen_heads.get((run_id, branch_id)) != head.version:
+            try:
+                self.sync_artifacts(run_id)
+            except OSError:
+                if not self.read_only:
+                    raise
+            self._seen_heads[(run_id, branch_id)] = head.version
+        return head
 
     def claim(self, run_id: str, branch_id: str, unit: str, *, expected_version: int,
               owner: str, lease_seconds: float) -> Claim:

@@ -194,3 +194,25 @@ def test_a_host_whose_source_differs_refuses_to_join(tmp_path: Path, pg_url: str
         assert store.get_head(RUN) == head and store.attempts(RUN) == []
     finally:
         store.close()
+
+
+def test_a_host_has_the_files_of_every_head_it_reads(tmp_path: Path, pg_url: str) -> None:
+    """Host B is open while host A commits: the next time B reads the head, A's files are
+    already on B (recovery on B re-hashes current outputs; they must not look missing)."""
+    from tests.store.contract import stage
+
+    a = PostgresStore(tmp_path / "a" / ".keepstep", pg_url)
+    b = PostgresStore(tmp_path / "b" / ".keepstep", pg_url)
+    try:
+        a.create_run(RUN, {})
+        assert b.get_head(RUN).version == 0
+        c = a.claim(RUN, "main", "U1", expected_version=0, owner="a", lease_seconds=30)
+        entry = stage(a, c.attempt_id, data=b"from host A")
+        a.commit_checkpoint(RUN, "main", 0, {"unit:U1": {"state": "succeeded"}}, [entry],
+                            c.fencing_token, unit="U1", attempt_id=c.attempt_id)
+        assert not b.artifacts.path_of(entry).exists()
+        assert b.get_head(RUN).version == 1
+        assert b.artifacts.verify(b.manifest(RUN)) == []
+    finally:
+        a.close()
+        b.close()
