@@ -47,6 +47,18 @@ HIDDEN = "rowid"
 _RETURNING = {"events": "seq"}
 
 
+class ConnectionLost(StorageBusy):
+    """The connection dropped inside a write transaction before COMMIT: nothing was written,
+    and the whole operation may run again (PostgresStore retries it on a new connection)."""
+
+
+def _in_transaction_error(exc: BaseException, what: str, where: str) -> StorageError:
+    err = storage_error(exc, what, where)
+    if is_connection_error(exc):
+        return ConnectionLost(err.message, hint=err.hint)
+    return err
+
+
 @functools.lru_cache(maxsize=512)
 def translate(sql: str) -> str:
     """SQLite-flavoured SQL of the shared capability classes -> PostgreSQL (psycopg)."""
@@ -202,7 +214,7 @@ class PostgresBase:
             try:
                 return read(conn)
             except psycopg.Error as exc:
-                raise storage_error(exc, "reading the database", self.where) from exc
+                raise _in_transaction_error(exc, "reading the database", self.where) from exc
         result: list[dict[str, Any]] = self._run(read, "reading the database")
         return result
 
@@ -260,7 +272,8 @@ class PostgresBase:
                 yield PgDb(conn)
             except psycopg.Error as exc:
                 _rollback(raw)
-                raise storage_error(exc, "writing to the database", self.where) from exc
+                raise _in_transaction_error(exc, "writing to the database",
+                                            self.where) from exc
             except BaseException:
                 _rollback(raw)
                 raise

@@ -10,8 +10,10 @@ after each claim, so the engine reads them where it always does.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,12 @@ from keepstep.storage.errors import StorageError
 from keepstep.storage.hashing import file_sha256
 from keepstep.storage.models import ArtifactEntry, Claim, CommitRequest, Head
 from keepstep.storage.permissions import SEALED_MODE, make_private_dir, open_private
-from keepstep.storage.postgres.connection import PostgresBase, storage_error
+from keepstep.storage.postgres.connection import (
+    RECONNECT_SECONDS,
+    ConnectionLost,
+    PostgresBase,
+    storage_error,
+)
 from keepstep.storage.postgres.database import (
     check_schema,
     connect_once,
@@ -219,3 +226,35 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
             "backup` copies only the embedded SQLite file",
             hint="back it up with `pg_dump -Fc` (docs/team.md), or take a copy home first "
                  "with `keepstep store migrate --to sqlite`")
+
+
+# Every Store method that writes. A connection lost inside its transaction (the server
+# restarting, a network blip) wrote nothing, so the whole call runs again on a new
+# connection, for up to RECONNECT_SECONDS; only the outermost call retries.
+WRITES = ("create_run", "commit", "commit_checkpoint", "fork_branch", "claim", "renew_lease",
+          "release_lease", "fence_expired_leases", "fence_lease", "set_attempt_status",
+          "set_unit_status", "clear_unit_status", "end_attempt", "append_event",
+          "strip_event_payloads", "add_usage", "set_budget_limits", "reserve_call",
+          "settle_call", "create_approval_request", "consume_resume_token", "decide_approval",
+          "revoke_approval", "record_effect_intent", "mark_effect", "verify_since_last")
+
+
+def _retrying(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def call(self: PostgresStore, *args: Any, **kwargs: Any) -> Any:
+        if getattr(self._tx, "conn", None) is not None:
+            return fn(self, *args, **kwargs)
+        deadline = time.monotonic() + RECONNECT_SECONDS
+        while True:
+            try:
+                return fn(self, *args, **kwargs)
+            except ConnectionLost:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+    return call
+
+
+for _name in WRITES:
+    if hasattr(PostgresStore, _name):
+        setattr(PostgresStore, _name, _retrying(getattr(PostgresStore, _name)))
