@@ -26,7 +26,7 @@ from keepstep.engine.report.views import (
     current_deliverables,
     effect_rows,
 )
-from keepstep.engine.run.baseline import create_run
+from keepstep.engine.run.baseline import create_run, detect
 from keepstep.engine.run.gates import (
     PendingApproval,
     bound_object,
@@ -35,7 +35,7 @@ from keepstep.engine.run.gates import (
     revoke_choice,
 )
 from keepstep.engine.run.handle import GatewayFactory, RunHandle, Workspace
-from keepstep.engine.run.recovery import RecoveryReport, detect, recover
+from keepstep.engine.run.recovery import RecoveryReport, recover
 from keepstep.storage import ApprovalRecord, Budget, ChainReport, StorageError
 
 if TYPE_CHECKING:
@@ -125,12 +125,6 @@ class Run(RunHandle):
     """One run (and branch) of a project: its actions and the views of it."""
 
     project: Project
-
-    def __init__(self, project: Workspace, run_id: str, branch_id: str = "main") -> None:
-        super().__init__(project, run_id, branch_id)
-        # gate id -> the resume token issued to this object's run loop (or issue_resume_token),
-        # in memory only: the database keeps its sha256, so a face shows it once from here.
-        self.resume_tokens: dict[str, str] = {}
 
     # -- actions ---------------------------------------------------------------
     def run(

@@ -25,9 +25,11 @@ from keepstep.storage.models import ArtifactEntry, ArtifactProblem
 from keepstep.storage.permissions import (
     DIR_MODE,
     SEALED_MODE,
-    fsync_dir as fsync_dir,  # re-exported: the file adapter syncs its folder with it
     make_private_dir,
     open_private,
+)
+from keepstep.storage.permissions import (
+    fsync_dir as fsync_dir,  # re-exported: the file adapter syncs its folder with it
 )
 
 _SAFE_PART = re.compile(r"^[A-Za-z0-9._@+=-]+$")

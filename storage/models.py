@@ -33,6 +33,9 @@ class UnitStatusKind(StrEnum):
 
     blocked = "blocked"
     failed = "failed"
+    # No engine path sets it today (a cancelled attempt leaves its unit without a status);
+    # the views (explain, status) still describe it, and tests build such rows.
+    cancelled = "cancelled"
 
 
 class Head(BaseModel):

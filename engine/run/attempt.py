@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from keepstep.engine.core.inputs import InputSnapshot, SourceEntry
+from keepstep.engine.core.changes import prompt_refs
+from keepstep.engine.core.inputs import InputSnapshot, SourceEntry, header_fields, split_header
 from keepstep.engine.core.plan import Plan, Unit
 from keepstep.engine.core.state import OutputRef, UnitRecord, UnitState
 from keepstep.engine.core.timefmt import iso_utc
@@ -33,10 +34,15 @@ from keepstep.engine.errors import (
     UnitTimedOut,
 )
 from keepstep.engine.files.project import ProjectFiles
+from keepstep.engine.gateway.answers import problem, summary
+from keepstep.engine.gateway.call_ledger import StoreCallLedger, artifact_ref
+from keepstep.engine.gateway.profile import model_profile
+from keepstep.engine.gateway.prompts import load_prompt
 from keepstep.engine.kinds.context import KindOutcome
 from keepstep.engine.kinds.model_step import DEFAULT_REVISE_ROUNDS, CheckedAnswer, StepCall
 from keepstep.engine.run.baseline import PRODUCER_VERSION
 from keepstep.engine.run.call_reuse import ReuseIndex
+from keepstep.engine.run.effects import delivery_key, destination_of, perform_effect
 from keepstep.engine.run.ending import AttemptOutcome
 from keepstep.storage import (
     ArtifactEntry,
@@ -89,7 +95,6 @@ def input_fingerprints(unit: Unit, files: ProjectFiles, snapshot: InputSnapshot,
             out[ref] = versions.get(name, "")
         elif kind == "data":
             out[ref] = templates.get(ref, "")
-    from keepstep.engine.core.changes import prompt_refs
 
     for ref in prompt_refs(unit):
         # The prompt's hash joins the unit's fingerprint: a prompt edit is a typed change.
@@ -190,7 +195,6 @@ class AttemptContext:
                 hint=f"add \"content\" to the edges of {named[0]} in the unit's inputs")
 
     def source_header(self, source_id: str) -> dict[str, str]:
-        from keepstep.engine.core.inputs import header_fields, split_header
 
         entry = self.files.approved_sources().get(source_id)
         if entry is None:
@@ -263,7 +267,6 @@ class AttemptContext:
     # -- external actions ----------------------------------------------------------
     def effect(self, adapter: str, action: str, request: dict[str, Any], *,
                content: str | None = None) -> EffectOutcome:
-        from keepstep.engine.run.effects import delivery_key, destination_of, perform_effect
 
         found = self.adapters.get(adapter)
         if found is None:
@@ -294,14 +297,12 @@ class AttemptContext:
     # -- model calls -------------------------------------------------------------
     def prompt(self, name: str) -> Any:
         if name not in self._prompts:
-            from keepstep.engine.gateway.prompts import load_prompt
 
             self._prompts[name] = load_prompt(name, self.files.root)
         return self._prompts[name]
 
     def model_profile(self) -> Any:
         if self._profile is None:
-            from keepstep.engine.gateway.profile import model_profile
 
             cfg = self.files.config
             self._profile = model_profile(self.model, max_tokens=cfg.max_tokens,
@@ -309,13 +310,12 @@ class AttemptContext:
         return self._profile
 
     def _ledger(self) -> Any:
-        from keepstep.engine.gateway.call_ledger import StoreCallLedger
 
         return StoreCallLedger(self.store, self.run_id, self.branch_id)
 
     def call_model(self, call: StepCall, *, check: Any) -> CheckedAnswer:
-        from keepstep.engine.gateway.answers import problem, summary
-        from keepstep.engine.gateway.call_ledger import artifact_ref
+        # Lazy on purpose (start-up): the client module is loaded by the first model call,
+        # or in the background from the first claim (RunHandle.preload_model_client).
         from keepstep.engine.gateway.client import CallContext, ModelRequest, request_hash
 
         self.safe_point()

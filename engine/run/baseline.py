@@ -10,14 +10,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
+from keepstep.engine.core.changes import detect_changes
 from keepstep.engine.core.inputs import InputSnapshot
+from keepstep.engine.core.templates import layout_hash
 from keepstep.engine.core.timefmt import iso_utc
 from keepstep.engine.files.project import ProjectFiles, snapshot_sources
 from keepstep.storage import ArtifactImmutable, EventIn
 from keepstep.storage.hashing import file_sha256
 
 if TYPE_CHECKING:
-    from keepstep.engine.run.handle import Workspace
+    from keepstep.engine.core.plan import Plan
+    from keepstep.engine.run.handle import RunHandle, Workspace
 
 PRODUCER_VERSION = "keepstep-0.1.0"
 PROMPT_VERSION = "prompts-1"
@@ -34,7 +39,6 @@ def template_hashes(root: Path) -> dict[str, str]:
 def template_layouts(root: Path) -> dict[str, str]:
     """template name -> hash of its layout (sections and placeholders, ``core.templates``):
     what tells a ``template`` edit from a ``presentation`` one."""
-    from keepstep.engine.core.templates import layout_hash
 
     tdir = root / "templates"
     if not tdir.is_dir():
@@ -103,5 +107,45 @@ def create_run(workspace: Workspace, run_id: str, *, branch_id: str = "main") ->
     artifacts.prepare_units(run_id, [u.id for u in files.plan.units])
 
 
-__all__ = ["PRODUCER_VERSION", "PROMPT_VERSION", "create_run", "data_hashes", "inputs_state",
-           "plan_state", "template_hashes", "template_layouts"]
+class Detected(BaseModel):
+    """What differs between the run's recorded baseline and the project files now."""
+
+    model_config = {"arbitrary_types_allowed": True}
+    changes: list[Any]
+    files: Any
+    snapshot: Any
+    templates: dict[str, str]
+    source_groups: dict[str, str]
+
+
+def detect(run: RunHandle, *, sources: Any = None, plan: Plan | None = None) -> Detected:
+    """Re-read the project files, re-hash the sources, and list the typed changes.
+
+    ``sources`` (a SourcesFile) and ``plan`` stand in for sources.toml and plan.toml — a
+    preview of an edit not written yet; nothing is written either way."""
+    # The files as loaded when the project was opened, unless they changed on disk since:
+    # a resume parses plan.toml once, not twice.
+    files = run.project.reload_if_changed()
+    old_plan_info = run.plan_info
+    old_inputs = run.store.read_key(run.run_id, "inputs", run.branch_id) or {}
+    snapshot = snapshot_sources(files.root, sources if sources is not None else files.sources)
+    new_plan = plan if plan is not None else files.plan
+    templates = template_hashes(files.root)
+    changes = detect_changes(
+        old_inputs=old_inputs, new_snapshot=snapshot,
+        old_contract_fields=old_plan_info.get("contract_fields", {}),
+        new_contract=files.contract, old_plan=run.recorded_plan, new_plan=new_plan,
+        old_templates=old_plan_info.get("templates", {}), new_templates=templates,
+        old_versions=run.versions, new_versions=run.project.versions(),
+        source_formats=files.source_formats(),
+        old_layouts=old_plan_info.get("template_layouts"),
+        new_layouts=template_layouts(files.root),
+        old_data=old_plan_info.get("data"), new_data=data_hashes(files.root),
+    )
+    groups = {**old_inputs.get("groups", {}), **snapshot.groups}
+    return Detected(changes=changes, files=files, snapshot=snapshot, templates=templates,
+                    source_groups=groups)
+
+
+__all__ = ["PRODUCER_VERSION", "PROMPT_VERSION", "Detected", "create_run", "data_hashes",
+           "detect", "inputs_state", "plan_state", "template_hashes", "template_layouts"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from keepstep.engine.errors import BudgetDecisionError, BudgetExhausted
+from keepstep.engine.gateway.call_ledger import StoreCallLedger
 from keepstep.storage import Budget, BudgetLimitReached, EventIn
 
 if TYPE_CHECKING:
@@ -17,7 +18,6 @@ KNOWN = ("calls", "tool_calls", "tokens", "cost", "wall_time_s", "retries", "rec
 def charge_retry(run: RunHandle, unit: str) -> BudgetExhausted | None:
     """Charge one unit retry to the ``retries`` budget; the BudgetExhausted to block the unit
     with when that would pass the limit (nothing is charged then)."""
-    from keepstep.engine.gateway.call_ledger import StoreCallLedger
 
     ledger = StoreCallLedger(run.store, run.run_id, run.branch_id)
     try:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from keepstep.engine.core.inputs import InputSnapshot
-from keepstep.engine.core.plan import Plan, Unit, parse_plan
+from keepstep.engine.core.plan import MODEL_KINDS, Plan, Unit, parse_plan
 from keepstep.engine.core.state import (
     UNIT_PREFIX,
     BudgetFact,
@@ -30,9 +30,11 @@ from keepstep.engine.core.state import (
     records_from_state,
 )
 from keepstep.engine.errors import PlanValidationError
+from keepstep.engine.files.convert import converter_versions
 from keepstep.engine.files.project import STATE_DIR, ProjectFiles, load_project_files
 from keepstep.engine.gateway.call_ledger import StoreCallLedger
-from keepstep.engine.run.baseline import PRODUCER_VERSION, PROMPT_VERSION
+from keepstep.engine.run.baseline import PRODUCER_VERSION, PROMPT_VERSION, create_run
+from keepstep.engine.run.gates import open_gates
 from keepstep.engine.run.pool import WorkerPool
 from keepstep.storage import Event, Head, ModelCall, SQLiteStore
 from keepstep.storage.selection import StoreChoice, choose_store, open_store
@@ -249,6 +251,8 @@ class Workspace:
         signature = self._files_signature()
         files = load_project_files(self.root, validate=validate)
         if validate:
+            # Lazy: validation loads every kind and the model checks; a read-only command
+            # (status, explain) that opens the project never needs them (start-up).
             from keepstep.engine.run.validation import file_problems
 
             # Checked before anything runs: a plan that cannot run spends no model call.
@@ -294,6 +298,7 @@ class Workspace:
         through these, and ``deliver`` units act through them. Assigning a mapping (a test
         harness, an embedding app) replaces them, reloads included.
         """
+        # Lazy: only a project with [adapters] tables or a deliver unit builds adapters.
         from keepstep.engine.run.adapters import adapters_from_config
 
         if self._assigned_adapters is not None:
@@ -315,7 +320,7 @@ class Workspace:
 
     def versions(self) -> dict[str, str]:
         """The code, model, prompt, tool and policy versions a checkpoint records."""
-        from keepstep.engine.files.convert import converter_versions
+        # Lazy (start-up): the prompt files are read only when versions are recorded.
         from keepstep.engine.gateway.prompts import prompt_hashes
 
         cfg = self.files.config
@@ -333,7 +338,6 @@ class Workspace:
 
     def start_run(self, run_id: str, *, branch_id: str = "main") -> RunHandle:
         """Create a run at plan-v1 / in-v1 from the project files as they are now."""
-        from keepstep.engine.run.baseline import create_run
 
         create_run(self, run_id, branch_id=branch_id)
         return self.run_handle(run_id, branch_id)
@@ -350,6 +354,10 @@ class RunHandle:
         self._gateway: ModelGateway | None = None
         self._gateway_lock = threading.Lock()
         self._facts: FactsCache | None = None
+        # gate id -> the resume token issued to this object's run loop (or
+        # issue_resume_token), in memory only: the database keeps its sha256, so a face shows
+        # it once from here.
+        self.resume_tokens: dict[str, str] = {}
 
     def facts_cache(self) -> FactsCache:
         """The in-memory committed facts of this run (refresh it before reading)."""
@@ -383,6 +391,7 @@ class RunHandle:
     def plan(self) -> Plan:
         """The plan the run works to: the recorded plan with a takeover's narrowed scope
         applied (dropped units are not required final; see ``run.takeover.scoped_plan``)."""
+        # Lazy: takeover imports the committer, which imports this module's types.
         from keepstep.engine.run.takeover import scoped_plan
 
         return scoped_plan(self, self.recorded_plan)
@@ -437,7 +446,6 @@ class RunHandle:
     def facts(self) -> RunFacts:
         """Everything ``decide`` needs, read in one go. A plain read: it writes nothing
         (gate requests are written by the run loop, ``run.gates.request_gates``)."""
-        from keepstep.engine.run.gates import open_gates
 
         facts = self.live_facts(copy=True)
         facts.gates_open = open_gates(self, facts)
@@ -502,7 +510,6 @@ class RunHandle:
         """Import the model client (litellm: seconds) in a background thread while recovery
         and the first claims run — only when the run has model units left to do and no
         injected gateway. Returns the thread, or None when there is nothing to preload."""
-        from keepstep.engine.core.plan import MODEL_KINDS
 
         if self.project.gateway_factory is not None:
             return None
@@ -519,6 +526,7 @@ class RunHandle:
                          if u.id in model_units})
 
         def load() -> None:
+            # Lazy on purpose: this is the background import of litellm (start-up).
             from keepstep.engine.gateway import client
 
             try:

@@ -18,20 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
+from keepstep.engine.core.changes import artifact_lost
 from keepstep.engine.core.invalidation import invalidate
 from keepstep.engine.core.state import UnitState, unit_key
 from keepstep.engine.core.timefmt import iso_utc, parse_iso
 from keepstep.engine.errors import KeepstepError, PlanValidationError, RecoveryError
-from keepstep.engine.run.baseline import (
-    data_hashes,
-    inputs_state,
-    plan_state,
-    template_hashes,
-    template_layouts,
-)
+from keepstep.engine.run.baseline import detect, inputs_state, plan_state
 from keepstep.engine.run.commit import commit
 from keepstep.engine.run.effects import reconcile
 from keepstep.storage import (
+    SCHEMA_VERSION,
     AttemptStatus,
     BudgetLimitReached,
     CommitRequest,
@@ -41,7 +37,6 @@ from keepstep.storage import (
 from keepstep.storage.hashing import file_sha256
 
 if TYPE_CHECKING:
-    from keepstep.engine.core.plan import Plan
     from keepstep.engine.run.handle import RunHandle
 
 
@@ -221,7 +216,6 @@ class Recovery:
             return False
         head = self.store.get_head(run.run_id, run.branch_id)
         cp = self.store.get_checkpoint(run.run_id, head.version, run.branch_id)
-        from keepstep.storage import SCHEMA_VERSION
 
         if cp.schema_version > SCHEMA_VERSION:
             self._block(f"checkpoint {cp.version} was written by a newer keepstep (schema "
@@ -375,52 +369,8 @@ class Recovery:
             events=(EventIn(kind=f"decision.{kind.replace('-', '_')}", payload=event_payload),))
 
     def _artifact_changes(self) -> list[Any]:
-        from keepstep.engine.core.changes import artifact_lost
 
         return [artifact_lost(uid, what) for uid, what in getattr(self, "_lost", [])]
-
-
-class Detected(BaseModel):
-    """What differs between the run's recorded baseline and the project files now."""
-
-    model_config = {"arbitrary_types_allowed": True}
-    changes: list[Any]
-    files: Any
-    snapshot: Any
-    templates: dict[str, str]
-    source_groups: dict[str, str]
-
-
-def detect(run: RunHandle, *, sources: Any = None, plan: Plan | None = None) -> Detected:
-    """Re-read the project files, re-hash the sources, and list the typed changes.
-
-    ``sources`` (a SourcesFile) and ``plan`` stand in for sources.toml and plan.toml — a
-    preview of an edit not written yet; nothing is written either way."""
-    from keepstep.engine.core.changes import detect_changes
-    from keepstep.engine.files.project import snapshot_sources
-
-    # The files as loaded when the project was opened, unless they changed on disk since:
-    # a resume parses plan.toml once, not twice.
-    files = run.project.reload_if_changed()
-    old_plan_info = run.plan_info
-    old_inputs = run.store.read_key(run.run_id, "inputs", run.branch_id) or {}
-    snapshot = snapshot_sources(files.root, sources if sources is not None else files.sources)
-    new_plan = plan if plan is not None else files.plan
-    templates = template_hashes(files.root)
-    changes = detect_changes(
-        old_inputs=old_inputs, new_snapshot=snapshot,
-        old_contract_fields=old_plan_info.get("contract_fields", {}),
-        new_contract=files.contract, old_plan=run.recorded_plan, new_plan=new_plan,
-        old_templates=old_plan_info.get("templates", {}), new_templates=templates,
-        old_versions=run.versions, new_versions=run.project.versions(),
-        source_formats=files.source_formats(),
-        old_layouts=old_plan_info.get("template_layouts"),
-        new_layouts=template_layouts(files.root),
-        old_data=old_plan_info.get("data"), new_data=data_hashes(files.root),
-    )
-    groups = {**old_inputs.get("groups", {}), **snapshot.groups}
-    return Detected(changes=changes, files=files, snapshot=snapshot, templates=templates,
-                    source_groups=groups)
 
 
 def reconcile_effects(run: RunHandle) -> list[str]:
@@ -434,4 +384,4 @@ def recover(run: RunHandle,
     return Recovery(run, on_event).execute()
 
 
-__all__ = ["Recovery", "RecoveryReport", "RecoveryState", "detect", "recover"]
+__all__ = ["Recovery", "RecoveryReport", "RecoveryState", "recover"]

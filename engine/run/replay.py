@@ -11,6 +11,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from keepstep.engine.errors import KeepstepError
+from keepstep.engine.run.loop import RunLoop
+from keepstep.engine.run.recovery import recover
 from keepstep.storage.hashing import sha256_hex
 
 if TYPE_CHECKING:
@@ -43,8 +45,6 @@ def recorded_responses(run: RunHandle) -> dict[str, str]:
 
 
 def replay_run(source: RunHandle, new_run_id: str, **kwargs: Any) -> RunHandle:
-    from keepstep.engine.run.loop import RunLoop
-    from keepstep.engine.run.recovery import recover
 
     responses = recorded_responses(source)
     project = source.project

@@ -19,6 +19,7 @@ from keepstep.engine.core.explain import UnitCost, compact_ids, estimate_costs
 from keepstep.engine.core.invalidation import downstream_of
 from keepstep.engine.core.state import Explanation, UnitRecord, UnitState, records_from_state
 from keepstep.engine.errors import KeepstepError
+from keepstep.engine.run.effects import compensation_preview
 from keepstep.engine.run.takeover import (
     EXPERT_REASON,
     OUT_OF_SCOPE_REASON,
@@ -236,7 +237,6 @@ def preview_branch(run: RunHandle, at: int, name: str) -> TakeoverPreview:
 
 def preview_cancel(run: RunHandle) -> TakeoverPreview:
     """Cancelling: what stops, what stays; nothing is invalidated, deleted or undone."""
-    from keepstep.engine.run.effects import compensation_preview
 
     plan = run.plan
     records = run.facts_records()

@@ -40,8 +40,14 @@ from keepstep.engine.core.presets import (
     document_format,
 )
 from keepstep.engine.core.templates import layout, placeholders, syntax_error
-from keepstep.engine.errors import KeepstepError, PlanValidationError
+from keepstep.engine.errors import KeepstepError, PlanValidationError, ProjectError
+from keepstep.engine.files.project import load_project_files, plan_problems, snapshot_sources
 from keepstep.engine.files.sources import check_sources
+from keepstep.engine.gateway import keys
+from keepstep.engine.gateway.model_check import model_findings
+from keepstep.engine.gateway.prompts import load_prompt
+from keepstep.engine.kinds import expected_outputs
+from keepstep.engine.kinds.render import table_columns
 
 TEMPLATES_DIR, DATA_DIR = "templates", "data"
 SOURCE_UNREADABLE = "source_unreadable"  # a PlanProblem code: an approved source that fails
@@ -141,7 +147,6 @@ def _render_problems(root: Path, plan: Plan, unit: Any) -> list[PlanProblem]:
 
 
 def _columns(text: str) -> list[str]:
-    from keepstep.engine.kinds.render import table_columns
 
     return table_columns(text)
 
@@ -205,8 +210,6 @@ def file_problems(files: Any) -> list[PlanProblem]:
 
 
 def _prompt_problems(root: Path, unit: Any) -> list[PlanProblem]:
-    from keepstep.engine.errors import ProjectError
-    from keepstep.engine.gateway.prompts import load_prompt
 
     try:
         load_prompt(str(unit.params["prompt"]), root)
@@ -220,7 +223,6 @@ def _prompt_problems(root: Path, unit: Any) -> list[PlanProblem]:
 def _provider_problems(config: Any) -> list[PlanProblem]:
     """``[providers.X]`` names that no model of the project uses: a misspelling leaves the
     limits unapplied."""
-    from keepstep.engine.gateway import keys
 
     models = {config.default_model, *config.models.values(), *config.unit_models.values()}
     used = {m.split("/", 1)[0] for m in models if "/" in m}
@@ -243,12 +245,6 @@ def validate_project(root: Path, *, models: bool = True) -> ValidationReport:
 
     Raises (with its own message) only when keepstep.toml, contract.md or sources.toml cannot
     be read at all; plan problems are in the report."""
-    from keepstep.engine.files.project import (
-        load_project_files,
-        plan_problems,
-        snapshot_sources,
-    )
-
     root = Path(root)
     try:
         files = load_project_files(root, validate=False)
@@ -276,6 +272,7 @@ def validate_project(root: Path, *, models: bool = True) -> ValidationReport:
             report.warnings.append(f"(not approved) {c.problem}"
                                    + (f" — {c.hint}" if c.hint else ""))
     # The store: a server is reached and its schema version read, without writing.
+    # Lazy: the handle module loads the run machinery, which a validation needs only here.
     from keepstep.engine.run.handle import store_password
     from keepstep.storage.selection import check_store, choose_store
 
@@ -294,7 +291,6 @@ def validate_project(root: Path, *, models: bool = True) -> ValidationReport:
     report.formats = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     report.ok = not report.problems
     if models:
-        from keepstep.engine.gateway.model_check import model_findings
 
         report.models = [f.model_dump() for f in model_findings(files)]
         report.ok = report.ok and not any(f["level"] == "error" for f in report.models)
@@ -303,7 +299,6 @@ def validate_project(root: Path, *, models: bool = True) -> ValidationReport:
 
 def output_warnings(plan: Plan) -> list[str]:
     """Declared outputs a unit's kind will not write (a likely typo, not an error)."""
-    from keepstep.engine.kinds import expected_outputs
 
     warnings = []
     for unit in plan.units:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any
 
 from keepstep.storage.errors import NotFound
@@ -44,16 +45,34 @@ def object_json(values: Mapping[str, str | None]) -> str:
     ) + "}"
 
 
+def _scalar_json(value: Any) -> str:
+    """canonical_json of one field value (a string, an int or None) without json.dumps's
+    per-call set-up: the same C string encoder ``ensure_ascii=False`` uses."""
+    if value is None:
+        return "null"
+    if type(value) is str:
+        return str(encode_basestring(value))
+    if type(value) is int:
+        return str(value)
+    return canonical_json(value)
+
+
 def checkpoint_hash_encoded(row: Mapping[str, Any], delta_json: str) -> str:
     """checkpoint_hash of ``row`` whose delta is given as its canonical JSON.
 
-    "delta" sorts just before "fencing_token" among the hashed fields, so the delta is
-    spliced in before that key. The key's text cannot occur earlier: inside a JSON
-    string every quote is escaped.
+    The fields are written in canonical_json's (sorted) key order with the delta text in
+    its place: the same bytes canonical_json gives, at a fraction of its cost (a resume
+    hashes every checkpoint committed since the last verified one; tests pin the equality).
     """
-    head = canonical_json({k: row[k] for k in HASHED_FIELDS})
-    at = head.index(',"fencing_token":')
-    return sha256_hex(f'{head[:at]},"delta":{delta_json}{head[at:]}')
+    j = _scalar_json
+    return sha256_hex(
+        f'{{"attempt":{j(row["attempt"])},"branch_id":{j(row["branch_id"])},'
+        f'"created_at":{j(row["created_at"])},"delta":{delta_json},'
+        f'"fencing_token":{j(row["fencing_token"])},"kind":{j(row["kind"])},'
+        f'"parent_branch":{j(row["parent_branch"])},"parent_hash":{j(row["parent_hash"])},'
+        f'"parent_version":{j(row["parent_version"])},"run_id":{j(row["run_id"])},'
+        f'"schema_version":{j(row["schema_version"])},"state_hash":{j(row["state_hash"])},'
+        f'"unit":{j(row["unit"])},"version":{j(row["version"])}}}')
 
 
 def _row_hash_ok(row: Mapping[str, Any]) -> bool:

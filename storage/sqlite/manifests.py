@@ -86,14 +86,24 @@ class Manifests(SQLiteBase):
 
     def manifest(self, run_id: str, *, unit: str | None = None,
                  attempt_id: str | None = None) -> list[ArtifactEntry]:
-        sql, params = "SELECT * FROM artifacts WHERE run_id = ?", [run_id]
+        # The index is named for each filter, and the order is within the filter: ordered by
+        # unit first, SQLite's planner walked the unit index over every row of the run to
+        # find one attempt's rows (0.16 s per call at 20,000 attempts instead of 0.1 ms).
+        params: list[Any] = [run_id]
+        if attempt_id is not None:  # an attempt id names its unit: the primary key serves
+            sql = "SELECT * FROM artifacts WHERE run_id = ? AND attempt_id = ?"
+            params.append(attempt_id)
+            order = " ORDER BY name"
+        elif unit is not None:
+            sql = "SELECT * FROM artifacts INDEXED BY artifacts_unit WHERE run_id = ?"
+            order = " ORDER BY attempt_id, name"
+        else:
+            sql = "SELECT * FROM artifacts WHERE run_id = ?"
+            order = " ORDER BY unit, attempt_id, name"
         if unit is not None:
             sql += " AND unit = ?"
             params.append(unit)
-        if attempt_id is not None:
-            sql += " AND attempt_id = ?"
-            params.append(attempt_id)
-        rows = self._q(sql + " ORDER BY unit, attempt_id, name", params)
+        rows = self._q(sql + order, params)
         return [ArtifactEntry(**{**r, "source_ids": json.loads(r["source_ids"]),
                                  "validators": json.loads(r["validators"])}) for r in rows]
 

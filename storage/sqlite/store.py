@@ -52,11 +52,6 @@ class SQLiteStore(Checkpoints, Claims, Events, Calls, Approvals, Effects, Manife
         self._init_connections(db)
 
     # -- maintenance (SQLite only; not part of the Store interface) -----------------------
-    def integrity_check(self) -> str:
-        """SQLite's ``PRAGMA integrity_check`` answer ("ok" when the file is sound)."""
-        with sqlite_errors("checking the database's integrity", self.db_path):
-            return str(self.db.conn.execute("PRAGMA integrity_check").fetchone()[0])
-
     def backup_to(self, target: Path) -> None:
         """A consistent copy (SQLite's online backup API) into a new 0600 file ``target``."""
         os.close(open_private(target, os.O_WRONLY))
