@@ -219,6 +219,14 @@ if TYPE_CHECKING:
         preview_narrow,
         preview_rerun,
     )
+    from keepstep.engine.run.team import (
+        SourceMismatch,
+        StoreMove,
+        StoreSummary,
+        move_store,
+        source_mismatches,
+        store_summary,
+    )
     from keepstep.engine.run.validation import (
         SOURCE_UNREADABLE,
         ValidationReport,
@@ -386,6 +394,12 @@ _EXPORTS: dict[str, str] = {
     "NotFound": "keepstep.storage",
     "StorageError": "keepstep.storage",
     "file_sha256": "keepstep.storage.hashing",
+    "StoreMove": "keepstep.engine.run.team",
+    "StoreSummary": "keepstep.engine.run.team",
+    "move_store": "keepstep.engine.run.team",
+    "SourceMismatch": "keepstep.engine.run.team",
+    "source_mismatches": "keepstep.engine.run.team",
+    "store_summary": "keepstep.engine.run.team",
 }
 __all__ = sorted(_EXPORTS)
 

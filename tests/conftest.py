@@ -18,6 +18,9 @@ from tests.support.hypothesis_profiles import register as _register_hypothesis  
 
 _register_hypothesis()  # HYPOTHESIS_PROFILE=ci|bench (tests/support/hypothesis_profiles.py)
 
+# PostgreSQL servers and databases for the tests marked `postgres`.
+pytest_plugins = ["tests.support.pg_fixtures"]
+
 
 @pytest.fixture
 def store_root(tmp_path: Path) -> Path:

@@ -55,6 +55,13 @@ def keys_status(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
     if as_json:
         typer.echo(out.to_json([r.model_dump(mode="json") for r in rows]))
         return
+    if project is not None:  # which store the project uses, and its password's source
+        from keepstep.engine import store_summary
+
+        summary = store_summary(check_dir(project))
+        typer.echo(f"store: {summary.where}"
+                   + (f" · password from {summary.password_from}"
+                      if summary.backend != "sqlite" else ""))
     if not rows:
         typer.echo("no provider has a key (environment or OS keyring); the offline model "
                    "local/keepstep-offline needs none")

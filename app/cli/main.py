@@ -42,6 +42,7 @@ from keepstep.app.cli import project as cli_project
 from keepstep.app.cli import records as cli_records
 from keepstep.app.cli import runs as cli_runs
 from keepstep.app.cli import takeover as cli_takeover
+from keepstep.app.cli import team as cli_team
 from keepstep.app.cli.common import (  # re-exported for the command modules and tests
     DEBUG_ENV,
     EXIT_BLOCKED,
@@ -126,7 +127,7 @@ def _register_all(target: typer.Typer) -> None:
     # Each command module stays cheap to import: the engine loads inside the commands.
     for module in (cli_project, cli_runs, cli_records, cli_inspect, cli_takeover,
                    cli_deliverables, cli_maintenance, cli_drill, cli_handover,
-                   cli_conflicts, cli_completion):
+                   cli_conflicts, cli_completion, cli_team):
         module.register(target)
 
 

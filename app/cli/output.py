@@ -250,6 +250,11 @@ def dashboard_text(status: Any, *, project: str = "", phases: Mapping[str, str] 
     lines += ["", "Needs you", *needs_lines(status, sym)]
     lines += ["", "Now", *in_flight_lines(status, now, sym)]
     lines.append(f"  last commit  {_since(status.last_commit_at, now)}")
+    executors = getattr(status, "executors", [])
+    if executors:
+        lines += ["", "Executors"]
+        lines += [f"  {e['host']}  {e['executor']}  leases {e['leases']} ({e['live']} live)  "
+                  f"last heartbeat {e['heartbeat_age_s']:g} s ago" for e in executors]
     lines.append(f"  next   {status.next_action}")
     alerts = [a for a in status.alerts if a.get("kind") not in ("nothing_ready",)]
     if alerts:

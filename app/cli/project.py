@@ -122,8 +122,10 @@ def validate(root: DirArg = None, as_json: JsonOpt = False) -> None:
             raise typer.Exit(EXIT_USAGE)
         return
     report = validate_project(root)
-    plan = [p for p in report.problems if p.code != SOURCE_UNREADABLE]
+    plan = [p for p in report.problems if p.code != SOURCE_UNREADABLE and p.where != "store"]
     sources = [p for p in report.problems if p.code == SOURCE_UNREADABLE]
+    for problem in (p for p in report.problems if p.where == "store"):
+        raise UsageProblem(f"store: {problem.message}", problem.hint)
     for warning in report.warnings:
         typer.echo(f"warning: {warning}")
     for problem in sources:
@@ -141,6 +143,8 @@ def validate(root: DirArg = None, as_json: JsonOpt = False) -> None:
     if errors:
         raise UsageProblem(f"{errors} model problem(s) above",
                            "fix the model names or keys, then validate again (docs/config.md)")
+    if report.store:
+        typer.echo(f"store: {report.store}")
     shown = ", ".join(f"{n} {fmt.upper()}" for fmt, n in report.formats.items())
     typer.echo(f"plan OK: {report.units} units, {report.gates} gates "
                f"({report.sources} approved sources{': ' + shown if shown else ''})")

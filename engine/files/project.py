@@ -17,7 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from keepstep.engine.core.inputs import Contract, InputSnapshot, SourceEntry, source_hashes
 from keepstep.engine.core.plan import Plan, PlanProblem, locate_lines
-from keepstep.engine.errors import ConfigError, PlanValidationError, ProjectError, SourceError
+from keepstep.engine.errors import (
+    ConfigError,
+    KeepstepError,
+    PlanValidationError,
+    ProjectError,
+    SourceError,
+)
 from keepstep.engine.files.confine import project_file, unsafe_file
 from keepstep.engine.files.convert import (
     DEFAULT_MAX_SOURCE_MB,
@@ -162,6 +168,28 @@ class EmailConfig(BaseModel):
         return value
 
 
+class StoreConfig(BaseModel):
+    """``[store]``: where the run state lives (docs/team.md). No url: the embedded SQLite
+    file; ``url = "postgresql://user@host:5432/db"``: a team's PostgreSQL server (the
+    password never here: PGPASSWORD, ~/.pgpass or ``keepstep keys set postgres``).
+    KEEPSTEP_STORE_URL wins over it."""
+
+    model_config = ConfigDict(extra="forbid")
+    url: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _no_password(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from keepstep.storage.selection import check_url
+
+        try:
+            return check_url(value, allow_password=False)
+        except KeepstepError as exc:
+            raise ValueError(exc.message + f" ({exc.hint})") from None
+
+
 AdapterConfig = Annotated[FileDropConfig | WebhookConfig | FolderConfig | EmailConfig,
                           Field(discriminator="type")]
 ADAPTER_TYPES = ("file_drop", "webhook", "folder", "email")
@@ -194,6 +222,7 @@ class ProjectConfig(BaseModel):
     adapters: dict[str, AdapterConfig] = Field(default_factory=dict)
     # Units in flight at once in one executor (``--jobs`` overrides; 1 = one at a time).
     max_parallel: int = Field(default=4, ge=1, le=64)
+    store: StoreConfig = Field(default_factory=StoreConfig)
     providers: dict[str, ProviderLimits] = Field(default_factory=dict)
     # Largest source file accepted (add, validate, run start); also caps what a DOCX or PPTX
     # may expand to when unpacked.

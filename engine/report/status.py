@@ -73,6 +73,9 @@ class RunStatus(BaseModel):
     last_commit_at: str | None = None
     progress_pct: float = 0.0
     models: list[str] = Field(default_factory=list)
+    # Every executor holding a lease on this run (any host): host, lease count, and its
+    # last heartbeat (the newest lease renewal), newest first.
+    executors: list[dict[str, Any]] = Field(default_factory=list)
     view_version: str = VIEW_VERSION
 
     def _repr_html_(self) -> str:  # Jupyter
@@ -84,6 +87,22 @@ class RunStatus(BaseModel):
 # Every read below costs what it returns, not what the run has been through: events by kind
 # come off an index, attempt and commit counts off counters, orphans from the attempts that
 # never committed, the last commit from the head.
+
+
+def executors_of(leases: Any, now: float) -> list[dict[str, Any]]:
+    """Executors by their leases: an executor id is ``host:pid:random``; its heartbeat is
+    its newest lease renewal (the store's clock: on a server, the server's)."""
+    by: dict[str, dict[str, Any]] = {}
+    for lease in leases:
+        e = by.setdefault(lease.owner, {"executor": lease.owner,
+                                        "host": lease.owner.split(":", 1)[0], "leases": 0,
+                                        "live": 0, "heartbeat_at": 0.0})
+        e["leases"] += 1
+        e["live"] += int(lease.expires_at > now)
+        e["heartbeat_at"] = max(e["heartbeat_at"], lease.renewed_at)
+    for e in by.values():
+        e["heartbeat_age_s"] = round(max(0.0, now - e["heartbeat_at"]), 1)
+    return sorted(by.values(), key=lambda e: -e["heartbeat_at"])
 
 
 def _alerts(run: RunHandle, facts: Any, last_commit_ts: float | None,
@@ -211,6 +230,7 @@ def run_status(run: RunHandle) -> RunStatus:
         models=sorted({run.model_for(u) for u in plan.units}) or [
             run.project.files.config.default_model],
     )
+    status.executors = executors_of(facts.leases.values(), facts.now)
     status.needs = needs(status, recovery_stopped=stopped, budget_limits=dict(budget.limits))
     status.next_action = next_action(status, decision)
     if stopped is not None:

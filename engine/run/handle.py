@@ -37,6 +37,7 @@ from keepstep.engine.run.baseline import PRODUCER_VERSION, PROMPT_VERSION, creat
 from keepstep.engine.run.gates import open_gates
 from keepstep.engine.run.pool import WorkerPool
 from keepstep.storage import Event, Head, ModelCall, SQLiteStore
+from keepstep.storage.selection import StoreChoice, choose_store, open_store
 
 if TYPE_CHECKING:
     from keepstep.engine.gateway.client import ModelGateway
@@ -163,6 +164,18 @@ class FactsCache:
             return out
 
 
+def store_password(choice: StoreChoice) -> str | None:
+    """The OS keyring's PostgreSQL password (``keepstep keys set postgres``), unless libpq
+    has its own (PGPASSWORD, a .pgpass file) or the store needs none."""
+    if choice.url is None or os.environ.get("PGPASSWORD"):
+        return None
+    if Path(os.environ.get("PGPASSFILE") or Path.home() / ".pgpass").is_file():
+        return None
+    from keepstep.engine.gateway.keys import get_api_key
+
+    return get_api_key("postgres")
+
+
 def default_executor_id() -> str:
     """``host:pid:random`` — unique per process, readable in a lease row."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
@@ -208,8 +221,14 @@ class Workspace:
         # is opened read-only, nothing is created or migrated, and a write raises
         # StoragePermissionDenied — so a read-only .keepstep can still be inspected.
         self.read_only = read_only
-        self.store = SQLiteStore(self.root / STATE_DIR, clock=clock, synchronous=synchronous,
-                                 read_only=read_only)
+        # The store keepstep.toml's [store] url (or KEEPSTEP_STORE_URL) names; none: SQLite.
+        self.store_choice = choose_store(self.files.config.store.url)
+        # Typed as the SQLite store the engine was written against: the PostgreSQL store has
+        # the same capability classes (storage/postgres), the contract suite holds both.
+        self.store: SQLiteStore = open_store(self.root / STATE_DIR, self.store_choice,
+                                             clock=None if clock is time.time else clock,
+                                             synchronous=synchronous, read_only=read_only,
+                                             password=store_password(self.store_choice))
 
     def _files_signature(self) -> tuple[Any, ...]:
         out: list[tuple[Any, ...]] = []

@@ -75,6 +75,8 @@ class ValidationReport(BaseModel):
     sources: int = Field(default=0, description="approved sources")
     formats: dict[str, int] = Field(default_factory=dict, description="approved, readable "
                                     "sources per format, most first (md, pdf, xlsx, …)")
+    store: str = Field(default="", description="the store the project uses and, for a "
+                       "server, whether it is reachable and its schema version (read only)")
 
 
 def _contract_fields_of(plan: Plan, unit_id: str) -> set[str]:
@@ -290,6 +292,22 @@ def validate_project(root: Path, *, models: bool = True) -> ValidationReport:
         else:
             report.warnings.append(f"(not approved) {c.problem}"
                                    + (f" — {c.hint}" if c.hint else ""))
+    # The store: a server is reached and its schema version read, without writing.
+    # Lazy: the handle module loads the run machinery, which a validation needs only here.
+    from keepstep.engine.run.handle import store_password
+    from keepstep.storage.selection import check_store, choose_store
+
+    try:
+        choice = choose_store(files.config.store.url)
+        found = check_store(choice, store_password(choice))
+        report.store = found.message
+        if not found.ok:
+            report.problems.append(PlanProblem(where="store", field="url",
+                                               message=found.message, hint=found.hint,
+                                               say_field=False))
+    except KeepstepError as exc:  # KEEPSTEP_STORE_URL is not a PostgreSQL URL
+        report.problems.append(PlanProblem(where="store", field="url", message=exc.message,
+                                           hint=exc.hint, say_field=False))
     if not report.problems:  # what the offline model needs of the pack (engine.gateway)
         from keepstep.engine.gateway.offline_needs import offline_needs
 

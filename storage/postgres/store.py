@@ -1,0 +1,260 @@
+"""PostgresStore: the Store on a PostgreSQL server, for several executors on several hosts.
+
+State lives on the server; each host keeps a local folder (``<project>/.keepstep``) where
+its attempts stage files, exactly as with SQLite. A commit writes the committed files'
+bytes into ``blobs`` (by sha256) in the commit's own transaction, so a commit is still all
+or nothing and any host can read every committed artifact: a host materialises the files
+it lacks from the blobs (:meth:`PostgresStore.sync_artifacts`) when it opens the store and
+after each claim, so the engine reads them where it always does.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from keepstep.storage.artifacts import ArtifactStore
+from keepstep.storage.errors import StorageError
+from keepstep.storage.hashing import file_sha256
+from keepstep.storage.models import ArtifactEntry, Claim, CommitRequest, Head
+from keepstep.storage.permissions import SEALED_MODE, make_private_dir, open_private
+from keepstep.storage.postgres.connection import (
+    RECONNECT_SECONDS,
+    ConnectionLost,
+    PostgresBase,
+    storage_error,
+)
+from keepstep.storage.postgres.database import (
+    check_schema,
+    connect_once,
+    migrate,
+    redacted,
+)
+from keepstep.storage.sqlite.approvals import Approvals
+from keepstep.storage.sqlite.calls import Calls
+from keepstep.storage.sqlite.checkpoints import Checkpoints
+from keepstep.storage.sqlite.claims import Claims
+from keepstep.storage.sqlite.effects import Effects
+from keepstep.storage.sqlite.events import Events
+from keepstep.storage.sqlite.manifests import Manifests
+
+# Committed files larger than this are refused at commit (a bytea value is at most 1 GB;
+# artifacts are reports and extracts, far smaller).
+MAX_BLOB_BYTES = 256 * 1024 * 1024
+
+
+class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals, Effects,
+                    Manifests):
+    """The Store on PostgreSQL. ``root`` is this host's local state folder (staging and the
+    artifact cache); ``url`` the server (``postgresql://user@host:5432/db``; the password
+    comes from ``password``, PGPASSWORD or ~/.pgpass, never from keepstep.toml).
+
+    ``clock=None`` uses the database server's clock for leases and timestamps; a clock
+    given here replaces it (tests). ``read_only=True`` neither migrates nor writes.
+    """
+
+    def __init__(self, root: Path, url: str, *, clock: Callable[[], float] | None = None,
+                 read_only: bool = False, password: str | None = None, pool_size: int = 4,
+                 durable_files: bool = True, sync: bool = True) -> None:
+        self.root = Path(root)
+        self.url = url
+        self.where = redacted(url)
+        self._fixed_clock = clock
+        self.clock = self.now
+        self.read_only = read_only
+        self.artifacts = ArtifactStore(self.root / "artifacts", durable=durable_files)
+        self._synced: dict[str, int] = {}
+        self._seen_heads: dict[tuple[str, str], int] = {}
+        self._sync_lock = threading.Lock()
+        conn = connect_once(url, password)
+        try:
+            try:
+                check_schema(conn, self.where, read_only=read_only)
+            except psycopg.Error as exc:
+                raise storage_error(exc, "reading the schema version", self.where) from exc
+            self.migrated = [] if read_only else migrate(conn, self.where)
+        finally:
+            conn.close()
+        if not read_only:
+            make_private_dir(self.root)
+        self._init_pool(url, max_size=pool_size, password=password)
+        if sync:
+            for run_id in self.runs():
+                try:
+                    self.sync_artifacts(run_id)
+                except OSError:
+                    if not read_only:
+                        raise
+                    # A read-only look (status, explain) at a folder this user cannot
+                    # write: the files stay on the server; nothing here needs them.
+
+    # -- artifacts any host can read ------------------------------------------
+    def _blob_rows(self, manifest: Iterable[ArtifactEntry]) -> list[tuple[str, int, bytes]]:
+        rows: dict[str, tuple[str, int, bytes]] = {}
+        for entry in manifest:
+            if entry.sha256 in rows:
+                continue
+            path = self.artifacts.path_of(entry)
+            data = path.read_bytes()
+            if len(data) > MAX_BLOB_BYTES:
+                raise StorageError(
+                    f"{entry.path} is {len(data)} bytes; the PostgreSQL store keeps committed "
+                    f"files up to {MAX_BLOB_BYTES} bytes",
+                    hint="split the output, or use the SQLite store for this project")
+            rows[entry.sha256] = (entry.sha256, len(data), data)
+        return list(rows.values())
+
+    # The committed files' bytes go into ``blobs`` in the commit's own transaction: read
+    # here, before the writers' lock is taken, and inserted first thing by that
+    # transaction (PostgresBase._write), so a commit's crash points keep their meaning.
+    # Both entry points are covered, whichever of the two calls the other.
+    def commit(self, request: CommitRequest) -> int:
+        """The one commit (see CheckpointStore.commit), its files stored as blobs in the
+        same transaction: all of it lands, or none."""
+        if getattr(self._tx, "pending", None) is None:
+            self._tx.pending = self._blob_rows(request.manifest)
+        try:
+            version: int = super().commit(request)
+        finally:
+            self._tx.pending = None
+        return version
+
+    def commit_checkpoint(self, run_id: str, branch_id: str, expected_version: int,
+                          delta: Mapping[str, Any], manifest: Iterable[ArtifactEntry] = (),
+                          fencing_token: int | None = None, **kwargs: Any) -> int:
+        manifest = list(manifest)
+        if getattr(self._tx, "pending", None) is None:
+            self._tx.pending = self._blob_rows(manifest)
+        try:
+            version: int = super().commit_checkpoint(run_id, branch_id, expected_version,
+                                                     delta, manifest, fencing_token, **kwargs)
+        finally:
+            self._tx.pending = None
+        return version
+
+    def get_head(self, run_id: str, branch_id: str = "main") -> Head:
+        """The head (see CheckpointStore.get_head). When it moved since this host last
+        looked, the files committed meanwhile (by any host) are fetched first: whatever
+        this host decides from the head — recovery re-hashing current outputs, a unit
+        reading its dependencies — finds them here, never "missing"."""
+        head: Head = super().get_head(run_id, branch_id)
+        if self._seen_heads.get((run_id, branch_id)) != head.version:
+            try:
+                self.sync_artifacts(run_id)
+            except OSError:
+                if not self.read_only:
+                    raise
+            self._seen_heads[(run_id, branch_id)] = head.version
+        return head
+
+    def claim(self, run_id: str, branch_id: str, unit: str, *, expected_version: int,
+              owner: str, lease_seconds: float) -> Claim:
+        claim: Claim = super().claim(run_id, branch_id, unit, expected_version=expected_version,
+                                     owner=owner, lease_seconds=lease_seconds)
+        # The unit reads what was committed up to its head: make it present on this host.
+        self.sync_artifacts(run_id)
+        return claim
+
+    def sync_artifacts(self, run_id: str) -> int:
+        """Write every committed file of ``run_id`` this host lacks from the blobs (sealed,
+        sha256 checked); returns how many were written. Incremental: each call looks only
+        at manifest rows added since the previous one."""
+        if self.read_only and not self.artifacts.root.is_dir():
+            return 0
+        with self._sync_lock:
+            mark = self._synced.get(run_id, 0)
+            rows = self._q("SELECT rowid AS n, path, sha256 FROM artifacts WHERE run_id = ? "
+                           "AND rowid > ? ORDER BY rowid", [run_id, mark])
+            wanted = [r for r in rows if not (self.artifacts.root / r["path"]).is_file()]
+            written = 0
+            if wanted:
+                for sha, data in self._fetch_blobs({r["sha256"] for r in wanted}).items():
+                    for r in wanted:
+                        if r["sha256"] == sha:
+                            self._materialise(self.artifacts.root / r["path"], data, sha)
+                            written += 1
+            if rows:
+                self._synced[run_id] = max(int(r["n"]) for r in rows if "n" in r)
+            return written
+
+    def _fetch_blobs(self, hashes: set[str]) -> dict[str, bytes]:
+        out: dict[str, bytes] = {}
+        ordered = sorted(hashes)
+        for i in range(0, len(ordered), 200):
+            chunk = ordered[i:i + 200]
+            for r in self._q("SELECT sha256, data FROM blobs WHERE sha256 IN "
+                             f"({', '.join('?' * len(chunk))})", chunk):
+                out[r["sha256"]] = bytes(r["data"])
+        return out
+
+    def _materialise(self, path: Path, data: bytes, sha: str) -> None:
+        from keepstep.storage.hashing import sha256_hex
+
+        if sha256_hex(data) != sha:
+            raise StorageError(f"the stored blob {sha[:12]} does not match its hash",
+                               hint="run `keepstep verify`; restore the database from a backup")
+        if path.is_file() and file_sha256(str(path)) == sha:
+            return
+        make_private_dir(path.parent)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.fetch")
+        fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.chmod(tmp, SEALED_MODE)
+        os.replace(tmp, path)
+
+    def blob(self, sha256: str) -> bytes | None:
+        """A committed file's bytes by content hash, or None."""
+        row = self._q1("SELECT data FROM blobs WHERE sha256 = ?", [sha256])
+        return bytes(row["data"]) if row else None
+
+    # -- maintenance -------------------------------------------------------------
+    def backup_to(self, target: Path) -> None:
+        """A server's state is backed up with the server's own tools, not file copies."""
+        raise StorageError(
+            f"this project's state is on the PostgreSQL server at {self.where}; `keepstep "
+            "backup` copies only the embedded SQLite file",
+            hint="back it up with `pg_dump -Fc` (docs/team.md), or take a copy home first "
+                 "with `keepstep store migrate --to sqlite`")
+
+
+# Every Store method that writes. A connection lost inside its transaction (the server
+# restarting, a network blip) wrote nothing, so the whole call runs again on a new
+# connection, for up to RECONNECT_SECONDS; only the outermost call retries.
+WRITES = ("create_run", "commit", "commit_checkpoint", "fork_branch", "claim", "renew_lease",
+          "release_lease", "fence_expired_leases", "fence_lease", "set_attempt_status",
+          "set_unit_status", "clear_unit_status", "end_attempt", "append_event",
+          "strip_event_payloads", "add_usage", "set_budget_limits", "reserve_call",
+          "settle_call", "create_approval_request", "consume_resume_token", "decide_approval",
+          "revoke_approval", "record_effect_intent", "mark_effect", "verify_since_last")
+
+
+def _retrying(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def call(self: PostgresStore, *args: Any, **kwargs: Any) -> Any:
+        if getattr(self._tx, "conn", None) is not None:
+            return fn(self, *args, **kwargs)
+        deadline = time.monotonic() + RECONNECT_SECONDS
+        while True:
+            try:
+                return fn(self, *args, **kwargs)
+            except ConnectionLost:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+    return call
+
+
+for _name in WRITES:
+    if hasattr(PostgresStore, _name):
+        setattr(PostgresStore, _name, _retrying(getattr(PostgresStore, _name)))
