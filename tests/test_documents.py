@@ -248,6 +248,25 @@ def test_a_correct_calculation_passes_and_a_wrong_one_fails() -> None:
             evaluate(bad)
 
 
+def test_a_calculation_may_convert_periods_read_word_numbers_and_hold_several_parts() -> None:
+    """What a real model needed behind the relay: a monthly price over a year (12 is a free
+    constant), a count a quote writes as a word ("six sites"), and two derived figures in one
+    claim separated by ';' — each part recomputed and each result stated; an operand that is
+    neither cited nor a calendar constant still fails."""
+    quotes = {"P1-e1": "The subscription costs AMC 2,600 per site per month.",
+              "P1-e2": "Harbour runs six sites today."}
+    ids = ["P1-e1", "P1-e2"]
+    text = "Six sites cost AMC 15,600 a month, AMC 187,200 a year."
+    assert figure_problems("c", text, ids, quotes,
+                           "2,600 * 6 = 15,600; 2,600 * 6 * 12 = 187,200") == []
+    half = figure_problems("c", "Six sites cost AMC 15,600 a month, AMC 190,000 a year.", ids,
+                           quotes, "2,600 * 6 = 15,600; 2,600 * 6 * 12")
+    # A calculation with a problem accounts for no figure: both derived figures are named.
+    assert [p.rule for p in half] == ["calculation_result", "cited_figure", "cited_figure"]
+    odd = figure_problems("c", "Nine sites cost AMC 23,400 a month.", ids, quotes, "2,600 * 9")
+    assert [p.rule for p in odd] == ["calculation_operand", "cited_figure"]
+
+
 # --- render: citations, rankings, repetition, provenance ------------------------------------
 def _synthesis_and_ranking(conflicts: list[dict[str, Any]] | None = None
                            ) -> dict[str, dict[str, bytes]]:

@@ -75,3 +75,21 @@ def test_strict_schema_closes_objects_and_makes_optional_fields_nullable() -> No
 def test_shorten_keeps_values_short_and_single_line() -> None:
     assert shorten("a\n\nb") == "a b"
     assert len(shorten("x" * 500)) == 160
+
+
+def test_a_null_in_an_optional_field_takes_its_default() -> None:
+    """The strict schema a model is sent makes every optional field nullable, so a real model
+    sends null for an owner or criteria it was not asked for (seen behind the relay): that is
+    "not given", not a schema violation; a required field that is null still fails."""
+    from keepstep.engine.gateway.answers import validate_answer
+    from keepstep.engine.kinds.synthesize import RankAnswer
+
+    ranked = {"risks": [{"id": "R1", "title": "Vendor failure", "score": 12,
+                         "evidence_ids": ["F1-e2"], "criteria": None, "owner": None,
+                         "mitigation": None, "likelihood": None}],
+              "round": None, "revisions": None}
+    answer, problems = validate_answer(RankAnswer, ranked)
+    assert problems == []
+    assert answer is not None and answer.risks[0].owner == "" and answer.risks[0].criteria == {}
+    _, problems = validate_answer(RankAnswer, {"risks": None})
+    assert [p.rule for p in problems] == ["schema:list_type"]

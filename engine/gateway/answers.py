@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 from collections.abc import Iterable
 from typing import Any
 
@@ -157,7 +158,7 @@ def validate_answer(schema: type[BaseModel], value: Any) -> tuple[BaseModel | No
         return None, [problem("(answer)", "schema:type", "the answer must be a JSON object",
                               value)]
     try:
-        return schema.model_validate(value), []
+        return schema.model_validate(_nulls_as_absent(schema, value)), []
     except ValidationError as exc:
         problems = [problem(_loc(e["loc"]), f"schema:{e['type']}", e["msg"],
                             "" if e["type"] == "missing" else e.get("input", ""))
@@ -216,6 +217,38 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
         return out
 
     return walk(schema)
+
+
+def _nulls_as_absent(schema: type[BaseModel], value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` with a null left out where the field is optional but not nullable: the
+    strict schema a model is sent makes every optional field nullable (``strict_schema``), so
+    a null there means "not given" and takes the field's default. Nested models likewise."""
+    out = dict(value)
+    for name, field in schema.model_fields.items():
+        key = field.alias or name
+        if key not in out:
+            continue
+        item = out[key]
+        nested = _model_of(field.annotation)
+        if item is None and not field.is_required() and not _allows_none(field.annotation):
+            del out[key]
+        elif nested is not None and isinstance(item, dict):
+            out[key] = _nulls_as_absent(nested, item)
+        elif nested is not None and isinstance(item, list):
+            out[key] = [_nulls_as_absent(nested, x) if isinstance(x, dict) else x for x in item]
+    return out
+
+
+def _allows_none(annotation: Any) -> bool:
+    return annotation is None or type(None) in typing.get_args(annotation)
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model a field holds, directly or as a list's items."""
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
 
 
 def _nullable(prop: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,9 @@ support it, contradict it or not address it (an enum), and every claim not suppo
 back to the writer as a named problem to revise.
 
 Callers may rely on: ``calculation_problems`` passing exactly when every operand is a cited
-figure (or 1, 100 or 1000) and the recomputed result is a figure the text states (to the
+figure (a number a cited quote writes in digits or as a word, or one of ``FREE_CONSTANTS``:
+1, 100, 1000 and the calendar's 7, 12, 24, 52, 60, 365) and each recomputed result (several
+calculations separated by ``;``) is a figure the text states (to the
 precision the text writes it, or as a percentage); ``claim_rules`` giving one named problem
 per broken rule, so a revise round can say which claim broke which.
 """
@@ -33,8 +35,15 @@ from keepstep.engine.kinds.model_step import known_ids
 _FIGURE_RE = re.compile(r"(?<![A-Za-z0-9_.,-])\d+(?:[.,]\d+)*%?(?![A-Za-z0-9_-])")
 # Operands of a calculation: a number, optionally with thousands separators and a percent sign.
 _OPERAND_RE = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?%?|\.\d+%?")
-# Constants a calculation may use without citing them (per-cent, per-mille scaling).
-FREE_CONSTANTS = frozenset({1.0, 100.0, 1000.0})
+# Constants a calculation may use without citing them: per-cent and per-mille scaling, and
+# the calendar's conversions (a monthly price over a year, a weekly volume over a year).
+FREE_CONSTANTS = frozenset({1.0, 100.0, 1000.0, 7.0, 12.0, 24.0, 52.0, 60.0, 365.0})
+# Numbers a quote writes as words ("six sites", "a five-year term") are figures it states.
+_WORD_NUMBERS = {w: float(n) for n, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen twenty".split())} | {
+    "thirty": 30.0, "forty": 40.0, "fifty": 50.0, "hundred": 100.0, "dozen": 12.0}
+_WORD_RE = re.compile(r"[a-z]+")
 _OPS: dict[type, Callable[[float, float], float]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
     ast.Div: operator.truediv}
@@ -119,24 +128,36 @@ def states(figure: str, value: float) -> bool:
 
 def calculation_problems(at: str, text: str, calculation: str, ids: list[str],
                          quotes: Mapping[str, str]) -> tuple[list[Problem], set[str]]:
-    """The problems of a claim's calculation, and the figures of ``text`` it accounts for."""
-    expression, _stated = split_calculation(calculation)
-    try:
-        value = evaluate(expression)
-    except CalculationError as exc:
-        return [problem(f"{at}.calculation", "calculation", str(exc), calculation)], set()
-    cited = {figure_value(f) for i in ids for f in figures_of(normalise(quotes.get(i, "")))}
+    """The problems of a claim's calculation, and the figures of ``text`` it accounts for.
+    Several calculations may stand in one, separated by ``;``: each is checked on its own."""
+    cited = set()
+    for i in ids:
+        quote = normalise(quotes.get(i, ""))
+        cited |= {figure_value(f) for f in figures_of(quote)}
+        cited |= {_WORD_NUMBERS[w] for w in _WORD_RE.findall(quote.lower())
+                  if w in _WORD_NUMBERS}
     out: list[Problem] = []
-    for operand in _OPERAND_RE.findall(expression):
-        number = figure_value(operand) if operand[0] != "." else float(operand.rstrip("%"))
-        if number not in cited and number not in FREE_CONSTANTS:
-            out.append(problem(f"{at}.calculation", "calculation_operand",
-                               "the operand is in none of the cited quotes", operand))
-    accounted = {f for f in figures_of(normalise(text)) if states(f, value)}
-    if not accounted:
-        out.append(problem(f"{at}.calculation", "calculation_result",
-                           f"the calculation gives {value:g}, which the text does not state",
-                           calculation))
+    accounted: set[str] = set()
+    for part in (p.strip() for p in calculation.split(";")):
+        if not part:
+            continue
+        expression, _stated = split_calculation(part)
+        try:
+            value = evaluate(expression)
+        except CalculationError as exc:
+            out.append(problem(f"{at}.calculation", "calculation", str(exc), part))
+            continue
+        for operand in _OPERAND_RE.findall(expression):
+            number = figure_value(operand) if operand[0] != "." else float(operand.rstrip("%"))
+            if number not in cited and number not in FREE_CONSTANTS:
+                out.append(problem(f"{at}.calculation", "calculation_operand",
+                                   "the operand is in none of the cited quotes", operand))
+        these = {f for f in figures_of(normalise(text)) if states(f, value)}
+        if not these:
+            out.append(problem(f"{at}.calculation", "calculation_result",
+                               f"the calculation gives {value:g}, which the text does not "
+                               "state", part))
+        accounted |= these
     return out, accounted
 
 

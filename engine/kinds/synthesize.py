@@ -68,8 +68,9 @@ class Claim(BaseModel):
                                     "quote that holds each figure it states)")
     calculation: str | None = Field(default=None, description="for a derived figure (a "
                                     "price, margin, break-even): the arithmetic from figures "
-                                    "of the cited quotes, e.g. \"1200 * (1 - 15%) = 1020\"; "
-                                    "code recomputes it")
+                                    "of the cited quotes, e.g. \"1200 * (1 - 15%) = 1020\" "
+                                    "(numbers only; 12, 52, 365 ... convert periods; several "
+                                    "separated by ';'); code recomputes it")
     confidence: Literal["high", "medium", "low"] | None = Field(
         default=None, description="how firmly the cited evidence carries the claim")
 
