@@ -38,6 +38,7 @@ PALETTE = (
     ("plan", "Plan builder · edit plan.toml (F2: as text)", "p"),
     ("events", "Events · the run's event log", "v"),
     ("effects", "Effects · external actions and their outcomes", "l"),
+    ("conflicts", "Conflicts · disagreements between sources and the value used", "k"),
 )
 
 

@@ -86,8 +86,13 @@ class PlanCache:
             if plan is not None:
                 self._data, self.hit = data, True
                 return plan
+        try:  # a plan from someone else may not be UTF-8: a named error, not a crash
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProjectError(f"{plan_path} is not valid UTF-8 text (byte {exc.start})",
+                               hint="save it as UTF-8, then validate again") from None
         with gc_paused():
-            plan = parse_plan(raw.decode("utf-8"), origin=str(plan_path))
+            plan = parse_plan(text, origin=str(plan_path))
         if len(raw) <= CACHE_MAX_BYTES:
             self._data = {"format": CACHE_FORMAT, "key": self.key, "checks": {},
                           "plan": plan.model_dump(mode="json", by_alias=True,
