@@ -13,13 +13,14 @@ import pytest
 from keepstep.engine.api import open_project
 from keepstep.storage.postgres import PostgresStore
 from tests.support.engine_harness import RUN, finish, make_small_project, start_worker
+from tests.support.fake_provider import running_provider
 
 pytestmark = pytest.mark.postgres
 
 
-def two_hosts(tmp_path: Path) -> tuple[Path, Path]:
+def two_hosts(tmp_path: Path, **project: str) -> tuple[Path, Path]:
     """The small project in two folders: host A starts the run, host B is a checkout."""
-    a = make_small_project(tmp_path / "hostA" / "small", per_group=3)
+    a = make_small_project(tmp_path / "hostA" / "small", per_group=3, **project)
     b = tmp_path / "hostB" / "small"
     shutil.copytree(a, b, ignore=shutil.ignore_patterns(".keepstep"))
     return a, b
@@ -35,12 +36,19 @@ def test_two_hosts_share_one_run(tmp_path: Path, pg_url: str,
     chain verified, both did work, and host B holds every committed file (fetched by
     hash from the server)."""
     monkeypatch.setenv("KEEPSTEP_STORE_URL", pg_url)
-    a, b = two_hosts(tmp_path)
-    with open_project(a) as p:
-        p.start_run(RUN).run(max_units=2)  # intake, so both workers meet ready units
-        assert not (a / ".keepstep" / "state.db").exists()
-    workers = [start_worker(a, executor_id="hostA:1:a"), start_worker(b, executor_id="hostB:2:b")]
-    for r in [finish(w) for w in workers]:
+    # The offline model answers in microseconds: one worker would finish every unit before
+    # the other started. Its answers come from a local provider with a latency per call, so
+    # the two hosts overlap (as in test_engine_executors).
+    with running_provider(latency=0.4, offline=True) as provider:
+        a, b = two_hosts(tmp_path, default_model="openai/fake-model",
+                         api_base=provider.api_base)
+        with open_project(a) as p:
+            p.start_run(RUN).run(max_units=2)  # intake, so both workers meet ready units
+            assert not (a / ".keepstep" / "state.db").exists()
+        workers = [start_worker(a, executor_id="hostA:1:a"),
+                   start_worker(b, executor_id="hostB:2:b")]
+        results = [finish(w) for w in workers]
+    for r in results:
         assert r.returncode == 0, r.stderr[-2000:]
     store = PostgresStore(b / ".keepstep", pg_url)
     try:
