@@ -52,8 +52,10 @@ def install_call_rules(rules: list[dict[str, Any]]) -> None:
         current.unit = ctx.unit
         return complete(self, ctx, request, **estimates)
 
-    def faulty_completion(self: Any) -> Any:
-        fn = completion(self)
+    def faulty_completion(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # Whatever the gateway hands its transport picker (the provider, since the offline
+        # model got its own transport) goes through unchanged.
+        fn = completion(self, *args, **kwargs)
 
         def call(**kwargs: Any) -> Any:
             unit = getattr(current, "unit", None)
