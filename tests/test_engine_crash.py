@@ -24,6 +24,7 @@ from tests.support.engine_harness import (
     run_kill_in_call,
     run_worker,
 )
+from tests.support.fake_provider import running_provider
 
 
 @pytest.fixture
@@ -132,9 +133,20 @@ def test_kill_mid_model_call_redoes_only_the_unit_in_flight(project: Path, point
     assert [c.call_id for c in still] == [c.call_id for c in reserved]
 
 
-def test_kill_during_heartbeat_redoes_only_the_unit_in_flight(project: Path) -> None:
+def test_kill_during_heartbeat_redoes_only_the_unit_in_flight(tmp_path: Path) -> None:
     """SIGKILL from the heartbeat thread while it renews a short lease: resume redoes only
     the unit that held the lease."""
+    # The heartbeat (every 0.1 s here) stops before the commit, and the offline model answers
+    # in microseconds without waiting for litellm's import: no unit would be in flight when
+    # it first beats. The offline answers come from a local provider with a latency per call
+    # instead, so a model unit is still in flight at the first renewal.
+    with running_provider(latency=0.3, offline=True) as provider:
+        project = make_small_project(tmp_path / "small", default_model="openai/fake-model",
+                                     api_base=provider.api_base)
+        _heartbeat_kill_then_resume(project)
+
+
+def _heartbeat_kill_then_resume(project: Path) -> None:
     crashed = run_worker(project, crash_at="heartbeat.renew", lease_seconds=0.3)
     assert crashed.killed, crashed.stderr[-2000:]
     unit = in_flight_unit(crashed)
