@@ -209,10 +209,10 @@ def propose(evidence: Iterable[Mapping[str, Any]],
                              sides=sides))
     paired = {frozenset(s.evidence_id for s in c.sides) for c in out}
     for a, b, qa in _near_pairs(evidence, meta):
-        key = frozenset((a.evidence_id, b.evidence_id))
-        if any(key <= seen for seen in paired) or len(out) >= MAX_CANDIDATES:
+        pair = frozenset((a.evidence_id, b.evidence_id))
+        if any(pair <= seen for seen in paired) or len(out) >= MAX_CANDIDATES:
             continue
-        paired.add(key)
+        paired.add(pair)
         out.append(Candidate(id=f"K{len(out) + 1}", metric=qa.metric, entity=qa.entity,
                              period=qa.period, unit=qa.unit, sides=[a, b]))
     return out

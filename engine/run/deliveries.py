@@ -160,7 +160,7 @@ class EmailAdapter:
 
     def _login_password(self) -> str | None:
         if self._password is not None:
-            return self._password()
+            return str(self._password())
         from keepstep.engine.gateway.keys import get_api_key, missing_key_error
 
         password = get_api_key(self.key_name)
