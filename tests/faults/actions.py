@@ -182,8 +182,14 @@ class Actions:
         write_contract(self.root, contract)
 
     def do_edit_template(self, name: str) -> None:
+        """A typo fixed in a heading: heading wording is the one edit of a template's words
+        that stays a presentation change (a sentence added or changed in its fixed text is
+        a template change, core.templates.layout_hash)."""
         path = self.root / "templates" / f"{name}.md"
-        path.write_text(path.read_text() + "\nTypo fixed: 'recieved' now reads 'received'.\n")
+        text = path.read_text()
+        old, new = "\n## About the model\n", "\n## About the models\n"
+        expect(old in text, f"templates/{name}.md has no heading {old.strip()!r} to edit")
+        path.write_text(text.replace(old, new, 1))
 
     def do_record_output_change(self, unit: str, edge: str) -> None:
         """A person records that ``unit``'s committed output changed in one aspect (content:

@@ -238,10 +238,10 @@ CASES: list[Case] = [
                 Worker(approve=None), do("expect", "blocked:approval"),
                 do("expect_not_run", "U27"), Worker(approve=NEW_AUDIENCE)),
          observe=(DB,), expect="done", reexec=AUDIENCE_REDO, checks=("approval:superseded",)),
-    Case(id="F35", group="changes", what="a typo fixed in the appendix template (wording "
-         "only, a presentation change): only the appendix is redone; the audit, which checks "
-         "its content, is kept", pre=DONE,
-         injection="edit templates/appendix.md",
+    Case(id="F35", group="changes", what="a typo fixed in a heading of the appendix "
+         "template (heading wording only, a presentation change): only the appendix is "
+         "redone; the audit, which checks its content, is kept", pre=DONE,
+         injection="edit a heading of templates/appendix.md",
          steps=(do("edit_template", "appendix"), Worker()), observe=(DB, DISK),
          expect="done", reexec=frozenset({"U34"})),
     Case(id="F36", group="changes", what="U28's claim set changes (content): the report that "
