@@ -17,7 +17,10 @@ from tests.support.engine_harness import RUN, make_small_project
 from tests.support.model_server import running_server
 
 MODEL = "openai/gpt-4o-mini"
-BAD_SYNTHESIS = {"match": {"task": "synthesize"}, "do": "wrong_keys", "times": None}
+# "vary": each wrong answer is laid out differently, like a sampling model's: byte-identical
+# rejected answers would stop U06 after its second attempt as a repeated failure (issue 21).
+BAD_SYNTHESIS = {"match": {"task": "synthesize"}, "do": "wrong_keys", "times": None,
+                 "vary": True}
 
 
 @pytest.fixture(autouse=True)

@@ -25,7 +25,10 @@ how the answer is *written*:
 ``rules`` override the mode for matching requests, like the fault suite's provider: each is
 ``{"match": {<INPUT key>: value, ...}, "do": <how>, "times": n or None}`` where ``how`` is one
 of ``no_json``, ``wrong_keys``, ``cut_off``, ``rate_limited`` or ``slow``; the next ``times``
-matching requests (every one for None) are answered that way.
+matching requests (every one for None) are answered that way. A rule with ``"vary": True``
+makes each of its answers differ from the last (prose gets a remark naming the request's
+number, JSON a layout of its own), like a sampling model's: a unit whose rejected answers
+repeat byte for byte is not retried (issue 21).
 
 Usage is reported like OpenAI (``prompt_tokens`` = ceil(prompt chars / 4), ``completion_tokens``
 likewise), so litellm prices it. ``log`` keeps every request (path, model, messages,
@@ -144,9 +147,11 @@ class ModelServer:
             task = _task_key(messages)
             first_ask = task not in self._seen_tasks
             self._seen_tasks.add(task)
-            ruled = self._rule_for(read_input_block(messages) or {})
-            if ruled is not None:
-                return (429 if ruled == "rate_limited" else 200), ruled, {}
+            rule = take_rule(self.rules, read_input_block(messages) or {})
+            if rule is not None:
+                ruled = str(rule["do"])
+                return (429 if ruled == "rate_limited" else 200), ruled, \
+                    ({"sample": n} if rule.get("vary") else {})
             mode = self.mode
             if mode == "rate_limited" and n == 1 or mode == "mixed" and n == self.rate_limit_at:
                 return 429, "rate_limited", {}
@@ -164,10 +169,6 @@ class ModelServer:
                     return 200, next(self._invalid_styles), {}
                 return 200, next(self._styles), {}
             return 200, "clean", {}
-
-    def _rule_for(self, payload: dict[str, Any]) -> str | None:
-        rule = take_rule(self.rules, payload)
-        return None if rule is None else str(rule["do"])
 
     def requests_for(self, **match: Any) -> list[dict[str, Any]]:
         """Log entries whose INPUT block matches ``match`` (e.g. task="extract")."""
@@ -202,6 +203,16 @@ class ModelServer:
         return text, "stop"
 
 
+def _sampled(content: str, n: int) -> str:
+    """``content`` as the ``n``-th sample of a model: prose gets a different closing remark, a
+    JSON object a different layout (the same keys and values)."""
+    try:
+        value = json.loads(content)
+    except ValueError:
+        return f"{content} (Draft {n}.)"
+    return json.dumps(value, sort_keys=True, indent=n)
+
+
 def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
     class Handler(JsonHandler):
         def do_POST(self) -> None:
@@ -218,7 +229,7 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
             body = self.read_json()
             ollama = self.path.rstrip("/").endswith("/api/chat")
             messages = body.get("messages") or []
-            status, how, _extra = server.decide(messages)
+            status, how, extra = server.decide(messages)
             entry = {"path": self.path, "model": body.get("model"), "messages": messages,
                      "response_format": body.get("response_format"),
                      "format": body.get("format"), "options": body.get("options"),
@@ -239,6 +250,8 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
                 how = "clean"
             try:
                 content, finish = server.content(messages, how)
+                if extra.get("sample"):  # a sampling model's answers differ call to call
+                    content = _sampled(content, int(extra["sample"]))
             except Exception as exc:  # noqa: BLE001 - a prompt the offline model refuses
                 self.send_json(400, {"error": {"message": str(exc), "type": "invalid_request_error",
                                            "param": None, "code": None}})
