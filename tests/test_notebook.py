@@ -86,7 +86,11 @@ def test_walkthrough_runs_offline_to_done(python3_kernel, tmp_path, monkeypatch)
     markdown = [o["data"]["text/markdown"] for o in outputs if "text/markdown" in
                 o.get("data", {})]
     assert len(markdown) == 2
-    assert markdown[0].startswith("# Decision brief")
+    # Offline, a document's first line is the offline notice, whatever its template (issue 20
+    # item 8); the brief's own heading follows it.
+    notice, brief = markdown[0].split("\n\n", 1)
+    assert notice.startswith("> **Written by keepstep's offline heuristic model")
+    assert brief.startswith("# Decision brief")
     assert "# Handover: run ME-042" in markdown[1] and "- Decision: done — " in markdown[1]
     assert "36 of 36 current" in markdown[1]
     assert any("image/svg+xml" in o.get("data", {}) for o in outputs)
