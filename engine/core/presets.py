@@ -67,12 +67,9 @@ class SynthesizeParams(_Params):
                         "(prompts/<name>.md in the pack, else the packaged one)")
 
 
-class RankParams(_Params):
-    """``kind = "rank"``: the bounded loop generate -> check -> revise, answer ``risks``."""
+class _Ranked(_Params):
+    """What a step that ranks things (a rank unit, a model step answering risks) declares."""
 
-    question: str = Field(default="", description="the question the ranking answers")
-    prompt: str = Field(default="rank", description="the prompt of the generate step")
-    check_prompt: str = Field(default="check", description="the prompt of the claim check")
     ranks: str = Field(default="risks", description="what is ranked: risks (scored likelihood "
                        "x impact), or options, vendors, price points ... (scored on the "
                        "criteria); the documents' table is a table of these")
@@ -82,7 +79,15 @@ class RankParams(_Params):
         default_factory=list, description="further fields each ranked item must carry")
 
 
-class ModelParams(_Params):
+class RankParams(_Ranked):
+    """``kind = "rank"``: the bounded loop generate -> check -> revise, answer ``risks``."""
+
+    question: str = Field(default="", description="the question the ranking answers")
+    prompt: str = Field(default="rank", description="the prompt of the generate step")
+    check_prompt: str = Field(default="check", description="the prompt of the claim check")
+
+
+class ModelParams(_Ranked):
     """``kind = "model"``: a general model step — any prompt template, one of the answer
     schemas, the schema's rules as validators."""
 
@@ -95,13 +100,6 @@ class ModelParams(_Params):
     question: str = Field(default="", description="the question the answer addresses")
     check_prompt: str = Field(default="check", description="answer = risks: the prompt of the "
                               "claim check")
-    ranks: str = Field(default="risks", description="what is ranked: risks (scored likelihood "
-                       "x impact), or options, vendors, price points ... (scored on the "
-                       "criteria); the documents' table is a table of these")
-    criteria: list[str] = Field(default_factory=list, description="the criteria each ranked "
-                                "item is given a value for (the table's columns)")
-    ask: list[Literal["likelihood", "impact", "rationale", "owner", "mitigation"]] = Field(
-        default_factory=list, description="further fields each ranked item must carry")
 
 
 # --- document render ------------------------------------------------------------------------------
