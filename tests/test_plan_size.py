@@ -11,6 +11,7 @@ import random
 import shutil
 import stat
 from pathlib import Path
+from typing import Any
 
 import networkx as nx
 import pytest
@@ -164,7 +165,8 @@ def test_a_tampered_or_broken_cache_is_not_trusted(tmp_path: Path) -> None:
     assert cache.load(root / "plan.toml").units[0].id == "W0001" and not cache.hit
 
 
-def test_no_state_folder_is_created_and_a_read_only_one_is_left_alone(tmp_path: Path) -> None:
+def test_no_state_folder_is_created_and_a_read_only_one_is_left_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = wide_project(tmp_path, 5)
     shutil.rmtree(root / ".keepstep")
     load_project_files(root)
@@ -173,7 +175,16 @@ def test_no_state_folder_is_created_and_a_read_only_one_is_left_alone(tmp_path: 
     os.chmod(root / ".keepstep", 0o500)
     try:
         if os.access(root / ".keepstep", os.W_OK):
-            pytest.skip("running as a user who can write a read-only folder")
+            # root (CI) writes a read-only folder anyway: refuse the write as the kernel
+            # refuses any other user.
+            real_open = os.open
+
+            def refuse(path: Any, *args: Any, **kwargs: Any) -> int:
+                if Path(path).parent == root / ".keepstep":
+                    raise PermissionError(13, "Permission denied", str(path))
+                return real_open(path, *args, **kwargs)
+
+            monkeypatch.setattr(os, "open", refuse)
         load_project_files(root)
         assert list((root / ".keepstep").iterdir()) == []
     finally:
