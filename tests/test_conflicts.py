@@ -160,6 +160,22 @@ def test_a_quantity_a_model_names_differently_in_each_source_is_still_a_candidat
     assert propose([vendor, item("R1-e8", "20%", "price rise", "Acme")]) == []
 
 
+def test_a_real_models_recorded_evidence_yields_both_designed_disagreements() -> None:
+    """Replayed from a recorded real-model run of vendor-dd (tests/fixtures/relay_vendor_dd,
+    README says how it was made): the Corvane price (V2 186,000 against V5 204,000) and the
+    StackWise availability (V4 99.95% against R1 99.5%) are both proposed, within the bound."""
+    recorded = json.loads((Path(__file__).parent / "fixtures" / "relay_vendor_dd"
+                           / "verified_evidence.json").read_text(encoding="utf-8"))
+    c01 = recorded["C01"]
+    candidates = propose(c01["evidence"], c01["source_meta"])
+    sides = [{(s.source_id, s.value) for s in c.sides} for c in candidates]
+    assert {("V2", "186,000"), ("V5", "204,000")} in sides
+    assert {("V4", "99.95%"), ("R1", "99.5%")} in sides
+    assert 2 <= len(candidates) <= 24
+    c02 = recorded["C02"]
+    assert len(propose(c02["evidence"], c02["source_meta"])) <= 24
+
+
 def test_the_classification_is_checked_against_the_candidates() -> None:
     """A held value no side gives, an unknown candidate, a missing class: each named."""
     inputs = {"claims": [{"id": "A1-e1"}], "candidates": [
