@@ -340,8 +340,9 @@ def test_a_verify_unit_over_verify_units_finds_disagreements_across_the_run(
     """P1 and P2 are verified by different units, so neither finds their disagreements; a
     verify unit over both proposes candidates across all their verified evidence and asks
     only for the classes (no claim is judged twice)."""
-    import tomli_w
     import tomllib
+
+    import tomli_w
 
     root = tmp_path / "pack"
     shutil.copytree(PACK, root)
