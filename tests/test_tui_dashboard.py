@@ -32,8 +32,10 @@ async def test_the_unit_in_flight_shows_its_title_step_and_ticking_elapsed_time(
         dashboard = app.screen
         assert isinstance(dashboard, DashboardScreen)
         await pilot.press("r")
-        await wait_for(pilot, lambda: "● U05" in screen_text(app)
-                       and "model call 1" in screen_text(app), what="U05's step")
+        # Four units start side by side: wait for U05's own line to reach its model call
+        # ("model call 1" elsewhere on the screen may be another unit's step).
+        await wait_for(pilot, lambda: "● U05 E01 Extract evidence: group A … · model call 1"
+                       in screen_text(app), what="U05's step")
         text = screen_text(app)
         assert "● U05 E01 Extract evidence" in text
         assert "● U05 E01 Extract evidence: group A … · model call 1 · 0 s" in text
