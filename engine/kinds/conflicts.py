@@ -208,7 +208,8 @@ def propose(evidence: Iterable[Mapping[str, Any]],
                              entity=first.entity, period=first.period, unit=first.unit,
                              sides=sides))
     paired = {frozenset(s.evidence_id for s in c.sides) for c in out}
-    for a, b, qa in _near_pairs(evidence, meta):
+    # Enough near pairs to fill the bound even where some repeat an exact candidate.
+    for a, b, qa in _near_pairs(evidence, meta, 2 * MAX_CANDIDATES):
         pair = frozenset((a.evidence_id, b.evidence_id))
         if any(pair <= seen for seen in paired) or len(out) >= MAX_CANDIDATES:
             continue
@@ -244,27 +245,35 @@ def _name(entity: str) -> str:
 
 
 def _near_pairs(evidence: Iterable[Mapping[str, Any]],
-                meta: Mapping[str, Mapping[str, str]]
+                meta: Mapping[str, Mapping[str, str]], limit: int
                 ) -> list[tuple[ConflictSide, ConflictSide, Quantity]]:
-    """Pairs of figures from different sources for the same entity name and unit whose
-    metrics share a salient word and whose values differ, most alike metrics first."""
-    rows: list[tuple[str, str, str, set[str], Quantity, Mapping[str, Any]]] = []
+    """Up to ``limit`` pairs of figures from different sources for the same entity name and
+    unit whose metrics share a salient word and whose values differ, most alike metrics
+    first. Figures are compared only within their (entity name, unit) group, so a large run
+    does not compare every figure with every other."""
+    groups: dict[tuple[str, str], list[tuple[int, str, set[str], Quantity,
+                                             Mapping[str, Any]]]] = {}
+    n = 0
     for item in evidence:
         for q in quantities_of(item):
             name, words = _name(q.entity), _words(q.metric)
             if name and words and number(q.value or q.figure) is not None:
-                rows.append((str(item.get("source_id", "")), name, _key(q.unit), words, q, item))
-    scored: list[tuple[float, int, ConflictSide, ConflictSide, Quantity]] = []
-    for i, (sa, na, ua, wa, qa, ia) in enumerate(rows):
-        for sb, nb, ub, wb, qb, ib in rows[i + 1:]:
-            if sa == sb or na != nb or ua != ub or not (wa & wb):
-                continue
-            if _value_key(qa.value or qa.figure) == _value_key(qb.value or qb.figure):
-                continue
-            score = len(wa & wb) / len(wa | wb)
-            scored.append((score, len(scored), _side(ia, qa, meta), _side(ib, qb, meta), qa))
-    scored.sort(key=lambda t: (-t[0], t[1]))
-    return [(a, b, q) for _, _, a, b, q in scored]
+                groups.setdefault((name, _key(q.unit)), []).append(
+                    (n, str(item.get("source_id", "")), words, q, item))
+                n += 1
+    scored: list[tuple[float, int, int, Quantity, Mapping[str, Any], Quantity,
+                       Mapping[str, Any]]] = []
+    for rows in groups.values():
+        for k, (i, sa, wa, qa, ia) in enumerate(rows):
+            for j, sb, wb, qb, ib in rows[k + 1:]:
+                if sa == sb or not (wa & wb):
+                    continue
+                if _value_key(qa.value or qa.figure) == _value_key(qb.value or qb.figure):
+                    continue
+                scored.append((len(wa & wb) / len(wa | wb), i, j, qa, ia, qb, ib))
+    scored.sort(key=lambda t: (-t[0], t[1], t[2]))
+    return [(_side(ia, qa, meta), _side(ib, qb, meta), qa)
+            for _, _, _, qa, ia, qb, ib in scored[:limit]]
 
 
 def _side(item: Mapping[str, Any], q: Quantity,
