@@ -89,6 +89,16 @@ class SQLiteStore(Checkpoints, Claims, Events, Calls, Approvals, Effects, Manife
         row = self._q1("SELECT data FROM blobs WHERE sha256 = ?", [sha256])
         return None if row is None else bytes(row["data"])
 
+    def drop_kept_copies(self, needed: set[str]) -> int:
+        """Delete the kept bytes of every sha256 not in ``needed`` (gc: the files they back
+        are gone); returns how many were deleted."""
+        unneeded = [(r["sha256"],) for r in self._q("SELECT sha256 FROM blobs")
+                    if r["sha256"] not in needed]
+        if unneeded:
+            with self._write() as db:
+                db.conn.executemany("DELETE FROM blobs WHERE sha256 = ?", unneeded)
+        return len(unneeded)
+
     def _kept_before_this_boot(self, sha256: str) -> bytes | None:
         """The kept bytes of ``sha256`` when they were last committed before the machine
         restarted, else None. Only an operating-system crash or power cut loses a written
