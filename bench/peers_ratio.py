@@ -5,7 +5,12 @@ this script runs in keepstep's venv and starts LangGraph's side as children of
 ``--peers-python`` (LangGraph is never a keepstep dependency), interleaved round by round
 with keepstep's own measurement, so both see the same load.
 
-1. Bookkeeping per trivial unit at ``--sizes`` (36, 1,000, 10,000 units). keepstep:
+1. Start-up (bench/startup.py's rounds): ``keepstep run`` on the ME-042 pack, offline,
+   warm caches: spawn → first unit claimed → first model request (its reservation in the
+   call ledger) → first answer, the whole process and its peak RSS; beside it LangGraph's
+   twin: spawn → the first node of the same DAG starting (import, graph, SqliteSaver).
+   Measured first, while this process is small: a child's peak RSS counts from its parent's.
+2. Bookkeeping per trivial unit at ``--sizes`` (36, 1,000, 10,000 units). keepstep:
    bench/parallel.py's measurement (independent trivial units — stage one small file,
    verify, commit — 90 % of the plan committed beforehand, the median time between
    consecutive commits at --jobs 1). LangGraph 1.2.24: a chain of as many nodes, one
@@ -15,10 +20,6 @@ with keepstep's own measurement, so both see the same load.
    stopped before node 1,000: a full pass takes minutes). Printed: both medians, and the
    ratio keepstep / LangGraph per round and of the medians. Goal: ≤ 1.5×. Then the store's
    work per unit (bench/seam.py's counts): write transactions and durable syncs.
-2. Start-up (bench/startup.py's rounds): ``keepstep run`` on the ME-042 pack, offline,
-   warm caches: spawn → first unit claimed → first model request (its reservation in the
-   call ledger) → first answer, the whole process and its peak RSS; beside it LangGraph's
-   twin: spawn → the first node of the same DAG starting (import, graph, SqliteSaver).
 
     make bench-peers
     .venv/bin/python bench/peers_ratio.py [--peers-python .venv-peers/bin/python]
@@ -152,15 +153,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-units", type=int, default=8)
     ap.add_argument("--skip", action="append", default=[], choices=["book", "startup"])
     args = ap.parse_args(argv)
+    # Absolute: the keepstep side changes the working folder while it runs.
+    args.peers_python, args.shape = args.peers_python.absolute(), args.shape.absolute()
     if not args.peers_python.exists():
         print(f"no LangGraph venv at {args.peers_python}: run `make bench-peers` (it makes "
               ".venv-peers)")
         return 2
     print(f"keepstep vs LangGraph, interleaved — {os.cpu_count()} cores, load "
           + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    # Start-up first: a child's peak RSS (wait4's ru_maxrss) starts from its parent's at the
+    # fork, and the in-process bookkeeping below grows this process to ~200 MB.
+    if "startup" not in args.skip:
+        if not args.shape.exists():
+            print(f"\n1. start-up: no DAG shape at {args.shape} (`bench/parallel.py "
+                  "--dump-shape` writes it; `make bench-peers` runs it first)")
+            return 2
+        print("\n1. start-up: spawn → first claim → first request")
+        for line in start_up(args.peers_python, args.shape, args.startup_rounds,
+                             args.max_units):
+            print(line)
     if "book" not in args.skip:
         sizes = [int(s) for s in args.sizes.split(",")]
-        print(f"\n1. bookkeeping per trivial unit, keepstep / LangGraph SqliteSaver "
+        print(f"\n2. bookkeeping per trivial unit, keepstep / LangGraph SqliteSaver "
               f"durability=\"sync\", {args.rounds} interleaved rounds")
         with tempfile.TemporaryDirectory(prefix="keepstep-peers-ratio-") as tmp_name:
             for line in book(args.peers_python, sizes, args.rounds, Path(tmp_name)):
@@ -168,15 +182,6 @@ def main(argv: list[str] | None = None) -> int:
         print("  store work per unit (bench/seam.py):")
         for line in store_work():
             print("  " + line)
-    if "startup" not in args.skip:
-        if not args.shape.exists():
-            print(f"\n2. start-up: no DAG shape at {args.shape} (`bench/parallel.py "
-                  "--dump-shape` writes it; `make bench-peers` runs it first)")
-            return 2
-        print("\n2. start-up: spawn → first claim → first request")
-        for line in start_up(args.peers_python, args.shape, args.startup_rounds,
-                             args.max_units):
-            print(line)
     return 0
 
 
