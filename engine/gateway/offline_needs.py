@@ -57,7 +57,9 @@ def _checklist(files: ProjectFiles) -> list[dict] | None:
 def offline_needs(files: ProjectFiles) -> list[PlanProblem]:
     """A problem per risk-ranking unit on the offline model that cannot find a risk in the
     approved sources."""
+    # A ranking of options (``ranks`` other than risks) reads recommendations, not risk words.
     units = [u for u in files.plan.units if answer_of(u) == "risks"
+             and str(u.params.get("ranks") or "risks") == "risks"
              and files.config.model_for(u.id, u.kind.value) == offline_provider.MODEL]
     if not units:
         return []
