@@ -298,8 +298,8 @@ def _option_candidates(evidence: list[dict], criteria: list[str]) -> list[dict]:
         candidates.append({
             "key": str(e["id"]), "title": title, "score": min(25, 5 + 5 * len(support)),
             "evidence_ids": ids[:5], "criteria": {c: v for c, (v, _) in values.items()},
-            "rationale": f"recommended by source {e.get('source_id', '')}; "
-                         f"{len(support)} other statement(s) bear on it"})
+            "rationale": f"a course of action source {e.get('source_id', '')} recommends; "
+                         "it ranks by how many other statements bear on it"})
     return candidates
 
 
