@@ -130,6 +130,7 @@ def unsupported_figures(memo: str, sources: dict[str, str]) -> list[str]:
             ids = cited_evidence_ids(line)
             if not ids:
                 continue
+            line = re.sub(r"^\s*(?:\d+[.)]|[-*+])\s+", "", line)  # a list item's number
             if line.startswith("|") and header:
                 cells = [c.strip() for c in line.strip().strip("|").split("|")]
                 line = " ".join(c for h, c in zip(header, cells, strict=False)
