@@ -25,6 +25,8 @@ import pytest
 from typer.testing import CliRunner
 
 from keepstep.app.cli.main import app
+from keepstep.engine.gateway.answers import check_answer, strict_schema
+from keepstep.engine.kinds.synthesize import RankAnswer, _rank_schema
 from tests.support.memo_checks import (
     APPARENT,
     HOLDS,
@@ -138,3 +140,23 @@ def test_provenance_names_the_offline_heuristic(offline: dict[str, Any]) -> None
     assert memo.startswith("> **Written by keepstep's offline heuristic model")
     assert ("_Models that answered: local/keepstep-offline (the offline heuristic model: "
             "rules, no language model)._") in memo
+
+
+def test_a_strict_rank_schema_names_each_criterion() -> None:
+    """Under strict structured output every object is closed: the ranking's criteria reach a
+    model as named, required properties (a free-form map would allow none), and an answer
+    giving them validates."""
+    sent = strict_schema(_rank_schema({"ranks": "options", "criteria": ["hull price",
+                                                                        "delivery"]}) or {})
+    criteria = sent["$defs"]["Risk"]["properties"]["criteria"]
+    assert criteria["properties"] == {"hull price": {"type": "string"},
+                                      "delivery": {"type": "string"}}
+    assert criteria["required"] == ["hull price", "delivery"]
+    assert criteria["additionalProperties"] is False
+    assert "criteria" in sent["$defs"]["Risk"]["required"]
+    assert _rank_schema({}) is None  # a plain risk ranking's requests stay as they were
+    answer = json.dumps({"risks": [{"id": "R1", "title": "Seek a second quote", "score": 20,
+                                    "evidence_ids": ["R3-e2"], "criteria": {
+                                        "hull price": "not stated", "delivery": "30 months"}}]})
+    parsed, _, problems = check_answer(answer, RankAnswer)
+    assert problems == [] and parsed is not None
