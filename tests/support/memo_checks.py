@@ -113,8 +113,8 @@ def line_problems(line: str, ids: set[str], quotes: dict[str, str]) -> list[str]
 def unsupported_figures(memo: str, sources: dict[str, str]) -> list[str]:
     """Each figure a cited line states that none of its cited quotes holds (nor a checked
     calculation from them gives), and each cited quote that is not verbatim in its source
-    (``sources``: source id -> text). A table's rank and score cells are the ranking's own,
-    not figures of the sources."""
+    (``sources``: source id -> text). A table's rank and score cells, and a rationale's
+    ratings on the 1-5 scale, are the ranking's own, not figures of the sources."""
     quotes = evidence_quotes(memo)
     flat = {sid: " ".join(text.split()) for sid, text in sources.items()}
     problems = [f"{i}: quote not in source {i.rsplit('-e', 1)[0]}"
@@ -135,6 +135,9 @@ def unsupported_figures(memo: str, sources: dict[str, str]) -> list[str]:
                 cells = [c.strip() for c in line.strip().strip("|").split("|")]
                 line = " ".join(c for h, c in zip(header, cells, strict=False)
                                 if h not in ("Rank", "Evidence") and not h.startswith("Score"))
+                # A rationale's ratings on the ranking's own 1-5 scale ("hull price 4/5")
+                # are the score's parts, not figures of the sources.
+                line = re.sub(r"\b[1-5]\s*/\s*5\b", " ", line)
             problems += [f"{name}: {p} in {line.strip()[:70]!r}"
                          for p in line_problems(line, ids, quotes)]
     return problems
