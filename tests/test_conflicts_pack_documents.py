@@ -131,7 +131,7 @@ def test_every_citation_points_at_a_quote_holding_its_figure(offline: dict[str, 
     verbatim in its source; the audit's checks passed."""
     memo = offline["memo"]
     assert unsupported_figures(memo, source_texts(offline["root"])) == []
-    assert len(evidence_quotes(memo)) == 15
+    assert len(evidence_quotes(memo)) == 16
 
 
 def test_provenance_names_the_offline_heuristic(offline: dict[str, Any]) -> None:
