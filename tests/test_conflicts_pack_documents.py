@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 from keepstep.app.cli.main import app
 from keepstep.engine.gateway.answers import check_answer, strict_schema
 from keepstep.engine.kinds.synthesize import RankAnswer, _rank_schema
+from tests.support.fake_context import PackRunner
 from tests.support.memo_checks import (
     APPARENT,
     HOLDS,
@@ -160,3 +161,22 @@ def test_a_strict_rank_schema_names_each_criterion() -> None:
                                         "hull price": "not stated", "delivery": "30 months"}}]})
     parsed, _, problems = check_answer(answer, RankAnswer)
     assert problems == [] and parsed is not None
+
+
+def test_the_audit_holds_the_memo_to_the_unresolved_disagreement() -> None:
+    """The audit fails a memo line that states one shipyard quote as fact, and passes one
+    that sets out every side's value (a real model's memo wrote "18, 20 or 22 million euro")
+    or says that nothing says which holds."""
+    runner = PackRunner(PACK)
+    runner.run_all()
+    assert runner.outcomes["A01"].passed
+    memo = runner.artifacts["D01"]["memo.md"]
+    cite = b" [R1-e1, R2-e1, R3-e1] (R1, Broker note; R2, Interview; R3, Memo)\n"
+    lines = [b"- The hull costs 18 million euro.",
+             b"- The hull price is 18, 20 or 22 million euro.",
+             b"- The hull price is 18 million euro; nothing says which figure holds."]
+    verdicts = []
+    for line in lines:
+        runner.artifacts["D01"]["memo.md"] = memo + b"\n" + line + cite
+        verdicts.append(runner.run("A01")[1].passed)
+    assert verdicts == [False, True, True]
