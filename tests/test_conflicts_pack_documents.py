@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -180,3 +181,22 @@ def test_the_audit_holds_the_memo_to_the_unresolved_disagreement() -> None:
         runner.artifacts["D01"]["memo.md"] = memo + b"\n" + line + cite
         verdicts.append(runner.run("A01")[1].passed)
     assert verdicts == [False, True, True]
+
+
+def test_validate_names_an_offline_options_ranking_with_nothing_to_rank(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offline, a ranking of options ranks the courses of action the sources recommend: with
+    none in the approved sources, `keepstep validate` names the unit and what to do."""
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")
+    root = tmp_path / "pack"
+    shutil.copytree(PACK, root, ignore=shutil.ignore_patterns(".keepstep"))
+    cli = CliRunner()
+    assert cli.invoke(app, ["validate", str(root)]).exit_code == 0
+    for source in (root / "sources").glob("R*.md"):
+        text = source.read_text(encoding="utf-8")
+        source.write_text("\n".join(line for line in text.splitlines() if not any(
+            w in line for w in ("should", "recommend", "advises"))) + "\n", encoding="utf-8")
+    checked = cli.invoke(app, ["validate", str(root)])
+    assert checked.exit_code != 0
+    assert "K01" in checked.output and "courses of action the sources recommend" in \
+        checked.output and "set a real model" in checked.output
