@@ -40,12 +40,12 @@ RECORDED_MODEL = "openai/gpt-4o-mini"
 
 
 def _as_recorded(root: Path) -> None:
-    """keepstep.toml as the recorded run had it (the api_base is never reached: the replay
-    transport answers)."""
+    """keepstep.toml as the recorded run had it, but its api_base a closed port (the replay
+    transport answers every request: nothing may reach a server)."""
     path = root / "keepstep.toml"
     path.write_text(path.read_text(encoding="utf-8").replace(
         'default_model = "local/keepstep-offline"',
-        f'default_model = "{RECORDED_MODEL}"\napi_base = "http://127.0.0.1:8765/v1"\n'
+        f'default_model = "{RECORDED_MODEL}"\napi_base = "http://127.0.0.1:9/v1"\n'
         "request_timeout_s = 1500"), encoding="utf-8")
 
 
