@@ -176,6 +176,12 @@ def test_the_core_is_pure() -> None:
     assert bad == []
 
 
+# run/runtime.py defines Project and Run once (issue 24): run/ and report/ modules are given
+# them, and Run's view methods (status, deliverables, narrative, …) call report/. That module
+# is the one arrow from run/ up to report/; report/ names it for types only (TYPE_CHECKING).
+UPWARD_EXCEPTIONS = {("keepstep.engine.run.runtime", "report")}
+
+
 def test_engine_packages_import_only_downwards() -> None:
     """Each engine package imports only itself and the packages below it (TYPE_CHECKING too)."""
     rank = {name: n for n, name in enumerate(ENGINE_LAYERS)}
@@ -186,7 +192,7 @@ def test_engine_packages_import_only_downwards() -> None:
             if not name.startswith("keepstep.engine.") or name.count(".") < 2:
                 continue
             target = _engine_layer(name)
-            if rank[target] > own:
+            if rank[target] > own and (module, target) not in UPWARD_EXCEPTIONS:
                 bad.append(f"{module} ({_engine_layer(module)}) imports {name} ({target})")
     assert bad == []
 
