@@ -187,14 +187,6 @@ def _default_group(default: str) -> type:
     return DefaultGroup
 
 
-def has_command(app: typer.Typer, name: str) -> bool:
-    """Whether ``app`` already has a command or group called ``name``."""
-    names = {(c.name or (c.callback.__name__ if c.callback else "")).replace("_", "-")
-             for c in app.registered_commands}
-    names |= {g.name for g in app.registered_groups if g.name}
-    return name in names
-
-
 # --- shared arguments ----------------------------------------------------------------------
 DirArg = Annotated[Path | None, typer.Argument(
     metavar="[DIR]", show_default=False,

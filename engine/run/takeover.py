@@ -122,11 +122,6 @@ def narrowed_scope(run: Run) -> tuple[set[str], set[str]]:
     return kept, dropped
 
 
-def dropped_units(run: Run) -> set[str]:
-    """Units a takeover dropped from the run's required scope (see ``narrowed_scope``)."""
-    return narrowed_scope(run)[1]
-
-
 def scoped_plan(run: Run, plan: Plan) -> Plan:
     """``plan`` with the run's narrowed scope applied: a dropped unit is not required final,
     a kept unit is. The same plan when the scope was never narrowed, so change detection —
@@ -214,6 +209,6 @@ def rerun_unit(run: Run, unit: str, *, who: str = "user", note: str = "") -> lis
 
 
 __all__ = ["EXPERT_REASON", "OUT_OF_SCOPE_REASON", "RERUN", "TAKEOVER_ACTIONS",
-           "dropped_units", "mark_for_expert", "narrow_scope", "narrowed_scope",
+           "mark_for_expert", "narrow_scope", "narrowed_scope",
            "out_of_scope", "record_takeover", "rerun_change", "rerun_invalidation",
            "rerun_unit", "scope_of", "scoped_plan"]
