@@ -134,17 +134,20 @@ def _engine_layer(module: str) -> str:
 
 
 def test_the_faces_import_only_the_public_engine_api() -> None:
-    """app/ imports keepstep.engine itself (its public names), no engine submodule, no storage."""
+    """app/ imports keepstep.engine itself (its public names) and its public namespaces (their
+    public names), no other engine submodule, no storage."""
+    namespaces = _public_namespaces()
     bad = []
     for module, path in _modules("app").items():
         for name in sorted(_imports(path, module)):
+            parent, _, last = name.rpartition(".")
             if name.startswith("keepstep.storage"):
                 bad.append(f"{path.relative_to(REPO)} imports {name}")
-            elif name.startswith("keepstep.engine.") and name.rpartition(".")[0] != \
-                    "keepstep.engine":
+            elif name.startswith("keepstep.engine.") and parent != "keepstep.engine" and \
+                    parent not in namespaces:
                 bad.append(f"{path.relative_to(REPO)} imports {name}")
             elif name.startswith("keepstep.engine.") and \
-                    name.rpartition(".")[2] not in _public_names():
+                    last not in namespaces.get(parent, _public_names()):
                 bad.append(f"{path.relative_to(REPO)} imports {name} (not a public name)")
     assert bad == []
 
@@ -153,6 +156,16 @@ def _public_names() -> set[str]:
     import keepstep.engine as engine
 
     return set(engine.__all__)
+
+
+def _public_namespaces() -> dict[str, set[str]]:
+    """keepstep.engine's namespaces (``keepstep.engine.plan``, …) -> their public names."""
+    import importlib
+
+    import keepstep.engine as engine
+
+    return {f"keepstep.engine.{n}": set(importlib.import_module(f"keepstep.engine.{n}").__all__)
+            for n, module in engine._EXPORTS.items() if module == "keepstep.engine"}
 
 
 def test_only_the_gateway_imports_litellm() -> None:
@@ -211,6 +224,31 @@ def test_the_public_api_map_matches_its_type_checking_imports() -> None:
     assert typed == engine._EXPORTS
     for name in engine.__all__:
         assert getattr(engine, name) is not None
+
+
+def test_each_public_namespace_map_matches_its_type_checking_imports() -> None:
+    """Each namespace (keepstep.engine.plan, …) lists in __all__ exactly what its lazy map and
+    its TYPE_CHECKING imports name, and every name resolves; keepstep.engine itself keeps to
+    about 40 names besides them."""
+    import importlib
+
+    import keepstep.engine as engine
+
+    namespaces = [n for n, module in engine._EXPORTS.items() if module == "keepstep.engine"]
+    assert namespaces and len(engine._EXPORTS) - len(namespaces) <= 40
+    for ns in namespaces:
+        module = importlib.import_module(f"keepstep.engine.{ns}")
+        tree = ast.parse((REPO / "engine" / f"{ns}.py").read_text(encoding="utf-8"))
+        typed: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+                for imp in node.body:
+                    assert isinstance(imp, ast.ImportFrom)
+                    typed.update({a.name: imp.module or "" for a in imp.names})
+        assert typed == module._EXPORTS, ns
+        assert sorted(module.__all__) == sorted(typed), ns
+        for name in module.__all__:
+            assert getattr(module, name) is not None
 
 
 def test_importing_the_decision_function_loads_no_storage_backend() -> None:

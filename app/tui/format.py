@@ -10,7 +10,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from keepstep.engine import compact_ids
+from keepstep.engine.plan import compact_ids
 
 # One symbol per state; colour is extra (component classes), never the only signal.
 STATE_SYMBOLS = {
