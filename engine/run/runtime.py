@@ -35,6 +35,7 @@ from keepstep.engine.core.state import (
 from keepstep.engine.errors import ApprovalError, KeepstepError, PlanValidationError
 from keepstep.engine.files.convert import converter_versions
 from keepstep.engine.files.project import STATE_DIR, ProjectFiles, load_project_files
+from keepstep.engine.files.sources import require_readable_sources
 from keepstep.engine.gateway.call_ledger import StoreCallLedger
 from keepstep.engine.report.status import RunStatus, run_status
 from keepstep.engine.report.views import (
@@ -44,12 +45,18 @@ from keepstep.engine.report.views import (
     OutputInfo,
     current_deliverables,
     effect_rows,
+    unit_outputs,
 )
+from keepstep.engine.run.adapters import EffectAdapter, adapters_from_config
+from keepstep.engine.run.approvals import approval_applies
 from keepstep.engine.run.baseline import PRODUCER_VERSION, PROMPT_VERSION, create_run, detect
+from keepstep.engine.run.budget import raise_budget
+from keepstep.engine.run.effects import SettleResult, compensate, compensation_key, settle_effect
 from keepstep.engine.run.facts_cache import FactsCache
 from keepstep.engine.run.gates import (
     PendingApproval,
     bound_object,
+    issue_resume_token,
     open_gates,
     pending_approvals,
     record_choice,
@@ -62,6 +69,7 @@ from keepstep.storage import (
     Budget,
     ChainReport,
     Event,
+    EventIn,
     Head,
     ModelCall,
     SQLiteStore,
@@ -73,8 +81,6 @@ if TYPE_CHECKING:
     from keepstep.engine.gateway.client import ModelGateway
     from keepstep.engine.report.deliverables import DeliverablesExport, Output
     from keepstep.engine.report.progress import NotebookProgress, ProgressTracker
-    from keepstep.engine.run.adapters import EffectAdapter
-    from keepstep.engine.run.effects import SettleResult
 
 # Decision events: what the narrative, change notes and replay read back.
 DECISION_KINDS = (
@@ -93,6 +99,7 @@ def store_password(choice: StoreChoice) -> str | None:
         return None
     if Path(os.environ.get("PGPASSFILE") or Path.home() / ".pgpass").is_file():
         return None
+    # Lazy: the keyring is read only for a PostgreSQL store without a password of its own.
     from keepstep.engine.gateway.keys import get_api_key
 
     return get_api_key("postgres")
@@ -223,9 +230,6 @@ class Project:
         through these, and ``deliver`` units act through them. Assigning a mapping (a test
         harness, an embedding app) replaces them, reloads included.
         """
-        # Lazy: only a project with [adapters] tables or a deliver unit builds adapters.
-        from keepstep.engine.run.adapters import adapters_from_config
-
         if self._assigned_adapters is not None:
             return self._assigned_adapters
         files = self.files
@@ -281,8 +285,6 @@ class Project:
 
         An approved source that cannot be read raises SourceError (naming it and what to
         do) before anything is written: no run starts on it."""
-        from keepstep.engine.files.sources import require_readable_sources
-
         require_readable_sources(self.reload_if_changed())
         create_run(self, run_id, branch_id=branch_id)
         return self.run_handle(run_id, branch_id)
@@ -380,7 +382,8 @@ class Run:
     def plan(self) -> Plan:
         """The plan the run works to: the recorded plan with a takeover's narrowed scope
         applied (dropped units are not required final; see ``run.takeover.scoped_plan``)."""
-        # Lazy: takeover imports the committer, which imports this module's types.
+        # Lazy (start-up): takeover imports networkx, some 300 modules that opening a
+        # project does not otherwise load.
         from keepstep.engine.run.takeover import scoped_plan
 
         return scoped_plan(self, self.recorded_plan)
@@ -489,6 +492,8 @@ class Run:
                 if self.project.gateway_factory is not None:
                     self._gateway = self.project.gateway_factory(ledger)
                 else:
+                    # Lazy: the model client is loaded only where a run calls a model (a
+                    # status, or a run with an injected gateway, never does).
                     from keepstep.engine.gateway.client import ModelGateway
                     from keepstep.engine.gateway.limits import ProviderLimits
 
@@ -561,7 +566,8 @@ class Run:
         one unit at a time, in plan order). An approved source that cannot be read (no text,
         over ``max_source_mb``, unsupported or undecodable) raises SourceError before
         anything is claimed."""
-        from keepstep.engine.files.sources import require_readable_sources
+        # Lazy: the loop loads the kinds and the attempt machinery (and imports this
+        # module), which a command that only looks never needs.
         from keepstep.engine.run.loop import RunLoop
 
         # Every approved source must convert to text before any unit is claimed: a file that
@@ -621,8 +627,6 @@ class Run:
                      **limits: float | None) -> Budget:
         """Record a budget decision raising limits; units blocked by the budget are released.
         Raises BudgetDecisionError (nothing recorded) for a bad counter, value or reason."""
-        from keepstep.engine.run.budget import raise_budget
-
         return raise_budget(self, reason=reason, who=who, limits=limits)
 
     def reset_recovery(self, *, reason: str, who: str = "user") -> None:
@@ -643,6 +647,7 @@ class Run:
 
     def replay(self, new_run_id: str | None = None, **kwargs: Any) -> Run:
         """Re-execute this run into a new run from the recorded responses: no model calls."""
+        # Lazy: replay runs the loop (see run()).
         from keepstep.engine.run.replay import replay_run
 
         new = replay_run(self, new_run_id or f"{self.run_id}-replay", **kwargs)
@@ -663,8 +668,6 @@ class Run:
         """A new resume token for the gate's open request (the old token stops working):
         someone who has only the token can answer the gate once, with
         ``keepstep approve --token``. Returned once; stored only as its sha256."""
-        from keepstep.engine.run.gates import issue_resume_token
-
         return issue_resume_token(self, self._gate(gate_id))
 
     def revoke(self, gate_id: str, *, who: str, reason: str) -> ApprovalRecord:
@@ -698,8 +701,6 @@ class Run:
     def explain(self, unit_id: str) -> UnitExplanation:
         """Why a unit is current, invalidated, blocked or pending — from stored facts: this
         branch's attempts, the call ledger and the gate's decisions."""
-        from keepstep.engine.run.approvals import approval_applies
-
         plan = self.plan
         if unit_id not in plan.unit_map():
             raise KeepstepError(f"no unit {unit_id} in {self.plan_info.get('label', 'the plan')}",
@@ -734,6 +735,7 @@ class Run:
     def output(self, unit_id: str, name: str) -> Output:
         """One committed output of a unit (``.data`` bytes, ``.text``), its sha256 checked;
         KeepstepError naming the unit's outputs when there is no such one."""
+        # Lazy (start-up): loaded when asked for; a status never needs it.
         from keepstep.engine.report.deliverables import unit_output
 
         return unit_output(self, unit_id, name)
@@ -741,13 +743,12 @@ class Run:
     def outputs(self, unit_id: str) -> list[OutputInfo]:
         """What a unit's committed record holds: each output's name, sha256, size and
         whether the file still matches (read by explain; nothing is loaded)."""
-        from keepstep.engine.report.views import unit_outputs
-
         return unit_outputs(self, unit_id)
 
     def export_deliverables(self, out: str | Path | None = None) -> DeliverablesExport:
         """Copy the current deliverables and their manifest (sha256 of each) to ``out``,
         default ``deliverables/<run>/`` in the project."""
+        # Lazy (start-up): loaded when asked for; a status never needs it.
         from keepstep.engine.report.deliverables import export_deliverables
 
         return export_deliverables(self, out)
@@ -771,8 +772,6 @@ class Run:
         happened, ``reference`` its remote id; False: it did not — the next resume sends it
         again with the same key). ``sent=None`` only looks it up. A decision event either
         way; the unit it blocked is released."""
-        from keepstep.engine.run.effects import settle_effect
-
         row = self._effect(key)
         return settle_effect(self.store, self.project.effect_adapters.get(row.adapter), key,
                              sent=sent, who=who, reason=reason, remote_id=reference)
@@ -780,8 +779,6 @@ class Run:
     def compensation_preview(self, key: str) -> CompensationPreview:
         """What compensating a committed external action would undo, and the ledger entry
         it would write (nothing is changed)."""
-        from keepstep.engine.run.effects import compensation_key
-
         row = self._effect(key)
         adapter = self.project.effect_adapters.get(row.adapter)
         problems = []
@@ -803,9 +800,6 @@ class Run:
     def compensate_effect(self, key: str, *, who: str, reason: str) -> EffectRow:
         """Undo a committed external action through its own ledger entry (a recorded
         decision). KeepstepError, nothing done, when the preview names a problem."""
-        from keepstep.engine.run.effects import compensate
-        from keepstep.storage import EventIn
-
         preview = self.compensation_preview(key)
         if preview.problems:
             raise KeepstepError(f"cannot compensate {key}: " + "; ".join(preview.problems))
@@ -849,6 +843,7 @@ class Run:
 
     def progress(self, **kwargs: Any) -> ProgressTracker:
         """A live-progress tracker to pass as ``on_event`` (see ``report.progress``)."""
+        # Lazy (start-up): loaded when asked for; a status never needs it.
         from keepstep.engine.report.progress import ProgressTracker
 
         return ProgressTracker(self, **kwargs)
@@ -856,24 +851,28 @@ class Run:
     def live_progress(self, **kwargs: Any) -> NotebookProgress:
         """``run.run(on_event=run.live_progress())``: a display refreshed in place in
         Jupyter while the run works (plain lines elsewhere)."""
+        # Lazy (start-up): loaded when asked for; a status never needs it.
         from keepstep.engine.report.progress import NotebookProgress
 
         return NotebookProgress(self, **kwargs)
 
     def dag_svg(self) -> str:
         """The DAG coloured by unit state, as an SVG document."""
+        # Lazy (start-up): loaded when asked for; a status never needs it.
         from keepstep.engine.report.dag_svg import run_dag_svg
 
         return run_dag_svg(self)
 
     def handover(self, out: str | Path) -> Path:
         """Export the handover bundle (a folder, or a .zip when ``out`` ends so)."""
+        # Lazy (start-up): loaded when asked for; a status never needs it.
         from keepstep.engine.report.handover import export_handover
 
         return export_handover(self, out)
 
     def narrative(self) -> str:
         """The handover narrative, generated from stored state only."""
+        # Lazy (start-up): loaded when asked for; a status never needs it.
         from keepstep.engine.report.narrative import narrative
 
         return narrative(self)
