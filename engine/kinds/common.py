@@ -85,8 +85,10 @@ class QuoteLocator:
 
     Quotes come in document order, so each search starts where the previous quote was found
     (and only when it is not found after it, from ``start`` again): an answer of N items
-    costs about one pass over the text, not N. ``locate`` gives what ``locate_evidence``
-    gives.
+    costs about one pass over the text, not N. ``locate`` gives the locator an evidence item
+    citing the quote carries: ``hint`` (e.g. the model's own) when the quote is verbatim
+    there, else the innermost part holding its occurrence; ``""`` when it occurs outside
+    every located part, None when it does not occur.
     """
 
     def __init__(self, conv: ConvertedSource, start: int = 0, end: int | None = None) -> None:
