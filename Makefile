@@ -36,13 +36,15 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check app engine storage tests bench
 
-# mypy finds keepstep.engine / keepstep.storage through links named like the packages.
+# mypy finds keepstep.app / .engine / .storage through links named like the packages:
+# storage/ and engine/run/ under --strict, engine/ and app/ at mypy's defaults.
 typecheck: $(STAMP)
 	mkdir -p .typecheck/keepstep
 	for d in app engine storage; do ln -sfn ../../$$d .typecheck/keepstep/$$d; done
 	$(BIN)/python -m mypy --strict -p keepstep.storage
 	$(BIN)/python -m mypy -p keepstep.engine
 	$(BIN)/python -m mypy --strict --follow-imports=silent -p keepstep.engine.run
+	$(BIN)/python -m mypy -p keepstep.app
 
 # keepstep against LangGraph on the ME-042 DAG. LangGraph lives only in $(PEERS), never in
 # keepstep's dependencies; bench/peers.py reads the DAG shape bench/parallel.py dumps;

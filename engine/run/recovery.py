@@ -37,7 +37,7 @@ from keepstep.storage import (
 from keepstep.storage.hashing import file_sha256
 
 if TYPE_CHECKING:
-    from keepstep.engine.run.handle import RunHandle
+    from keepstep.engine.run.runtime import Run
 
 
 class RecoveryState(StrEnum):
@@ -103,7 +103,7 @@ def _sealed(directory: str) -> bool:
 
 
 class Recovery:
-    def __init__(self, run: RunHandle, on_event: Callable[[dict[str, Any]], None] | None = None):
+    def __init__(self, run: Run, on_event: Callable[[dict[str, Any]], None] | None = None):
         self.run = run
         self.store = run.store
         self.on_event = on_event
@@ -380,7 +380,7 @@ class Recovery:
         return [artifact_lost(uid, what) for uid, what in getattr(self, "_lost", [])]
 
 
-def reconcile_effects(run: RunHandle) -> list[str]:
+def reconcile_effects(run: Run) -> list[str]:
     """Ask the adapters about intents without receipts (see ``engine.run.effects``)."""
     results = reconcile(run.store, run.project.effect_adapters, run.run_id)
     settled = settle_waiting(run.store, run.project.effect_adapters, run.run_id)
@@ -388,7 +388,7 @@ def reconcile_effects(run: RunHandle) -> list[str]:
         f"{r.key}: settled as {r.outcome} by lookup" for r in settled if r.by == "lookup"]
 
 
-def recover(run: RunHandle,
+def recover(run: Run,
             on_event: Callable[[dict[str, Any]], None] | None = None) -> RecoveryReport:
     return Recovery(run, on_event).execute()
 
