@@ -26,7 +26,7 @@ from keepstep.engine.report.views import (
     current_deliverables,
     effect_rows,
 )
-from keepstep.engine.run.baseline import create_run, detect
+from keepstep.engine.run.baseline import create_run, detect, prose_writers
 from keepstep.engine.run.gates import (
     PendingApproval,
     bound_object,
@@ -277,7 +277,9 @@ class Run(RunHandle):
         found = detect(self)
         return preview(found.files.plan, found.changes, self.facts_records(), self.calls(),
                        high_risk_rules=found.files.config.high_risk_rules,
-                       source_groups=found.source_groups)
+                       source_groups=found.source_groups,
+                       writers=prose_writers(found.files, found.files.plan),
+                       statuses=self.store.unit_statuses(self.run_id, self.branch_id))
 
     def explain(self, unit_id: str) -> UnitExplanation:
         """Why a unit is current, invalidated, blocked or pending — from stored facts: this
@@ -426,10 +428,12 @@ class Run(RunHandle):
         if unknown:
             raise KeepstepError(f"no source {', '.join(unknown)} in sources.toml")
         found = detect(self, sources=sources, plan=plan)
-        return preview(found.files.plan if plan is None else plan, found.changes,
-                       self.facts_records(), self.calls(),
+        new_plan = found.files.plan if plan is None else plan
+        return preview(new_plan, found.changes, self.facts_records(), self.calls(),
                        high_risk_rules=files.config.high_risk_rules,
-                       source_groups=found.source_groups)
+                       source_groups=found.source_groups,
+                       writers=prose_writers(found.files, new_plan),
+                       statuses=self.store.unit_statuses(self.run_id, self.branch_id))
 
     def progress(self, **kwargs: Any) -> ProgressTracker:
         """A live-progress tracker to pass as ``on_event`` (see ``report.progress``)."""

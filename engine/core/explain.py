@@ -18,9 +18,11 @@ from keepstep.engine.core.invalidation import (
     HighRiskRule,
     InvalidationResult,
     PlanIndex,
+    held_despite_change,
     invalidate,
+    released_by_change,
 )
-from keepstep.engine.core.plan import Plan
+from keepstep.engine.core.plan import MODEL_KINDS, Plan, Unit, UnitKind
 from keepstep.engine.core.state import CallRow, Explanation, RunFacts, UnitRecord, UnitState
 
 # -- preview ---------------------------------------------------------------------------------
@@ -169,11 +171,44 @@ def _settled(uid: str, calls: Iterable[CallRow], attempt: str | None, basis: str
     return UnitCost(unit=uid, calls=n, tokens=tokens, cost=cost, seconds=seconds, basis=basis)
 
 
+def expected_calls(unit: Unit, sources: int = 1, *, writes: bool = True) -> int:
+    """The model calls one attempt of ``unit`` makes at the least, from its kind's steps:
+    extract one per source it reads, verify one per batch (at least one), synthesize and the
+    general model step one per round (at least one), rank a ranking and a check per round;
+    render one per section a model writes (``prose`` and ``section`` fills) when ``writes``
+    (its model writes prose; the offline one does not); every other kind none."""
+    kind = unit.kind
+    if kind == UnitKind.extract:
+        return max(1, sources)
+    if kind == UnitKind.rank:
+        return 2
+    if kind in MODEL_KINDS:
+        return 1
+    if kind == UnitKind.render and writes:
+        params = unit.params or {}
+        fills = params.get("fill") or {}
+        sections = sum(1 for spec in fills.values()
+                       if isinstance(spec, dict) and spec.get("part") == "section")
+        return sections + (1 if params.get("prose") else 0)
+    return 0
+
+
+def unit_sources(unit: Unit, source_groups: Mapping[str, str]) -> int:
+    """How many of the approved sources (id -> group) ``unit`` reads by its ``source:`` and
+    ``group:`` inputs."""
+    groups, named = set(unit.input_refs("group")), set(unit.input_refs("source"))
+    return sum(1 for sid, group in source_groups.items() if sid in named or group in groups)
+
+
 def _unit_costs(ix: PlanIndex, unit_ids: Iterable[str], records: Mapping[str, UnitRecord],
-                calls: Calls) -> _UnitCosts:
+                calls: Calls, *, plan: Plan | None = None,
+                source_groups: Mapping[str, str] | None = None,
+                writers: Iterable[str] | None = None) -> _UnitCosts:
     by_unit = calls if isinstance(calls, Mapping) else group_calls(calls)
     means: dict[str, tuple[Figures, str] | None] = {}
     out = _UnitCosts()
+    units: dict[str, Unit] | None = None
+    writing = None if writers is None else set(writers)
 
     def known(uid: str) -> Figures | None:
         rec = records.get(uid)
@@ -189,24 +224,63 @@ def _unit_costs(ix: PlanIndex, unit_ids: Iterable[str], records: Mapping[str, Un
                 f"mean of {k} {kind} units")
         return means[kind]
 
+    def earlier(uid: str) -> tuple[Figures, str] | None:
+        """The mean per attempt of the unit's own earlier (uncommitted) attempts."""
+        rows = [c for c in by_unit.get(uid, ()) if c.status == "settled"]
+        attempts = {c.attempt_id for c in rows}
+        if not attempts:
+            return None
+        n, tokens, cost, seconds = _ledger_figures(rows, None)
+        k = len(attempts)
+        return ((round(n / k), round(tokens / k), cost / k, seconds / k),
+                f"mean of its {k} earlier attempt{'s' if k > 1 else ''}")
+
+    def floor(uid: str) -> int:
+        nonlocal units
+        if plan is None or ix.kinds.get(uid) not in _CALLING_KINDS:
+            return 0
+        if units is None:
+            units = plan.unit_map()
+        unit = units.get(uid)
+        if unit is None:
+            return 0
+        return expected_calls(unit, unit_sources(unit, source_groups or {}),
+                              writes=writing is None or uid in writing)
+
     for uid in unit_ids:
         rec = records.get(uid)
         if rec is not None:
             figures, basis = _ledger_figures(by_unit.get(uid, ()), rec.attempt), \
                 f"ledger {rec.attempt}"
-        elif (m := mean(ix.kinds.get(uid, ""))) is not None:
+        elif (m := earlier(uid) or mean(ix.kinds.get(uid, ""))) is not None:
             figures, basis = m
         else:
             figures, basis = (0, 0, 0.0, 0.0), "unknown"
+        # A unit that calls the model is never estimated below its kind's own steps (an
+        # attempt whose calls were reused, or a kind not run yet, would say ~0 calls).
+        least = floor(uid)
+        if figures[0] < least:
+            figures = (least, *figures[1:])
+            basis = (f"its kind's steps: {least} call{'s' if least > 1 else ''}"
+                     if basis == "unknown" else f"{basis}, at least its kind's {least}")
         out.add(uid, figures, basis)
     return out
 
 
+_CALLING_KINDS = frozenset({k.value for k in MODEL_KINDS} | {UnitKind.render.value})
+
+
 def estimate_costs(plan: Plan, unit_ids: list[str], records: Mapping[str, UnitRecord],
-                   calls: Calls, *, index: PlanIndex | None = None) -> list[UnitCost]:
-    """Per unit: its latest committed attempt's settled calls, else the mean of the units of
-    the same kind that have one, else zeros marked ``unknown``."""
-    return _unit_costs(index or PlanIndex(plan), unit_ids, records, calls).rows()
+                   calls: Calls, *, index: PlanIndex | None = None,
+                   source_groups: Mapping[str, str] | None = None,
+                   writers: Iterable[str] | None = None) -> list[UnitCost]:
+    """Per unit: its latest committed attempt's settled calls, else the mean of its own
+    earlier attempts, else the mean of the units of the same kind that have one; a unit that
+    calls the model never below its kind's steps (``expected_calls``: ``source_groups``
+    counts an extract unit's sources, ``writers`` are the render units whose model writes
+    prose, None: all); else zeros marked ``unknown``."""
+    return _unit_costs(index or PlanIndex(plan), unit_ids, records, calls, plan=plan,
+                       source_groups=source_groups, writers=writers).rows()
 
 
 def compact_ids(ids: Iterable[str]) -> str:
@@ -245,7 +319,8 @@ def _figures(c: UnitCost) -> str:
     return f"~{c.calls} calls, ~{_tokens(c.tokens)} tokens, ${c.cost:.2f}"
 
 
-def _summary(result: InvalidationResult, est: Estimate) -> str:
+def _summary(result: InvalidationResult, est: Estimate,
+             statuses: Mapping[str, Any] | None = None) -> str:
     real = [c for c in result.changes if not c.cosmetic]
     head = "; ".join(c.detail for c in real[:3]) + (f"; and {len(real) - 3} more" if
                                                     len(real) > 3 else "")
@@ -268,6 +343,12 @@ def _summary(result: InvalidationResult, est: Estimate) -> str:
     text = f"{head}: " + " · ".join(parts) + "."
     if unknown:
         text += f" No figures yet for {compact_ids(sorted(unknown))} (counted as 0)."
+    released = released_by_change(result, statuses or {})
+    if released:
+        text += (f" {compact_ids(released)} failed before; the change reaches "
+                 f"{'it, so it runs' if len(released) == 1 else 'them, so they run'} again.")
+    for uid, why in held_despite_change(result, statuses or {}).items():
+        text += f" {uid} stays blocked until that is settled ({why})."
     return text
 
 
@@ -275,17 +356,24 @@ def preview(plan: Plan, changes: list[Change], records: Mapping[str, UnitRecord]
             calls: Calls, *,
             high_risk_rules: Iterable[Mapping[str, Any] | HighRiskRule] = (),
             source_groups: Mapping[str, str] | None = None,
-            index: PlanIndex | None = None) -> Preview:
+            index: PlanIndex | None = None,
+            writers: Iterable[str] | None = None,
+            statuses: Mapping[str, Any] | None = None) -> Preview:
     """A dry run of ``invalidate`` with the estimated re-do cost from the call ledger.
 
     Redo figures are the settled calls of each invalidated unit's latest committed attempt, so
     they equal the ledger sums; units that will run for the first time are estimated from the
-    mean of their kind, or counted as 0 and listed in ``estimate.unknown``.
+    mean of their own earlier attempts or of their kind, never below their kind's own steps
+    (``expected_calls``; ``writers`` as in ``estimate_costs``), or counted as 0 and listed in
+    ``estimate.unknown``. ``statuses`` (unit -> runtime status) names the failed units the
+    change releases and the blocked ones it does not (``released_by_change``, the rule a
+    resume follows); a held unit is left out of ``will_run``.
     """
     ix = index or PlanIndex(plan)
     result = invalidate(plan, changes, records, high_risk_rules=high_risk_rules,
                         source_groups=source_groups, index=ix)
-    per_unit = _unit_costs(ix, result.redo, records, calls)
+    per_unit = _unit_costs(ix, result.redo, records, calls, plan=plan,
+                           source_groups=source_groups, writers=writers)
     n_redo = len(result.affected)
     # model_construct: every value is built above from validated models, and the lazy
     # ``invalidated`` / ``units`` must not be copied (validation would build every row).
@@ -294,10 +382,11 @@ def preview(plan: Plan, changes: list[Change], records: Mapping[str, UnitRecord]
         first_run=per_unit.total("first run", n_redo), units=per_unit,
         unknown=[uid for uid, basis in zip(per_unit.unit, per_unit.basis, strict=True)
                  if basis == "unknown"])
+    held = held_despite_change(result, statuses or {})
     return Preview.model_construct(
         changes=list(changes), invalidated=result.affected,
-        will_run=list(result.pending_affected), reused=list(result.reused), estimate=est,
-        summary=_summary(result, est))
+        will_run=[u for u in result.pending_affected if u not in held],
+        reused=list(result.reused), estimate=est, summary=_summary(result, est, statuses))
 
 
 # -- one unit --------------------------------------------------------------------------------
@@ -464,4 +553,5 @@ def explain_unit(plan: Plan, facts: RunFacts, unit_id: str, *,
 
 
 __all__ = ["Estimate", "Preview", "UnitCost", "UnitExplanation", "compact_ids",
-           "estimate_costs", "explain_unit", "group_calls", "preview"]
+           "estimate_costs", "expected_calls", "explain_unit", "group_calls", "preview",
+           "unit_sources"]
