@@ -6,6 +6,7 @@ timestamped lines outside a terminal."""
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,24 @@ def test_completion_install_writes_the_shell_script(tmp_path: Path, monkeypatch)
     assert shown.exit_code == 0 and "compdef keepstep" in shown.output
     unknown = invoke("completion", "install", "tcsh")
     assert unknown.exit_code == 2 and "name it" in unknown.output
+
+
+def test_the_block_and_the_status_suggest_one_limit_with_the_quoted_project_path(
+        tmp_path: Path) -> None:
+    """Issue 23: the run that stops on the budget and the status afterwards suggest the same
+    new limit (one function computes it), in a command holding the real project path quoted
+    for the shell, never a DIR placeholder."""
+    root = tmp_path / "my pack"
+    assert invoke("init", root).exit_code == 0
+    config = root / "keepstep.toml"
+    config.write_text(config.read_text().replace("calls = 50", "calls = 3"))
+    run = invoke("run", root)
+    assert run.exit_code == 3, run.output
+    status = invoke("status", root, "--run", "R1").output
+    said = set(re.findall(r"--calls (\d+)", run.output))
+    assert len(said) == 1 and said == set(re.findall(r"--calls (\d+)", status)), (run.output,
+                                                                                   status)
+    [n] = said
+    assert f"raise the calls limit to {n} (" in status
+    assert f"keepstep budget raise {shlex.quote(str(root))} --run R1 --calls {n}" in run.output
+    assert "DIR" not in run.output and "DIR" not in status

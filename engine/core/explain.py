@@ -392,7 +392,8 @@ def preview(plan: Plan, changes: list[Change], records: Mapping[str, UnitRecord]
 # -- one unit --------------------------------------------------------------------------------
 
 _BLOCKED_HINTS = {
-    "budget": "record a budget decision to raise the limit, then resume",
+    "budget": "record a budget decision to raise the limit (`keepstep status` suggests the new "
+              "limit and the command), then resume",
     "quota": "top up the provider account or switch model, then resume",
     "auth": "fix the provider key (`keepstep keys set PROVIDER`), then resume",
     "provider_outage": "check the provider's status or your network, then resume",
@@ -525,9 +526,7 @@ def explain_unit(plan: Plan, facts: RunFacts, unit_id: str, *,
         why = f"blocked ({kind or 'needs a person'}): {status.reason}; retrying cannot help"
         if status.details.get("figures"):
             details.append("figures: " + _flat(status.details["figures"]))
-        if status.details.get("raise"):
-            details.append(f"to continue: `{status.details['raise']}`, then resume")
-        elif kind in _BLOCKED_HINTS:
+        if kind in _BLOCKED_HINTS:
             details.append(f"to continue: {_BLOCKED_HINTS[kind]}")
     elif state == UnitState.failed and status is not None:
         kind = status.details.get("kind", "error")
