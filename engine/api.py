@@ -454,11 +454,14 @@ class Run(RunHandle):
 
         return run_dag_svg(self)
 
-    def handover(self, out: str | Path) -> Path:
-        """Export the handover bundle (a folder, or a .zip when ``out`` ends so)."""
+    def handover(self, out: str | Path, *, sources: str = "excerpts") -> Path:
+        """Export the handover bundle (a folder, or a .zip when ``out`` ends so).
+        ``sources``: "excerpts" (the default, as `keepstep handover`'s: each cited statement
+        under its evidence id and locator, linked from index.html), "files" (the approved
+        source files too) or "none"."""
         from keepstep.engine.report.handover import export_handover
 
-        return export_handover(self, out)
+        return export_handover(self, out, sources=sources)
 
     def narrative(self) -> str:
         """The handover narrative, generated from stored state only."""
