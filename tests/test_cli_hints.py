@@ -5,6 +5,7 @@ timestamped lines outside a terminal."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -156,3 +157,18 @@ def test_the_block_and_the_status_suggest_one_limit_with_the_quoted_project_path
     assert f"raise the calls limit to {n} (" in status
     assert f"keepstep budget raise {shlex.quote(str(root))} --run R1 --calls {n}" in run.output
     assert "DIR" not in run.output and "DIR" not in status
+
+
+def test_an_approvals_estimate_counts_the_model_calls_of_units_not_run_yet(
+        project: Path) -> None:
+    """Issue 23: the gate holds U5 (synthesize) before any unit of its kind has run; its
+    option still estimates U5's own model call (the preview's estimate), not ~0 calls."""
+    (project / "plan.toml").write_text((project / "plan.toml").read_text() + GATE)
+    assert invoke("run", project, "--quiet").exit_code == 3
+    shown = invoke("approvals", project, "--json")
+    assert shown.exit_code == 0, shown.output
+    [request] = json.loads(shown.stdout)
+    [option] = request["options"]
+    assert "U5" in option["redo"] and option["estimate"]["calls"] >= 1
+    text = invoke("approvals", project).output
+    assert "~0 call" not in text and re.search(r"~[1-9]\d* call", text), text

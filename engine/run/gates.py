@@ -26,11 +26,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from keepstep.engine.core.changes import Change, ChangeKind, same_substance
+from keepstep.engine.core.explain import estimate_costs
 from keepstep.engine.core.plan import EdgeType, UnitKind
 from keepstep.engine.core.state import RunFacts, UnitState, unit_key
 from keepstep.engine.errors import ApprovalError
 from keepstep.engine.run import approvals
 from keepstep.engine.run.approvals import ApprovalOption
+from keepstep.engine.run.baseline import prose_writers
 from keepstep.storage import CheckpointConflict, EventIn
 from keepstep.storage.hashing import canonical_json
 
@@ -392,19 +394,14 @@ def option_estimates(run: RunHandle, gate: Gate, facts: RunFacts) -> list[Approv
     held = gate.held_units()
     redo = sorted(downstream_of(plan, held) | set(held))
     current = sorted(u for u in plan.unit_map() if facts.is_current(u))
-    calls = run.store.calls(run.run_id)
-    per_unit: dict[str, list[Any]] = {}
-    for c in calls:
-        per_unit.setdefault(c.unit, []).append(c)
-    kinds = {u.id: u.kind.value for u in plan.units}
-    by_kind: dict[str, list[int]] = {}
-    for uid, cs in per_unit.items():
-        by_kind.setdefault(kinds.get(uid, ""), []).append(len(cs))
-    est_calls = sum(
-        len(per_unit[u]) if u in per_unit else
-        round(sum(by_kind.get(kinds[u], [0])) / max(1, len(by_kind.get(kinds[u], [0]))))
-        for u in redo
-    )
+    # The same estimate as a preview's (engine.core.explain.estimate_costs): a unit that
+    # calls the model is never counted at ~0 calls.
+    files = run.project.files
+    groups = {sid: s.group or "" for sid, s in files.approved_sources().items()}
+    per_unit = estimate_costs(plan, redo, facts.records, run.store.calls(run.run_id),
+                              source_groups=groups, writers=prose_writers(files, plan))
+    est_calls = sum(c.calls for c in per_unit)
+    est_cost = round(sum(c.cost for c in per_unit), 6)
     audience = run.project.files.contract.audience
     hold = release_hold(run, gate, facts)
     out = []
@@ -427,7 +424,8 @@ def option_estimates(run: RunHandle, gate: Gate, facts: RunFacts) -> list[Approv
                     "is delivered (revoke the decision to be asked again)")
         out.append(ApprovalOption(
             label=label, reuse=current, redo=redo if runs else [],
-            estimate={"calls": est_calls if runs else 0, "cost": 0.0}, note=note,
+            estimate={"calls": est_calls if runs else 0, "cost": est_cost if runs else 0.0},
+            note=note,
             available=available))
     return out
 
