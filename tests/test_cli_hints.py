@@ -6,8 +6,12 @@ timestamped lines outside a terminal."""
 from __future__ import annotations
 
 import json
+import os
+import pty
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -172,3 +176,35 @@ def test_an_approvals_estimate_counts_the_model_calls_of_units_not_run_yet(
     assert "U5" in option["redo"] and option["estimate"]["calls"] >= 1
     text = invoke("approvals", project).output
     assert "~0 call" not in text and re.search(r"~[1-9]\d* call", text), text
+
+
+def _in_a_terminal(args: list[str], env: dict[str, str]) -> bytes:
+    """What ``keepstep ARGS`` writes to a pseudo-terminal (so it sees a TTY)."""
+    main, child = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "keepstep.app.cli", *args], stdin=child,
+                            stdout=child, stderr=child, env=env, close_fds=True)
+    os.close(child)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(main)
+    assert proc.wait(timeout=120) == 0, out.decode(errors="replace")
+    return out
+
+
+def test_colour_on_a_terminal_and_none_when_no_color_is_set(project: Path) -> None:
+    """Issue 23: on a terminal the live display is coloured; NO_COLOR removes the colours
+    (bold may stay: NO_COLOR is about colour)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+    env |= {"TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"}
+    colour = re.compile(rb"\x1b\[(?:\d+;)*(?:3\d|9\d)(?:;\d+)*m")
+    coloured = _in_a_terminal(["run", str(project)], env)
+    assert colour.search(coloured), coloured[-400:]
+    plain = _in_a_terminal(["run", str(project), "--run", "R2", "--new"], env | {"NO_COLOR": "1"})
+    assert b"done" in plain and not colour.search(plain), plain[-400:]
