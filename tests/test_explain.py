@@ -259,3 +259,13 @@ def test_a_change_that_reaches_a_failed_unit_releases_it_and_the_preview_says_so
     assert p.will_run == ["S1"]
     assert "S1 failed before; the change reaches it, so it runs again." in p.summary
     assert "S2 stays blocked until that is settled (budget: calls 3/3)." in p.summary
+
+
+def test_explain_a_cost_block_shows_money_with_a_dollar_sign() -> None:
+    """Issue 23: cost figures are money: `$` and four decimals, never a bare 0.00595185."""
+    plan = built_me042()
+    st = status("U21", "blocked", "budget: cost", kind="budget",
+                figures={"cost": {"used": 0.00595185, "limit": 0.006, "requested": 0.0004}})
+    ex = explain_unit(plan, facts(plan, succeeded(plan, units(1, 20)), statuses={"U21": st}),
+                      "U21")
+    assert "figures: cost used $0.0060, limit $0.0060, requested $0.0004" in ex.render()

@@ -444,8 +444,10 @@ def _flat(figures: Mapping[str, Any]) -> str:
     parts = []
     for key, value in figures.items():
         if isinstance(value, Mapping):
-            parts.append(f"{key} " + ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
-                                               for k, v in value.items()))
+            money = key == "cost"  # money with $, as everywhere else
+            parts.append(f"{key} " + ", ".join(
+                f"{k} ${v:.4f}" if money and isinstance(v, int | float) else
+                f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in value.items()))
         else:
             parts.append(f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}")
     return "; ".join(parts)
