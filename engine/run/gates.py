@@ -26,13 +26,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from keepstep.engine.core.changes import Change, ChangeKind, same_substance
-from keepstep.engine.core.explain import estimate_costs
 from keepstep.engine.core.plan import EdgeType, UnitKind
 from keepstep.engine.core.state import RunFacts, UnitState, unit_key
 from keepstep.engine.errors import ApprovalError
 from keepstep.engine.run import approvals
 from keepstep.engine.run.approvals import ApprovalOption
-from keepstep.engine.run.baseline import prose_writers
 from keepstep.storage import CheckpointConflict, EventIn
 from keepstep.storage.hashing import canonical_json
 
@@ -396,10 +394,7 @@ def option_estimates(run: RunHandle, gate: Gate, facts: RunFacts) -> list[Approv
     current = sorted(u for u in plan.unit_map() if facts.is_current(u))
     # The same estimate as a preview's (engine.core.explain.estimate_costs): a unit that
     # calls the model is never counted at ~0 calls.
-    files = run.project.files
-    groups = {sid: s.group or "" for sid, s in files.approved_sources().items()}
-    per_unit = estimate_costs(plan, redo, facts.records, run.store.calls(run.run_id),
-                              source_groups=groups, writers=prose_writers(files, plan))
+    per_unit = run.estimate(redo, plan, facts.records)
     est_calls = sum(c.calls for c in per_unit)
     est_cost = round(sum(c.cost for c in per_unit), 6)
     audience = run.project.files.contract.audience

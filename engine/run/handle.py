@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from keepstep.engine.core.explain import UnitCost, estimate_costs
 from keepstep.engine.core.inputs import InputSnapshot
 from keepstep.engine.core.plan import MODEL_KINDS, Plan, Unit, parse_plan
 from keepstep.engine.core.state import (
@@ -33,7 +34,12 @@ from keepstep.engine.errors import PlanValidationError
 from keepstep.engine.files.convert import converter_versions
 from keepstep.engine.files.project import STATE_DIR, ProjectFiles, load_project_files
 from keepstep.engine.gateway.call_ledger import StoreCallLedger
-from keepstep.engine.run.baseline import PRODUCER_VERSION, PROMPT_VERSION, create_run
+from keepstep.engine.run.baseline import (
+    PRODUCER_VERSION,
+    PROMPT_VERSION,
+    create_run,
+    prose_writers,
+)
 from keepstep.engine.run.gates import open_gates
 from keepstep.engine.run.pool import WorkerPool
 from keepstep.storage import Event, Head, ModelCall, SQLiteStore
@@ -442,6 +448,18 @@ class RunHandle:
         with cache.lock:
             cache.refresh()
             return dict(cache.records)
+
+    def estimate(self, unit_ids: list[str], plan: Plan | None = None,
+                  records: Mapping[str, UnitRecord] | None = None) -> list[UnitCost]:
+        """Per unit, what running it is expected to cost: the one estimate a preview, an
+        approval's options, a takeover and the TUI show (``engine.core.explain.estimate_costs``
+        with the project's approved sources and the render units whose model writes prose)."""
+        files = self.project.files
+        plan = plan or self.plan
+        groups = {sid: s.group or "" for sid, s in files.approved_sources().items()}
+        return estimate_costs(plan, unit_ids, self.facts_records() if records is None else records,
+                              self.calls(), source_groups=groups,
+                              writers=prose_writers(files, plan))
 
     def facts(self) -> RunFacts:
         """Everything ``decide`` needs, read in one go. A plain read: it writes nothing
