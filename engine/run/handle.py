@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from keepstep.engine.core.explain import UnitCost, estimate_costs
+from keepstep.engine.core.estimates import UnitCost, estimate_costs
 from keepstep.engine.core.inputs import InputSnapshot
 from keepstep.engine.core.plan import MODEL_KINDS, Plan, Unit, parse_plan
 from keepstep.engine.core.state import (
