@@ -226,6 +226,71 @@ def test_a_claim_its_quotes_do_not_support_is_revised() -> None:
     assert doc["claims"][0]["support"] == "supports" and doc["models"] == [MODEL]
 
 
+def test_an_offline_run_asks_the_support_check_of_the_heuristic() -> None:
+    """One code path: offline, every synthesis's claims go to the support check, answered by
+    the heuristic's own rule, and its verdicts are recorded with the claims."""
+    pack = PackRunner()
+    pack.run_all(until="U30")
+    synth = [u.id for u in pack.plan.units if u.kind.value == "synthesize"]
+    assert synth
+    for uid in synth:
+        tasks = [c["task"] for c in pack.contexts[uid].calls]
+        assert tasks == ["synthesize", "support"], (uid, tasks)
+        doc = json.loads(pack.artifacts[uid]["synthesis.json"])
+        assert doc["claims"] and {c["support"] for c in doc["claims"]} == {"supports"}
+        assert pack.outcomes[uid].passed
+
+
+def test_the_offline_heuristic_finds_an_unsupported_claim_and_it_is_revised() -> None:
+    """The heuristic's support rule finds a claim whose quotes do not address it; the claim
+    goes back named, and the heuristic's own revise answer (reading the same feedback a model
+    reads) is what the synthesis keeps."""
+    from keepstep.engine.gateway.offline_model import respond
+
+    bad = {"claims": [{"text": "The pilot cut billing complaints.", "evidence_ids": ["A1-e1"]}]}
+    answered: list[str] = []
+
+    def model(payload: dict[str, Any]) -> dict[str, Any]:
+        answered.append(payload["task"])
+        if payload["task"] == "synthesize" and answered.count("synthesize") == 1:
+            return bad  # a first answer like a careless model's
+        return respond(payload)
+
+    ctx = _ctx("S1", _verified(), model, profile=None)
+    outcome = _run(ctx)
+    assert outcome.passed
+    assert [c["task"] for c in ctx.calls] == ["synthesize", "support", "synthesize", "support"]
+    assert "support:does_not_address" in ctx.calls[2]["messages"][-1]["content"]
+    doc = ctx.json_output("synthesis.json")
+    assert "complaints" not in json.dumps(doc["claims"])
+    assert doc["claims"] and {c["support"] for c in doc["claims"]} == {"supports"}
+
+
+def test_the_offline_heuristic_revises_the_claims_feedback_names() -> None:
+    """A revise round's feedback reaches the heuristic as it reaches a model (the
+    conversation): a claim named once is restated in its quote's own words, citing the quote;
+    named again, it is dropped."""
+    from keepstep.engine.gateway.offline_provider import build_response_content
+    from keepstep.engine.gateway.prompts import load_prompt, render_messages, revise_messages
+
+    inputs = {"task": "synthesize", "question": "q", "audience": "board",
+              "evidence": EVIDENCE[:2] + [{**EVIDENCE[2], "topic": "u"}],
+              "topics": [{"name": "t", "keywords": []}, {"name": "u", "keywords": []}]}
+    messages = render_messages(load_prompt("synthesize"), inputs=inputs, contract={},
+                               unit={"id": "S1", "title": "t", "question": ""}, schema=None)
+    first = json.loads(build_response_content(messages))["claims"]
+    assert len(first) >= 2 and all(len(c["evidence_ids"]) == 1 for c in first)
+    line = "claims[0].text [support:does_not_address]: its cited quotes do not address it"
+    again = revise_messages(load_prompt("revise"), messages, json.dumps(first), [line])
+    second = json.loads(build_response_content(again))["claims"]
+    quote = {e["id"]: e["quote"] for e in EVIDENCE}[first[0]["evidence_ids"][0]]
+    assert second[0] == {"text": quote, "evidence_ids": first[0]["evidence_ids"]}
+    assert second[1:] == first[1:]
+    third = json.loads(build_response_content(revise_messages(
+        load_prompt("revise"), again, json.dumps(second), [line])))["claims"]
+    assert third == first[1:]
+
+
 def test_a_correct_calculation_passes_and_a_wrong_one_fails() -> None:
     """A derived figure passes when its calculation uses cited figures and code gets the
     figure the text states; a wrong result, an uncited operand or a non-arithmetic

@@ -130,10 +130,9 @@ def support_judge(ctx: UnitContext, field_name: str, quotes: Mapping[str, str],
 
     def judge(answer: Any) -> list[Problem]:
         claims = getattr(answer, field_name)
-        # The offline heuristic's claims are its quotes' own sentences: its support rule could
-        # only repeat the figure check code has already made, so it is not asked (a call
-        # that adds nothing).
-        if not claims or ctx.model_profile().offline:
+        # Asked of every model, the offline heuristic too (one code path: it answers the same
+        # request by its own rule, and what it finds is revised like a model's verdict).
+        if not claims:
             return []
         ctx.safe_point(f"check {len(claims)} claim(s) against their quotes")
         step = run_model_step(ctx, prompt="support", schema=SupportAnswer,
