@@ -428,6 +428,62 @@ def test_citations_point_at_the_quote_that_holds_the_figure() -> None:
     assert cited_evidence_ids(line) == {"A1-e1"}
 
 
+def test_a_finding_cites_only_the_quotes_that_hold_its_figures() -> None:
+    """A finding that rests on several ids is cited, in the document, at the quotes holding
+    the figures it states (or its calculation's operands), not at every id; a finding that
+    states no figure keeps all its ids. Model-written sentences are cited the same way."""
+    artifacts = _verified()
+    all_ids = ["A1-e1", "A1-e2", "B1-e1"]
+    synth = Script(synthesize=[{"claims": [
+        {"text": "Readings arrived on time for 97% of meters.", "evidence_ids": all_ids},
+        {"text": "About 1,164 of the pilot's meters reported on time.", "evidence_ids": all_ids,
+         "calculation": "1,200 * 97% = 1,164"},
+        {"text": "The pilot reported readings and priced meters.", "evidence_ids": all_ids}]}])
+    assert _run(_ctx("S1", artifacts, lambda p: _all_supported(p) if p["task"] == "support"
+                     else synth(p))).passed
+    _run(_ctx("R1", artifacts, Script(rank=[{"risks": [
+        {"id": "R1", "title": "Annual subscription", "score": 20, "evidence_ids": ["B1-e1"],
+         "criteria": {"price per meter": "NVK 40", "fit": "good"}}]}], check=[{"problems": []}])))
+    ctx = _ctx("D2", artifacts, lambda p: {}, profile=None)
+    ctx.templates["brief"] = "# Brief\n\n{{ findings }}\n"
+    assert _run(ctx).passed
+    memo = expand_footnotes(ctx.outputs["brief.md"].decode())
+
+    def cited(start: str) -> set[str]:
+        return cited_evidence_ids(next(x for x in memo.splitlines() if start in x))
+
+    assert cited("1. Readings arrived") == {"A1-e1"}
+    assert cited("2. About 1,164") == {"A1-e1", "A1-e2"}
+    assert cited("3. The pilot reported") == set(all_ids)
+
+    script = Script(render=[{"sentences": [
+        {"text": "Readings arrived on time for 97% of meters.", "evidence_ids": all_ids}]}])
+    written = _ctx("D2", artifacts, lambda p: _all_supported(p) if p["task"] == "support"
+                   else script(p))
+    assert _run(written).passed
+    brief = expand_footnotes(written.outputs["brief.md"].decode())
+    line = next(x for x in brief.splitlines() if x.startswith("- Readings arrived"))
+    assert cited_evidence_ids(line) == {"A1-e1"}
+
+
+def test_the_offline_heuristic_cites_one_quote_per_finding() -> None:
+    """The offline heuristic's findings state their lead statement and cite that quote only,
+    never several sources where one holds the figure."""
+    from keepstep.engine.kinds.claims import figure_holders
+
+    pack = PackRunner()
+    pack.run_all(until="U30")
+    claims = [c for u in pack.plan.units if u.kind.value == "synthesize"
+              for c in json.loads(pack.artifacts[u.id]["synthesis.json"])["claims"]]
+    assert claims
+    for c in claims:
+        assert len(c["evidence_ids"]) == 1 and len(c["source_ids"]) == 1, c
+    quotes = {k: v for u in pack.plan.units if u.kind.value == "synthesize"
+              for k, v in json.loads(pack.artifacts[u.id]["synthesis.json"])["quotes"].items()}
+    assert all(figure_holders(c["text"], c["evidence_ids"], quotes) == c["evidence_ids"]
+               for c in claims)
+
+
 def test_provenance_names_the_answering_model_and_the_offline_notice_comes_first() -> None:
     """Every document names the models that answered (recorded by the units that called
     them), not a notice read from an answer; an offline heuristic's document says so in its

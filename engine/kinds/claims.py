@@ -180,6 +180,34 @@ def figure_problems(at: str, text: str, ids: list[str], quotes: Mapping[str, str
                   for f in figures_of(normalise(text)) if f not in cited and f not in derived]
 
 
+def figure_holders(text: str, ids: list[str], quotes: Mapping[str, str],
+                   calculation: str | None = None) -> list[str]:
+    """The ids a claim's citation names in a document: when the text states a figure, the
+    cited quotes that hold one of its figures (or, with a calculation, one of its operands),
+    in the order cited; every cited id when it states none, or none of them holds one (a
+    reader follows a citation to the quote holding the figure, not to each id of a finding).
+    """
+    stated = set(figures_of(normalise(text)))
+    operands: set[float] = set()
+    for part in (calculation or "").split(";"):
+        expression, _result = split_calculation(part)
+        for operand in _OPERAND_RE.findall(expression):
+            value = figure_value(operand) if operand[0] != "." else float(operand.rstrip("%"))
+            if value not in FREE_CONSTANTS:
+                operands.add(value)
+    if not stated and not operands:
+        return list(ids)
+    keep = []
+    for i in ids:
+        quote = normalise(quotes.get(i, ""))
+        held = set(figures_of(quote))
+        values = {figure_value(f) for f in held} | {
+            _WORD_NUMBERS[w] for w in _WORD_RE.findall(quote.lower()) if w in _WORD_NUMBERS}
+        if held & stated or values & operands:
+            keep.append(i)
+    return keep or list(ids)
+
+
 def claim_rules(field_name: str, quotes: Mapping[str, str]) -> Any:
     """Rules for an answer of claims: text, at least one known id, figures in the cited
     quotes or given by a checked calculation."""
@@ -255,5 +283,6 @@ def support_problems(field_name: str, claims: list[Any], answer: SupportAnswer |
 
 
 __all__ = ["FREE_CONSTANTS", "CalculationError", "SupportAnswer", "SupportVerdict",
-           "calculation_problems", "claim_rules", "evaluate", "figure_problems", "figure_value",
+           "calculation_problems", "claim_rules", "evaluate", "figure_holders", "figure_problems",
+           "figure_value",
            "figures_of", "split_calculation", "states", "support_inputs", "support_problems"]

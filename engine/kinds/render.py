@@ -38,7 +38,7 @@ from keepstep.engine.core.presets import (
 )
 from keepstep.engine.core.templates import placeholders, syntax_error
 from keepstep.engine.gateway.answers import problem
-from keepstep.engine.kinds.claims import claim_rules
+from keepstep.engine.kinds.claims import claim_rules, figure_holders
 from keepstep.engine.kinds.common import (
     CSV,
     LOCATED_CITE_RE,
@@ -145,7 +145,10 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
     steps = [step, *record.get("steps", [])]
     if not step.ok:
         return None, steps
-    lines = [f"- {c.text.strip()} {cite(c.evidence_ids, src.index, locators=True)}"
+    # Each sentence's citation points at the quotes holding its figures.
+    lines = [f"- {c.text.strip()} " + cite(figure_holders(c.text, c.evidence_ids, quotes,
+                                                          c.calculation),
+                                           src.index, locators=True)
              for c in step.value.sentences]
     src.written |= {_words(c.text) for c in step.value.sentences}
     return "\n".join(lines) or "Nothing to add to what the sections above say.", steps
