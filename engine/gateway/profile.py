@@ -8,7 +8,8 @@ Callers may rely on:
   (the offline model counts like its provider reports: ``ceil(chars / 4)``);
 - ``input_tokens`` being what one request's messages may use, ``output_tokens`` what is
   reserved (and sent as ``max_tokens``) for the answer;
-- ``estimate_cost`` being litellm's price × tokens (0.0 for an unpriced model);
+- ``estimate_cost`` being the price × tokens: keepstep.toml's ``[model_settings]`` price when
+  it gives one, else litellm's (0.0 for an unpriced model);
 - ``response_format`` / ``options`` being what the gateway sends: a json_schema
   ``response_format`` (strict where litellm says the model supports response schemas), the
   same for Ollama (litellm sends it as Ollama's ``format``) plus ``num_ctx``; ``None`` for a
@@ -52,6 +53,7 @@ class ModelProfile(BaseModel):
     num_ctx: int | None = None
     input_cost_per_token: float = 0.0
     output_cost_per_token: float = 0.0
+    price_source: Literal["litellm", "keepstep.toml"] = "litellm"
 
     @property
     def offline(self) -> bool:
@@ -124,8 +126,12 @@ def _count(model: str, messages: list[dict[str, Any]]) -> int:
 
 @functools.lru_cache(maxsize=64)
 def model_profile(model: str, *, max_tokens: int | None = None,
-                  context_tokens: int | None = None) -> ModelProfile:
-    """The profile of ``model`` under a project's ``max_tokens`` / ``context_tokens``."""
+                  context_tokens: int | None = None,
+                  price: tuple[float, float] | None = None,
+                  max_output_tokens: int | None = None) -> ModelProfile:
+    """The profile of ``model`` under a project's ``max_tokens`` / ``context_tokens``;
+    ``price`` (per input and output token) and ``max_output_tokens`` are keepstep.toml's
+    ``[model_settings]`` for the model, winning over litellm's information."""
     from keepstep.engine.gateway.client import provider_of
 
     provider = provider_of(model)
@@ -142,7 +148,7 @@ def model_profile(model: str, *, max_tokens: int | None = None,
     except Exception:  # noqa: BLE001, S110 - litellm does not know every model
         pass
     known_in = info.get("max_input_tokens") or info.get("max_tokens")
-    known_out = info.get("max_output_tokens")
+    known_out = max_output_tokens or info.get("max_output_tokens")
     if known_out:
         output = min(output, int(known_out))
     num_ctx = None
@@ -165,8 +171,10 @@ def model_profile(model: str, *, max_tokens: int | None = None,
         model=model, provider=provider, input_tokens=max(1, window), output_tokens=output,
         window_source=source, structured=structured, strict=structured == "json_schema",
         num_ctx=num_ctx,
-        input_cost_per_token=float(info.get("input_cost_per_token") or 0.0),
-        output_cost_per_token=float(info.get("output_cost_per_token") or 0.0))
+        input_cost_per_token=price[0] if price else float(info.get("input_cost_per_token") or 0.0),
+        output_cost_per_token=price[1] if price else float(
+            info.get("output_cost_per_token") or 0.0),
+        price_source="keepstep.toml" if price else "litellm")
 
 
 def _supports_schema(litellm: Any, model: str) -> bool:

@@ -307,8 +307,11 @@ class AttemptContext:
         if self._profile is None:
 
             cfg = self.files.config
-            self._profile = model_profile(self.model, max_tokens=cfg.max_tokens,
-                                          context_tokens=cfg.context_tokens)
+            settings = cfg.settings_for(self.model)
+            self._profile = model_profile(
+                self.model, max_tokens=cfg.max_tokens,
+                context_tokens=settings.context_tokens or cfg.context_tokens,
+                price=settings.price_per_token(), max_output_tokens=settings.max_output_tokens)
         return self._profile
 
     def _ledger(self) -> Any:
@@ -329,6 +332,8 @@ class AttemptContext:
             timeout_s=cfg.request_timeout_s,
             response_format=profile.response_format(call.schema_name, call.json_schema),
             options=profile.options(),
+            price_per_token=(profile.input_cost_per_token, profile.output_cost_per_token)
+            if profile.price_source == "keepstep.toml" else None,
         )
         tokens_in = profile.count(call.messages)
         if tokens_in > profile.input_tokens:
