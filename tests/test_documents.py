@@ -5,6 +5,8 @@ prices."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 from typing import Any
@@ -507,6 +509,32 @@ def test_provenance_names_the_answering_model_and_the_offline_notice_comes_first
         assert text.startswith("> **Written by keepstep's offline heuristic model")
         assert "Models that answered: local/keepstep-offline" in text
         assert "Research pack" not in text
+
+
+def test_every_csv_names_the_models_that_answered_and_offline_says_so_first() -> None:
+    """A CSV gets a models column whatever its template lists: the model the units recorded
+    for their calls, the offline heuristic named as such; an offline run's Markdown documents
+    open with the offline notice."""
+    artifacts = _synthesis_and_ranking()
+    table = _ctx("T1", artifacts, lambda p: {}, profile=None)
+    table.templates["table"] = "- id\n- quote\n"
+    assert _run(table).passed
+    rows = list(csv.DictReader(io.StringIO(table.outputs["table.csv"].decode())))
+    assert list(rows[0]) == ["id", "quote", "models"] and {r["models"] for r in rows} == {MODEL}
+
+    pack = PackRunner()
+    pack.run_all()
+    deliverables = [u.id for u in pack.plan.units if u.kind.value == "render"]
+    assert deliverables
+    for uid in deliverables:
+        for name, data in pack.artifacts[uid].items():
+            text = data.decode()
+            if name.endswith(".csv"):
+                models = {r["models"] for r in csv.DictReader(io.StringIO(text))}
+                assert models == {"local/keepstep-offline (offline heuristic: rules, no "
+                                  "language model)"}, (uid, models)
+            elif name.endswith(".md"):
+                assert text.startswith("> **Written by keepstep's offline heuristic"), uid
 
 
 def test_a_derived_figure_reaches_the_document_as_a_checked_calculation() -> None:

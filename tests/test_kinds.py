@@ -358,11 +358,12 @@ def test_an_unconverged_loop_goes_forward_flagged_when_the_plan_says_so() -> Non
 
 # --- render ----------------------------------------------------------------------------
 def test_render_evidence_table_has_a_row_per_verified_statement(pack: PackRunner) -> None:
-    """A02 is CSV with the template's header and 163 rows carrying locator, group and
-    figures (A1 is a PDF: its first statement is on a page)."""
+    """A02 is CSV with the template's header (and the models column every CSV gets) and 163
+    rows carrying locator, group and figures (A1 is a PDF: its first statement is on a page)."""
     text = pack.artifacts["U32"]["evidence-table.csv"].decode()
     rows = list(csv.reader(io.StringIO(text)))
-    assert rows[0] == ["id", "source_id", "locator", "group", "topic", "figures", "quote"]
+    assert rows[0] == ["id", "source_id", "locator", "group", "topic", "figures", "quote",
+                       "models"]
     assert len(rows) == 164
     first = dict(zip(rows[0], rows[1], strict=True))
     assert first["id"] == "A1-e1" and first["group"] == "A" and "22%" in first["figures"]
@@ -370,12 +371,14 @@ def test_render_evidence_table_has_a_row_per_verified_statement(pack: PackRunner
 
 
 def test_render_evidence_table_follows_the_template_columns() -> None:
-    """The evidence-table template's list items choose the CSV columns; unknown ones fail."""
+    """The evidence-table template's list items choose the CSV columns (the models column
+    follows them); unknown ones fail."""
     runner = PackRunner()
     runner.templates["evidence-table"] = "# Columns\n\n- quote\n- `id`\n"
     outcome = runner.run_all(until="U32")["U32"]
     assert outcome.passed
-    assert runner.artifacts["U32"]["evidence-table.csv"].decode().splitlines()[0] == "quote,id"
+    assert runner.artifacts["U32"]["evidence-table.csv"].decode().splitlines()[0] == \
+        "quote,id,models"
     runner.templates["evidence-table"] += "- margin\n"
     _, outcome = runner.run("U32")
     assert "margin" in _failed(outcome)["structure"]

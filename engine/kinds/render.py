@@ -9,7 +9,8 @@ by ``params.fill`` mapping the template's names onto parts (``{ pricing = { part
 placeholder too. An unknown placeholder fails the structure validator (and ``keepstep
 validate``). Sections marked ``<!-- section: id -->`` pass into the document, so an audit can
 find them. A CSV document (``format = "csv"``, or an output ending in .csv) lists verified
-statements, its columns the template's Markdown list items.
+statements, its columns the template's Markdown list items, and always a ``models`` column
+naming the models that answered (the offline heuristic named as such).
 Every finding cites evidence ids and where in their sources they are, as
 ``[A1-e3, B2-e1] (A1, p. 2; B2, Pricing)`` (``cite(..., locators=True)``; a source id alone
 for evidence without a locator).
@@ -38,6 +39,7 @@ from keepstep.engine.core.presets import (
 )
 from keepstep.engine.core.templates import placeholders, syntax_error
 from keepstep.engine.gateway.answers import problem
+from keepstep.engine.gateway.offline_provider import PROVIDER as OFFLINE_PROVIDER
 from keepstep.engine.kinds.claims import claim_rules, figure_holders
 from keepstep.engine.kinds.common import (
     CSV,
@@ -99,6 +101,9 @@ def _evidence_table(src: Sources, template: str, params: RenderParams) -> tuple[
                 for h in header if h not in TABLE_COLUMNS]
     if not header:
         problems.append("the table template lists no columns ('- id', '- quote', ...)")
+    if header and "models" not in header:
+        # The CSV names the models that answered whatever its template lists (issue 20).
+        header.append("models")
     rows = sorted(src.evidence, key=lambda e: natural_key(str(e["id"])))
     if params.rows is not None:
         if params.rows.cited_by:
@@ -106,6 +111,8 @@ def _evidence_table(src: Sources, template: str, params: RenderParams) -> tuple[
             rows = [e for e in rows if str(e["id"]) in wanted]
         if params.rows.topic:
             rows = [e for e in rows if e.get("topic") in params.rows.topic]
+    models = "; ".join(f"{m} (offline heuristic: rules, no language model)"
+                       if m.startswith(f"{OFFLINE_PROVIDER}/") else m for m in src.models)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
@@ -113,7 +120,7 @@ def _evidence_table(src: Sources, template: str, params: RenderParams) -> tuple[
         row = {**{k: str(e.get(k, "")) for k in TABLE_COLUMNS},
                "group": str(e.get("group") or src.index.get(str(e["id"]), {}).get("group", "")),
                "figures": "; ".join(str(f) for f in e.get("figures", [])),
-               "models": "; ".join(src.models)}
+               "models": models}
         writer.writerow([row.get(h, "") for h in header])
     return out.getvalue(), problems
 
