@@ -123,6 +123,10 @@ class CheckAnswer(BaseModel):
     problems: list[str]
 
 
+# Tokens of one support verdict (the claim's id, the verdict, a one-sentence reason).
+SUPPORT_ANSWER_TOKENS = 50
+
+
 def support_judge(ctx: UnitContext, field_name: str, quotes: Mapping[str, str],
            record: dict[str, Any]) -> Any:
     """The support check of a claims answer (see ``kinds.claims``): its verdicts go into
@@ -137,7 +141,8 @@ def support_judge(ctx: UnitContext, field_name: str, quotes: Mapping[str, str],
         ctx.safe_point(f"check {len(claims)} claim(s) against their quotes")
         step = run_model_step(ctx, prompt="support", schema=SupportAnswer,
                               inputs=support_inputs(field_name, claims, quotes),
-                              label="support check")
+                              label="support check",
+                              answer_tokens=SUPPORT_ANSWER_TOKENS * len(claims))
         record.setdefault("steps", []).append(step)
         if not step.ok:
             record["verdicts"] = {}

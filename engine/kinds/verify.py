@@ -201,12 +201,10 @@ def _batches(ctx: UnitContext, claims: list[dict[str, Any]],
     window and its expected answer (a verdict per claim, a classification per candidate)
     fits the model's output limit: a batch never forces reasons to shrink."""
     profile = ctx.model_profile()
-    answer_room = int(profile.output_tokens * _ANSWER_MARGIN)
-    classifying = sum(_CANDIDATE_ANSWER + _SIDE_ANSWER * len(c.get("sides", []))
-                      for c in candidates)
+    answer_room = int(profile.answer_limit * _ANSWER_MARGIN)
 
     def tokens(batch: list[dict[str, Any]], first: bool) -> int:
-        answer = _VERDICT_ANSWER * len(batch) + (classifying if first else 0)
+        answer = expected_answer(batch, candidates if first else [])
         if answer > answer_room and len(batch) > 1:
             return profile.input_tokens + 1  # too much to answer at once: split
         inputs = _inputs(batch, candidates if first else [], meta, today_of(ctx))
@@ -237,6 +235,14 @@ def _batches(ctx: UnitContext, claims: list[dict[str, Any]],
 # with its reason, and each side it names; what an answer may fill of the output limit.
 _VERDICT_ANSWER, _CANDIDATE_ANSWER, _SIDE_ANSWER = 40, 90, 12
 _ANSWER_MARGIN = 0.8
+
+
+def expected_answer(batch: list[dict[str, Any]], candidates: list[dict[str, Any]]) -> int:
+    """Tokens a claim check's answer is expected to take: a verdict per claim and a
+    classification per candidate with each of its sides (it sizes the request's
+    max_tokens, and a batch whose answer would not fit the model's output limit is split)."""
+    return _VERDICT_ANSWER * len(batch) + sum(
+        _CANDIDATE_ANSWER + _SIDE_ANSWER * len(c.get("sides", [])) for c in candidates)
 
 
 def _inputs(batch: list[dict[str, Any]], candidates: list[dict[str, Any]],
@@ -364,7 +370,8 @@ def run(ctx: UnitContext) -> KindOutcome:
         step = run_model_step(ctx, prompt=PROMPT,
                               inputs=_inputs(batch, proposed if b == 1 else [], meta,
                                              today_of(ctx)),
-                              schema=VerifyAnswer, rules=_verify_rules, label=part.lstrip(", "))
+                              schema=VerifyAnswer, rules=_verify_rules, label=part.lstrip(", "),
+                              answer_tokens=expected_answer(batch, proposed if b == 1 else []))
         steps.append(step)
         responses.append(step.parsed)
         results = step.parsed.get("results")

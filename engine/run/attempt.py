@@ -328,7 +328,8 @@ class AttemptContext:
         cfg = self.files.config
         request = ModelRequest(
             model=self.model, messages=call.messages, temperature=cfg.temperature,
-            max_tokens=profile.output_tokens, api_base=self.api_base,
+            max_tokens=(max_tokens := profile.max_tokens_for(call.answer_tokens)),
+            api_base=self.api_base,
             timeout_s=cfg.request_timeout_s,
             response_format=profile.response_format(call.schema_name, call.json_schema),
             options=profile.options(),
@@ -364,7 +365,7 @@ class AttemptContext:
                 reused_from, content, (value, parsed, problems) = found
             else:
                 crash_point("unit.before_call")
-                est_out = profile.output_tokens
+                est_out = max_tokens
                 with reporting(lambda text: setattr(self, "progress", text)):  # provider waits
                     result = self.gateway.complete(
                         ctx, request, est_tokens=tokens_in + est_out,
@@ -376,7 +377,7 @@ class AttemptContext:
                 if result.finish_reason == "length":
                     problems = [problem("(answer)", "truncated",
                                         f"the answer was cut off at max_tokens = "
-                                        f"{profile.output_tokens}; answer more briefly"),
+                                        f"{max_tokens}; answer more briefly"),
                                 *problems]
         name = f"calls/r{call.round}-{self._call_seq:03d}.json"
         record: dict[str, Any] = {
