@@ -194,7 +194,7 @@ def _task_synthesize(payload: dict) -> dict:
     lines = [f"## Findings for the {audience_label}", ""]
     if question:
         lines += [f"Question: {question}", ""]
-    claims = []
+    claims: list[dict[str, Any]] = []
     times = _revised(payload, "claims", len(groups))
     for n, (topic, items) in enumerate(groups):
         if n not in times:
