@@ -38,7 +38,6 @@ from keepstep.engine.files.project import ProjectFiles, template_file
 from keepstep.engine.gateway.answers import problem, summary
 from keepstep.engine.gateway.call_ledger import StoreCallLedger, artifact_ref
 from keepstep.engine.gateway.outage import reporting
-from keepstep.engine.gateway.profile import model_profile
 from keepstep.engine.gateway.prompts import load_prompt
 from keepstep.engine.kinds.context import KindOutcome
 from keepstep.engine.kinds.model_step import DEFAULT_REVISE_ROUNDS, CheckedAnswer, StepCall
@@ -46,6 +45,7 @@ from keepstep.engine.run.baseline import PRODUCER_VERSION
 from keepstep.engine.run.call_reuse import ReuseIndex
 from keepstep.engine.run.effects import delivery_key, destination_of, perform_effect
 from keepstep.engine.run.ending import AttemptOutcome
+from keepstep.engine.run.window_check import profile_for
 from keepstep.storage import (
     ArtifactEntry,
     Claim,
@@ -306,12 +306,7 @@ class AttemptContext:
     def model_profile(self) -> Any:
         if self._profile is None:
 
-            cfg = self.files.config
-            settings = cfg.settings_for(self.model)
-            self._profile = model_profile(
-                self.model, max_tokens=cfg.max_tokens,
-                context_tokens=settings.context_tokens or cfg.context_tokens,
-                price=settings.price_per_token(), max_output_tokens=settings.max_output_tokens)
+            self._profile = profile_for(self.files, self.model)
         return self._profile
 
     def _ledger(self) -> Any:
