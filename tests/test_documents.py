@@ -315,6 +315,44 @@ def test_a_correct_calculation_passes_and_a_wrong_one_fails() -> None:
             evaluate(bad)
 
 
+def test_labels_versions_and_dates_are_not_figures_a_quote_must_hold() -> None:
+    """What a real model named behind the relay: a release or version number, a standard's
+    number, a priority label, a day and a year name something and need no quote holding
+    them; a quantity still does."""
+    from keepstep.engine.kinds.claims import stated_figures
+
+    quotes = {e["id"]: e["quote"] for e in EVIDENCE}
+    text = ("Release 12.4, due 30 June 2025 and certified to ISO/IEC 27001, SOC 2 and TLS 1.2, "
+            "kept P1 readings on time for 97% of meters.")
+    assert stated_figures(text) == ["97%"]
+    assert figure_problems("c", text, ["A1-e1"], quotes) == []
+    wrong = figure_problems("c", text.replace("97%", "95%"), ["A1-e1"], quotes)
+    assert [(p.rule, p.value) for p in wrong] == [("cited_figure", "95%")]
+    assert stated_figures("Version 3.0 costs AMC 40 million, 1,250 users, in 2023.") == [
+        "40", "1,250"]
+
+
+def test_a_statement_no_topic_fits_may_say_so() -> None:
+    """The extraction schema a model is sent has no catch-all topic: a statement no topic
+    fits is null, which the strict schema allows (an enum lists null too) and the rules
+    accept."""
+    import jsonschema
+
+    from keepstep.engine.gateway.answers import strict_schema
+    from keepstep.engine.kinds.extract import answer_schema
+
+    schema = strict_schema(answer_schema(None, ["pricing", "operations"]))
+    topic = schema["properties"]["evidence"]["items"]["properties"]["topic"]
+    assert None in topic["enum"] and "general" not in topic["enum"]
+    item = {"id": "A1-e1", "source_id": "A1", "quote": "The report is confidential.",
+            "kind": "caveat", "relevance": "low", "figures": [], "quantities": [],
+            "qualifies": [], "topic": None}
+    item = {k: item.get(k) for k in schema["properties"]["evidence"]["items"]["properties"]}
+    jsonschema.validate({"evidence": [item]}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"evidence": [{**item, "topic": "general"}]}, schema)
+
+
 def test_a_calculation_may_convert_periods_read_word_numbers_and_hold_several_parts() -> None:
     """What a real model needed behind the relay: a monthly price over a year (12 is a free
     constant), a count a quote writes as a word ("six sites"), and two derived figures in one

@@ -143,7 +143,8 @@ def answer_schema(item_schema: dict[str, Any] | None,
     if topics:
         item["properties"]["topic"] = {"type": "string", "enum": list(topics),
                                        "description": "the topic (from INPUT topics) the "
-                                       "quote fits best"}
+                                       "quote fits best; null when none fits (there is no "
+                                       "catch-all topic)"}
     schema: dict[str, Any] = {"title": "ExtractAnswer", "type": "object",
                               "required": ["evidence"],
                               "properties": {"evidence": {"type": "array", "items": item}}}
