@@ -143,7 +143,7 @@ def _strength(item: dict, keywords: tuple[str, ...]) -> tuple[int, int, int, str
     # the id makes the order total and therefore stable.
     quote = str(item.get("quote", ""))
     return (-rules.keyword_hits(quote, keywords), 0 if rules.reads_standalone(quote) else 1,
-            -len(item.get("figures") or []), str(item["id"]))
+            -len(item.get("figures") or rules.figures(quote)), str(item["id"]))
 
 
 def _reading(payload: dict, topics: rules.Topics) -> tuple[list[str], dict[str, str]]:
@@ -162,7 +162,7 @@ def _task_synthesize(payload: dict) -> dict:
     question = str(payload.get("question", "")).strip()
     audience = _audience_key(payload.get("audience"))
     evidence = _unique_evidence(_require(payload, "evidence", list))
-    topics = rules.topic_list(payload.get("topics"))
+    topics = rules.topic_list(payload.get("topics"), payload.get("offline_hints"))
     order, labels = _reading(payload, topics)
     keywords = dict(topics)
     by_topic: dict[str, list[dict]] = {t: [] for t in order}

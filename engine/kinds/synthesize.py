@@ -53,6 +53,7 @@ from keepstep.engine.kinds.common import (
     result,
     risk_checklist,
     verified_deps,
+    writer_evidence,
 )
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_step
@@ -292,7 +293,8 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
         ctx.safe_point(f"synthesize over {len(evidence)} statement(s)")
         step = run_model_step(ctx, prompt=_prompt(ctx, "synthesize"), inputs={
             "task": "synthesize", "question": question, "audience": audience,
-            "evidence": evidence, **({"conflicts": conflicts} if conflicts else {}),
+            "evidence": writer_evidence(evidence),
+            **({"conflicts": conflicts} if conflicts else {}),
             **reading_hints(ctx, audience)}, schema=SynthesisAnswer,
             rules=claim_rules("claims", quotes),
             judge=support_judge(ctx, "claims", quotes, support))
@@ -491,7 +493,8 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
     for rnd in range(1, max_rounds + 1) if evidence else ():
         ctx.safe_point(f"rank round {rnd}/{max_rounds}")
         rank_step = run_model_step(ctx, prompt=_prompt(ctx, "rank"), inputs={
-            "task": "rank", "question": question, "audience": audience, "evidence": evidence,
+            "task": "rank", "question": question, "audience": audience,
+            "evidence": writer_evidence(evidence),
             "round": rnd, "feedback": problems, **vocabulary, **asks}, schema=RankAnswer,
             rules=_rank_rules(set(known), quotes, asks), round=rnd, label=f"round {rnd}")
         ranked = rank_step.parsed
