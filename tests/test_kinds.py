@@ -554,3 +554,48 @@ def test_verify_records_conflicting_figures_between_sources() -> None:
     assert conflict["ids"] == ["X1-e1", "X2-e1"] and conflict["values"] == ["46%", "41%"]
     assert conflict["status"] == "conflict-resolved" and conflict["reason"]
     assert outcome.facts["conflicts"] == 1
+
+
+TABLE_X1 = ("# Customers\n\nReference customers by site count.\n\n"
+            "| Customer | Sites | Users |\n|---|---|---|\n| Aldermere | 17 | 240 |\n"
+            "| Brook | 4 | 60 |\n")
+
+
+def test_a_table_row_keeps_its_header_through_verify_synthesis_and_the_support_check(
+        ) -> None:
+    """A row quoted on its own ("Aldermere | 17 | 240") says nothing of what its cells count:
+    verify stores its table's header row with it, and the synthesis and the support check
+    send the header beside the row (what a real model behind the relay could not read)."""
+    extract = _tiny_ctx("X1")
+    extract.texts["X1"] = TABLE_X1
+    _run(extract)
+    verify = _tiny_ctx("X2")
+    verify.texts["X1"] = TABLE_X1
+    verify.artifacts["X1"] = extract.outputs
+    assert _run(verify).passed
+    evidence = verify.json_output("verified.json")["evidence"]
+    rows = {e["quote"]: e for e in evidence}
+    assert rows["Aldermere | 17 | 240"]["table_header"] == "Customer | Sites | Users"
+    assert "table_header" not in rows["The tender covers 40,000 meters."]
+
+    synth = _tiny_ctx("X3")
+    synth.artifacts["X2"] = verify.outputs
+    assert _run(synth).passed
+    sent = {e["id"]: e for e in synth.calls[0]["payload"]["evidence"]}
+    row_id = rows["Aldermere | 17 | 240"]["id"]
+    assert sent[row_id]["table_header"] == "Customer | Sites | Users"
+    support = next(c["payload"] for c in synth.calls if c["task"] == "support")
+    quoted = [q for c in support["claims"] for q in c["quotes"] if q["id"] == row_id]
+    assert quoted and all(q["table_header"] == "Customer | Sites | Users" for q in quoted)
+
+
+def test_the_checks_ask_for_a_reviewers_reading_of_a_models_own_work() -> None:
+    """The remarks of a model checking its own extractions and claims: the verify and support
+    prompts tell it to judge as a reviewer who did not write them, and to read a table row
+    under its header."""
+    from keepstep.engine.gateway.prompts import load_prompt
+
+    for name in ("verify", "support"):
+        prompt = load_prompt(name)
+        assert "a reviewer who did not" in prompt.system, name
+        assert "table_header" in prompt.system, name

@@ -276,13 +276,17 @@ class SupportAnswer(BaseModel):
     verdicts: list[SupportVerdict]
 
 
-def support_inputs(field_name: str, claims: list[Any], quotes: Mapping[str, str]
-                   ) -> dict[str, Any]:
-    """INPUT of the support check: each claim with the quotes it cites (only those)."""
+def support_inputs(field_name: str, claims: list[Any], quotes: Mapping[str, str],
+                   headers: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """INPUT of the support check: each claim with the quotes it cites (only those), a table
+    row's quote with its table's header row (``headers``), so its cells can be read."""
+    headers = headers or {}
     return {"task": "support", "claims": [
         {"id": f"{field_name}[{n}]", "text": c.text,
          **({"calculation": c.calculation} if getattr(c, "calculation", None) else {}),
-         "quotes": [{"id": i, "quote": quotes[i]} for i in c.evidence_ids if i in quotes]}
+         "quotes": [{"id": i, "quote": quotes[i],
+                     **({"table_header": headers[i]} if headers.get(i) else {})}
+                    for i in c.evidence_ids if i in quotes]}
         for n, c in enumerate(claims)]}
 
 

@@ -148,7 +148,9 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
         "audience": src.audience, **inputs,
         "evidence": {k: v.strip() for k, v in sorted(quotes.items())}},
         schema=RenderAnswer, rules=rules,
-        judge=support_judge(ctx, "sentences", quotes, record))
+        judge=support_judge(ctx, "sentences", quotes, record, {
+            str(e["id"]): str(e["table_header"]) for e in src.evidence
+            if e.get("table_header") and str(e["id"]) in quotes}))
     steps = [step, *record.get("steps", [])]
     if not step.ok:
         return None, steps

@@ -129,7 +129,7 @@ SUPPORT_ANSWER_TOKENS = 50
 
 
 def support_judge(ctx: UnitContext, field_name: str, quotes: Mapping[str, str],
-           record: dict[str, Any]) -> Any:
+                  record: dict[str, Any], headers: Mapping[str, str] | None = None) -> Any:
     """The support check of a claims answer (see ``kinds.claims``): its verdicts go into
     ``record`` (claim -> verdict), its calls into ``record["steps"]``."""
 
@@ -141,7 +141,7 @@ def support_judge(ctx: UnitContext, field_name: str, quotes: Mapping[str, str],
             return []
         ctx.safe_point(f"check {len(claims)} claim(s) against their quotes")
         step = run_model_step(ctx, prompt="support", schema=SupportAnswer,
-                              inputs=support_inputs(field_name, claims, quotes),
+                              inputs=support_inputs(field_name, claims, quotes, headers),
                               label="support check",
                               answer_tokens=SUPPORT_ANSWER_TOKENS * len(claims))
         record.setdefault("steps", []).append(step)
@@ -297,7 +297,9 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
             **({"conflicts": conflicts} if conflicts else {}),
             **reading_hints(ctx, audience)}, schema=SynthesisAnswer,
             rules=claim_rules("claims", quotes),
-            judge=support_judge(ctx, "claims", quotes, support))
+            judge=support_judge(ctx, "claims", quotes, support, {
+                str(e["id"]): str(e["table_header"]) for e in evidence
+                if e.get("table_header")}))
         response = step.parsed
         shape += [p.line() for p in step.problems if p.rule != "known_id"]
     raw = response.get("claims") if isinstance(response, dict) else None

@@ -45,7 +45,7 @@ from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_st
 OUTPUT = "verified.json"
 DEFAULT_MIN_SUPPORTED = 0.5
 _KEPT_FIELDS = ("id", "source_id", "group", "topic", "kind", "relevance", "quote", "figures",
-                "quantities", "qualifies", "locator")
+                "quantities", "qualifies", "locator", "table_header")
 
 PROMPT = "verify"
 CONFLICT_STATES = ("conflict-open", "conflict-resolved")
@@ -131,6 +131,23 @@ def _verify_rules(answer: VerifyAnswer, inputs: Mapping[str, Any]) -> list[Probl
     problems += [problem("conflicts", "complete", "this candidate is not classified", cid)
                  for cid in sorted(set(candidates) - classified, key=natural_key)]
     return problems
+
+
+def table_header(quote: str, passage: str) -> str | None:
+    """The header row of the Markdown table whose row ``quote`` is (outer pipes off), or
+    None when the quote is not a table row (or is the header): a row read on its own ("17 |
+    4") says nothing of what its cells count, so its header travels with it."""
+    lines = passage.splitlines()
+    for n, line in enumerate(lines):
+        if not line.lstrip().startswith("|") or not quote_in_text(quote, line):
+            continue
+        start = n
+        while start > 0 and lines[start - 1].lstrip().startswith("|"):
+            start -= 1
+        if start == n:
+            return None
+        return " | ".join(c.strip() for c in lines[start].strip().strip("|").split("|"))
+    return None
 
 
 def passage_for(quote: str, text: str) -> str:
@@ -350,7 +367,11 @@ def run(ctx: UnitContext) -> KindOutcome:
         if not texts.holds(sid, str(item["quote"])):
             reject(item, "rule", f"quote not found verbatim in {sid}")
             continue
-        candidates.append({k: item[k] for k in _KEPT_FIELDS if k in item})
+        kept = {k: item[k] for k in _KEPT_FIELDS if k in item}
+        header = table_header(str(item["quote"]), texts.passage(sid, str(item["quote"])))
+        if header:
+            kept["table_header"] = header
+        candidates.append(kept)
     candidates.sort(key=lambda e: natural_key(str(e["id"])))
 
     verdicts: dict[str, dict[str, Any]] = {}
