@@ -257,7 +257,9 @@ def test_verify_rules_reject_before_one_model_call_and_keep_passages_out() -> No
     outcome = _run(ctx)
     assert len(ctx.calls) == 1
     assert [c["id"] for c in ctx.calls[0]["payload"]["claims"]] == ["X1-e1", "X1-e2"]
-    assert ctx.calls[0]["payload"]["claims"][0]["passage"] == TEXT_X1.split("\n\n")[1].strip()
+    sent = ctx.calls[0]["payload"]
+    # Each passage is sent once, by id (issue 20: the claims of one paragraph share it).
+    assert sent["passages"][sent["claims"][0]["passage"]] == TEXT_X1.split("\n\n")[1].strip()
     doc = ctx.json_output("verified.json")
     assert [e["id"] for e in doc["evidence"]] == ["X1-e1", "X1-e2"]
     assert {r["id"]: r["stage"] for r in doc["rejected"]} == {"X1-e9": "rule", "Y1-e1": "rule"}

@@ -125,8 +125,13 @@ def _task_verify(payload: dict) -> dict:
     reads from the quotes (the older request)."""
     results = []
     claims = _dicts(payload, "claims")
+    raw = payload.get("passages")
+    passages = raw if isinstance(raw, dict) else {}
     for claim in claims:
-        ok, reason = verify_claim(str(claim.get("quote", "")), str(claim.get("passage", "")))
+        # A claim names its passage by id in INPUT "passages" (or, in an older request,
+        # carries the passage itself).
+        named = str(claim.get("passage", ""))
+        ok, reason = verify_claim(str(claim.get("quote", "")), str(passages.get(named, named)))
         results.append({"id": claim.get("id"), "supported": ok, "reason": reason})
     if "candidates" in payload:
         return {"results": results,

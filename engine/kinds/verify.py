@@ -265,9 +265,23 @@ def expected_answer(batch: list[dict[str, Any]], candidates: list[dict[str, Any]
 def _inputs(batch: list[dict[str, Any]], candidates: list[dict[str, Any]],
             meta: Mapping[str, Mapping[str, str]] | None = None, today: str = ""
             ) -> dict[str, Any]:
-    """A claim check's INPUT: the claims, the candidates, the metadata of the sources they
-    cite (title, kind, date, publisher) and today's date when the unit reads it."""
-    out: dict[str, Any] = {"task": "verify", "claims": batch, "candidates": candidates}
+    """A claim check's INPUT: the claims (each naming its passage by id), the passages, the
+    candidates, the metadata of the sources they cite (title, kind, date, publisher) and
+    today's date when the unit reads it."""
+    # A passage is sent once, by id: statements of one paragraph (a table's rows, a list's
+    # items) each named it in full before, about half of a claim check's text on ME-042.
+    passages: dict[str, str] = {}
+    ids: dict[str, str] = {}
+    claims = []
+    for claim in batch:
+        text = str(claim.get("passage", ""))
+        if text not in ids:
+            ids[text] = f"P{len(ids) + 1}"
+            passages[ids[text]] = text
+        claims.append({**claim, "passage": ids[text]})
+    out: dict[str, Any] = {"task": "verify", "claims": claims, "candidates": candidates}
+    if passages:
+        out["passages"] = passages
     cited = sorted({str(c.get("source_id")) for c in batch} | {
         str(s.get("source_id")) for c in candidates for s in c.get("sides", [])},
         key=natural_key)
