@@ -154,10 +154,12 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
     steps = [step, *record.get("steps", [])]
     if not step.ok:
         return None, steps
-    # Each sentence's citation points at the quotes holding its figures.
-    lines = [f"- {c.text.strip()} " + cite(figure_holders(c.text, c.evidence_ids, quotes,
-                                                          c.calculation),
-                                           src.index, locators=True)
+    # A derived figure shows its checked calculation, as a finding does (the audit reads it);
+    # each sentence's citation points at the quotes holding its figures.
+    lines = [f"- {c.text.strip()}"
+             + (f" (calculated: `{c.calculation.strip()}`)" if c.calculation else "")
+             + " " + cite(figure_holders(c.text, c.evidence_ids, quotes, c.calculation),
+                          src.index, locators=True)
              for c in step.value.sentences]
     src.written |= {_words(c.text) for c in step.value.sentences}
     return "\n".join(lines) or "Nothing to add to what the sections above say.", steps
