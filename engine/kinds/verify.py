@@ -269,7 +269,7 @@ def _inputs(batch: list[dict[str, Any]], candidates: list[dict[str, Any]],
     candidates, the metadata of the sources they cite (title, kind, date, publisher) and
     today's date when the unit reads it."""
     # A passage is sent once, by id: statements of one paragraph (a table's rows, a list's
-    # items) each named it in full before, about half of a claim check's text on ME-042.
+    # items) each named it in full before, often half of a claim check's passage text.
     passages: dict[str, str] = {}
     ids: dict[str, str] = {}
     claims = []
