@@ -299,7 +299,12 @@ def test_a_ranking_of_options_renders_as_a_table_of_options() -> None:
     assert _run(ctx).passed
     memo = ctx.outputs["memo.md"].decode()
     assert "| Rank | Option | price per meter | fit | Score | Rationale | Evidence |" in memo
-    assert re.search(r"\| R1 \| Annual subscription \| NVK 40 \| good \| 20 \|", memo)
+    # The rank is a plain number (the item's id R1 would read as a source id), and a line
+    # under the table says what the score is.
+    assert re.search(r"\| 1 \| Annual subscription \| NVK 40 \| good \| 20 \|", memo)
+    assert "| R1 |" not in memo
+    assert "Score: 1-25, higher is better, a judgement of each option on price per meter, " \
+        "fit" in memo
     assert "round(s)" not in memo and "likelihood × impact" not in memo
 
 
@@ -396,7 +401,9 @@ def test_a_derived_figure_reaches_the_document_as_a_checked_calculation() -> Non
         {"text": "Readings arrived on time for 97% of meters.", "evidence_ids": ["A1-e1"]},
         {"text": "About 1,164 of the pilot's meters reported on time.",
          "evidence_ids": ["A1-e1", "A1-e2"], "calculation": "1,200 * 97% = 1,164",
-         "confidence": "medium"}]}])
+         "confidence": "medium", "confidence_reason": "the on-time share is for the pilot "
+         "only"}, {"text": "The pilot had 1,200 meters.", "evidence_ids": ["A1-e2"],
+         "confidence": "low"}]}])
     assert _run(_ctx("S1", artifacts, lambda p: _all_supported(p) if p["task"] == "support"
                      else synth(p))).passed
     _run(_ctx("R1", artifacts, Script(rank=[{"risks": []}], check=[{"problems": []}])))
@@ -404,7 +411,10 @@ def test_a_derived_figure_reaches_the_document_as_a_checked_calculation() -> Non
     _run(ctx)
     memo = ctx.outputs["memo.md"].decode()
     assert "1,164 of the pilot's meters reported on time. (calculated: `1,200 * 97% = 1,164`)" \
-        " _(confidence: medium)_" in memo
+        " This is held with medium confidence: the on-time share is for the pilot only." in memo
+    # A confidence the finding gives no reason for is not shown (no bare tag).
+    assert "The pilot had 1,200 meters. (Pilot report" in memo and "confidence: low" not in memo
+    assert "_(confidence" not in memo
     audit = _ctx("A2", artifacts, lambda p: {}, profile=None)
     assert _run(audit).passed, audit.json_output("audit.json")
     artifacts["D1"]["memo.md"] = memo.replace("1,164", "1,100").encode()
@@ -479,7 +489,7 @@ def test_the_conflicts_section_names_each_side_and_the_audit_holds_documents_to_
     assert not _run(audit).passed
     [check] = audit.json_output("audit.json")["checks"]
     assert "states NVK 40 (list price, B1-e1) as fact" in check["detail"]
-    memo = "\n".join(x for x in memo.splitlines() if not x.startswith("| R1 |"))
+    memo = "\n".join(x for x in memo.splitlines() if not x.startswith("| 1 |"))
     artifacts["D1"]["memo.md"] = memo.encode()
     audit = _ctx("A1", artifacts, lambda p: {}, profile=None)
     assert _run(audit).passed, audit.json_output("audit.json")
@@ -620,8 +630,16 @@ def test_a_pack_with_planted_disagreements_comes_out_with_each_shown_offline() -
     apparent = section[section.index("Figures that look alike"):]
     assert "960" in apparent and "720" in apparent
     findings = _body(memo[:memo.index("## Where the sources disagree")])
-    assert "passengers travelled figure is superseded" in findings
+    # The disagreements section says which value holds: a finding carries no note stub.
+    assert "_(Note:" not in findings and "figure from P1 is superseded" not in findings
     assert "No conflicting figures" not in memo
+    # A template with no disagreements section: the finding says it in a plain sentence.
+    runner.templates["memo"] = "# {{ title }}\n\n## Findings\n\n{{ findings }}\n"
+    runner.run("U07")
+    findings = _body(runner.artifacts["U07"]["memo.md"].decode())
+    assert "The passengers travelled figure from P1 is superseded by a later source; " \
+        "another source's value holds." in findings
+    assert "_(Note:" not in findings
 
 
 def test_validate_warns_of_a_model_whose_calls_the_cost_budget_will_block() -> None:

@@ -298,6 +298,9 @@ PARTS: dict[str, str] = {
     "conflicts": "every disagreement between sources the verification units found: each "
                  "side's value and evidence, its class and the value the documents use",
     "gaps": "what the syntheses say the sources do not answer",
+    "sources": "the sources the document rests on as a table: id, title, kind, date, "
+               "publisher, and whether each came from the source register (sources.toml) or "
+               "the document itself",
     "section": "a section written from what fill's `of` names (findings, rankings, "
                "conflicts, gaps, evidence) of the `from` units: by the model, checked claim "
                "by claim, or by rule offline",

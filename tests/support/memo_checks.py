@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from keepstep.engine.core.templates import rendered_sections
 from keepstep.engine.kinds.claims import figure_problems
 from keepstep.engine.kinds.common import LOCATED_CITE_RE, cited_evidence_ids, expand_footnotes
 
@@ -48,11 +49,11 @@ def _only_metric_in(words: str, record: dict[str, Any]) -> bool:
 
 
 def sections(memo: str) -> dict[str, str]:
-    """The memo's sections by their ``<!-- section: id -->`` marker (footnotes expanded back
-    into ``[ids] (source, locator)`` citations, so each line carries what it cites)."""
-    body = expand_footnotes(memo)
-    parts = re.split(r"<!-- section: ([a-z_]+) -->", body)
-    return {parts[n]: parts[n + 1] for n in range(1, len(parts) - 1, 2)}
+    """The memo's sections by its template's ``<!-- section: id -->`` markers (the memo
+    carries none: they are found by the template's headings), footnotes expanded back into
+    ``[ids] (source, locator)`` citations, so each line carries what it cites."""
+    template = (PACK / "templates" / "memo.md").read_text(encoding="utf-8")
+    return rendered_sections(expand_footnotes(memo), template)
 
 
 def evidence_quotes(memo: str) -> dict[str, str]:
