@@ -623,6 +623,7 @@ def fill_part(ctx: UnitContext, part: str, spec: FillSpec | None, default: Sourc
     repeat = spec.repeat if spec is not None else False
     if spec is not None and spec.from_:
         src.shown = default.shown  # one document: what it showed, whatever a part draws from
+        src.covers = default.covers
     values = src.base_values()
     if part in values:
         return values[part]

@@ -245,6 +245,7 @@ def _fill_values(ctx: UnitContext, params: RenderParams, names: list[str], src: 
             if part == "section" and spec is not None:
                 section_src = Sources(ctx, spec.from_) if spec.from_ else src
                 section_src.shown, section_src.written = src.shown, src.written
+                section_src.covers = src.covers
                 text, made = _written_section(ctx, section_src, params.document, name,
                                               list(spec.of))
             else:

@@ -161,3 +161,39 @@ def disagreement_lines(memo: str) -> dict[tuple[str, str], str]:
 def source_texts(root: Path) -> dict[str, str]:
     return {p.name.split("-", 1)[0]: p.read_text(encoding="utf-8")
             for p in (root / "sources").glob("*.md")}
+
+
+# What a client document must not carry: production artefacts (issue 20's blind review).
+_ARTEFACTS = {
+    "section marker": re.compile(r"<!--\s*section:"),
+    "question line": re.compile(r"^_Question:", re.MULTILINE),
+    "note stub": re.compile(r"_\(Note: "),
+    "bare confidence tag": re.compile(r"\(confidence: (?:high|medium|low)\)"),
+    "'.;' run-on join": re.compile(r"\.;"),
+}
+
+
+def production_artefacts(memo: str) -> list[str]:
+    """Each production artefact the memo carries, named with the line it is on."""
+    return [f"{name}: {line.strip()[:70]!r}" for line in memo.splitlines()
+            for name, pattern in _ARTEFACTS.items() if pattern.search(line)]
+
+
+def gaps_repeated(memo: str) -> list[str]:
+    """Each line of the gaps section whose words the findings section also says."""
+    parts = sections(memo)
+    findings = " ".join(parts["findings"].split()).lower()
+    gaps = [re.sub(r"\s*\([^)]*\)$", "", line[2:]).strip() for line in
+            parts["gaps"].splitlines() if line.startswith("- ")]
+    return [g for g in gaps if " ".join(g.split()).lower().rstrip(".") in findings]
+
+
+def source_rows(memo: str) -> dict[str, list[str]]:
+    """The sources section's table: source id -> its cells (title, kind, date, publisher,
+    where they come from)."""
+    rows = {}
+    for line in sections(memo)["sources"].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and re.fullmatch(r"[A-Z]\d+", cells[0]):
+            rows[cells[0]] = cells[1:]
+    return rows
