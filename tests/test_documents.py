@@ -440,6 +440,34 @@ def test_a_ranking_must_carry_the_criteria_and_fields_its_unit_asks_for() -> Non
     assert ctx.json_output("ranking.json")["risks"][0]["rationale"] == "lower price"
 
 
+def test_the_prompts_ask_for_the_decision_answered_first_with_its_figures() -> None:
+    """The synthesize and render prompts (written for real models; the offline heuristic
+    answers the same prompts) tell the model to answer each question of the decision first
+    (yes/no/which, with the figures, derived ones by a checked calculation) and to say the
+    evidence does not support a change rather than only "not found"; a written section's
+    INPUT carries the contract's decision."""
+    from keepstep.engine.gateway.prompts import load_prompt
+
+    for name in ("synthesize", "render"):
+        prompt = load_prompt(name)
+        system = " ".join(prompt.system.split())
+        assert "Answer the decision first" in system, name
+        assert "yes or no, or which option" in system and "calculation" in system, name
+        assert '"the evidence does not support a change to X"' in system, name
+        assert 'not only "not found in the evidence"' in system, name
+        assert "yes/no/which" in prompt.user, name
+    artifacts = _synthesis_and_ranking()
+    good = {"sentences": [{"text": "The pilot covered 1,200 meters.",
+                           "evidence_ids": ["A1-e2"]}]}
+    ctx = _ctx("D2", artifacts, lambda p: _all_supported(p) if p["task"] == "support"
+               else good)
+    ctx.contract = Contract(fields={"audience": "board",
+                                    "goal": "Decide whether to extend the pilot"}, body="")
+    assert _run(ctx).passed
+    first = next(c["payload"] for c in ctx.calls if c["task"] == "render")
+    assert first["decision"] == "Decide whether to extend the pilot"
+
+
 def test_a_section_is_written_from_what_it_declares_and_checked_before_it_is_accepted() -> None:
     """A `section` fill names what it is made of: the model gets those inputs only (no
     ranking here), its sentences are checked (an unsupported one is revised); offline the

@@ -137,9 +137,12 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
                     "write what this section adds, or leave the sentence out", c.text)
             for n, c in enumerate(answer.sentences) if _words(c.text) in shown]
 
+    # The decision the document serves (the contract's goal): the section answers each of
+    # its questions first (the render prompt says how).
+    decision = str(src.contract.get("goal") or src.project_contract.get("goal") or "").strip()
     step = run_model_step(ctx, prompt="render", inputs={
         "task": "render", "document": document, "section": section,
-        "audience": src.audience, **inputs,
+        "audience": src.audience, **({"decision": decision} if decision else {}), **inputs,
         "evidence": {k: v.strip() for k, v in sorted(quotes.items())}},
         schema=RenderAnswer, rules=rules,
         judge=support_judge(ctx, "sentences", quotes, record))
