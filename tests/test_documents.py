@@ -440,6 +440,31 @@ def test_a_ranking_must_carry_the_criteria_and_fields_its_unit_asks_for() -> Non
     assert ctx.json_output("ranking.json")["risks"][0]["rationale"] == "lower price"
 
 
+def test_gaps_are_a_list_in_the_findings_only_when_no_section_lists_them() -> None:
+    """A synthesis's gaps: with no gaps section in the template, the findings end with them
+    as a list (never a ".;" run-on); with one, the findings leave them to it."""
+    artifacts = _verified()
+    synth = Script(synthesize=[{"claims": [
+        {"text": "Readings arrived on time for 97% of meters.", "evidence_ids": ["A1-e1"]}],
+        "gaps": ["No source gives the pilot's cost.", "The towns are not named."]}])
+    assert _run(_ctx("S1", artifacts, lambda p: _all_supported(p) if p["task"] == "support"
+                     else synth(p))).passed
+    _run(_ctx("R1", artifacts, Script(rank=[{"risks": []}], check=[{"problems": []}])))
+    ctx = _ctx("D1", artifacts, lambda p: {"sentences": []}, profile=None)
+    ctx.templates["memo"] = "# {{ title }}\n\n## Findings\n\n{{ findings }}\n"
+    assert _run(ctx).passed
+    memo = ctx.outputs["memo.md"].decode()
+    assert "Not answered by the sources:\n\n- No source gives the pilot's cost.\n" \
+        "- The towns are not named." in memo and ".;" not in memo
+    ctx = _ctx("D1", artifacts, lambda p: {"sentences": []}, profile=None)
+    ctx.templates["memo"] = ("# {{ title }}\n\n## Findings\n\n{{ findings }}\n\n"
+                             "## Open questions\n\n{{ gaps }}\n")
+    assert _run(ctx).passed
+    memo = ctx.outputs["memo.md"].decode()
+    assert "Not answered by the sources" not in memo
+    assert memo.count("No source gives the pilot's cost.") == 1
+
+
 def test_the_prompts_ask_for_the_decision_answered_first_with_its_figures() -> None:
     """The synthesize and render prompts (written for real models; the offline heuristic
     answers the same prompts) tell the model to answer each question of the decision first
