@@ -283,9 +283,11 @@ PARTS: dict[str, str] = {
     "notice": "a line naming the model that produced the findings (the offline heuristic "
               "says so)",
     "executive_summary": "the lead finding of each synthesis and the top risk, as a list",
-    "findings": "every synthesis: its title, question and numbered findings",
+    "findings": "every synthesis: its title and numbered findings (then its gaps as a list, "
+                "unless the template has a gaps section)",
     "supporting_findings": "the lead finding of each synthesis, as a list",
-    "risks": "the ranking as a table (rank, risk, score, evidence) with how it was settled",
+    "risks": "the ranking as a table (rank 1, 2, ..., what it ranks, its criteria, score, "
+             "evidence) with a line saying the score's scale and how it is formed",
     "top_risks": "the n highest-scoring risks (n = 3 unless given)",
     "recommendation": "a recommendation chosen by the pack's rule on the top risk's score "
                       "(data file, see Pack data files)",
