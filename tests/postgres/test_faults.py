@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -21,12 +19,12 @@ from keepstep.storage.postgres.connection import WRITE_LOCK_KEY
 from tests.postgres.test_team import two_hosts
 from tests.support.engine_harness import (
     KILLED,
-    REPO,
     RUN,
+    WorkerProcess,
     finish,
+    start_kill_in_call,
     start_worker,
     wait_for,
-    worker_env,
 )
 
 pytestmark = pytest.mark.postgres
@@ -43,12 +41,9 @@ def assert_each_unit_committed_once(store: PostgresStore) -> None:
     assert commits == committed and set(commits.values()) == {1}, (commits, committed)
 
 
-def kill_in_call(root: Path, k: int) -> subprocess.Popen[str]:
+def kill_in_call(root: Path, k: int) -> WorkerProcess:
     """A worker that SIGKILLs itself inside its k-th provider call (so mid-unit)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.engine_harness", str(root), "--run", RUN,
-         "--kill-in-call", str(k)], env=worker_env(), cwd=REPO, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+    return start_kill_in_call(root, k)
 
 
 def test_a_dozen_sigkills_on_two_hosts_commit_nothing_twice(
