@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -175,6 +176,9 @@ def _emit(obj: dict[str, Any]) -> None:
 
 def serve() -> None:
     _preload()
+    # Everything preloaded goes to the permanent generation: a child's garbage collections
+    # then never touch (and so never copy) the zygote's pages.
+    gc.freeze()
     _emit({"ready": True})
     buf = b""
     while True:
