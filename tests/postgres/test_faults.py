@@ -3,6 +3,7 @@ the database server restarted mid-run. Executors are real processes."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -104,7 +105,11 @@ def test_a_worker_paused_past_its_lease_is_fenced_out(
     a, b = two_hosts(tmp_path)
     with open_project(a) as p:
         p.start_run(RUN)
-    paused = start_worker(a, executor_id="hostA:1:p", lease_seconds=0.5)
+    # Forked from the zygote, the worker is fast: U03's first call is held for a second
+    # (tests/faults/child.py's call rules) so that the pause lands inside U03.
+    hold = json.dumps([{"unit": "U03", "call": 1, "do": "slow", "seconds": 1.0}])
+    paused = start_worker(a, RUN, "--call-rules", hold, executor_id="hostA:1:p",
+                          lease_seconds=0.5)
     store = observer(tmp_path, pg_url)
     try:
         wait_for(lambda: store.calls(RUN, unit="U03"), timeout=120, interval=0.005)
