@@ -268,6 +268,8 @@ class Zygote:
             self.exits[msg["pid"]] = msg["code"]
         elif "id" in msg:
             self._spawned[msg["id"]] = msg["pid"]
+            # A new child with a pid an earlier child had (pids wrap): that exit is not its own.
+            self.exits.pop(msg["pid"], None)
         return True
 
     def spawn(self, argv: list[str], *, env: dict[str, str], stdout: Path, stderr: Path,
