@@ -20,6 +20,7 @@ through SQL.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -116,6 +117,7 @@ def _output_paths() -> tuple[Path, Path]:
     global _outputs
     if _outputs is None:
         _outputs = Path(tempfile.mkdtemp(prefix="keepstep-workers-"))
+        atexit.register(shutil.rmtree, _outputs, ignore_errors=True)
     n = next(_spawned)
     return _outputs / f"worker-{n}.out", _outputs / f"worker-{n}.err"
 
