@@ -44,7 +44,8 @@ def test_the_word_report_has_headings_tables_a_chart_and_cited_sources(exported:
     assert "Summary" in headings and "Risks" in headings and "Charts" in headings
     assert "Sources and notes" in headings
     risk_table = next(t for t in doc.tables if t.cell(0, 0).text == "Rank")
-    assert [c.text for c in risk_table.rows[0].cells] == ["Rank", "Risk", "Score (likelihood × impact)", "Evidence"]
+    assert [c.text for c in risk_table.rows[0].cells] == [
+        "Rank", "Risk", "Score (likelihood × impact)", "Evidence"]
     assert all(r.bold for r in risk_table.cell(0, 1).paragraphs[0].runs)
     assert risk_table.cell(1, 0).text == "R1"
     assert len(doc.inline_shapes) >= 2  # the risk matrix and evidence per group at least

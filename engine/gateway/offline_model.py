@@ -258,10 +258,57 @@ def _generic_risks(evidence: list[dict]) -> list[dict]:
     return candidates[:_MAX_RISKS]
 
 
+def _option_words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z]{4,}", rules.normalise(text)) if w not in _STOPWORDS}
+
+
+def _criterion_value(criterion: str, evidence: list[dict]) -> tuple[str, list[str]]:
+    """A criterion's value by rule: the figures of the statements that name every word of
+    it (each as written, the sources' values side by side), else "not stated"."""
+    wanted = _option_words(criterion)
+    hits = [e for e in evidence if wanted and wanted <= _option_words(
+        " ".join(w.rstrip("s") + " " + w for w in str(e.get("quote", "")).split()))]
+    # Each figure as written ("18 million"), from the statement's structured quantities.
+    values = {str(e["id"]): [str(q.get("figure", "")) for q in e.get("quantities") or []
+                             if isinstance(q, dict) and q.get("figure")] for e in hits}
+    cited = sorted(i for i, figs in values.items() if figs)
+    shown = list(dict.fromkeys(f for i in cited for f in values[i]))
+    if not shown:
+        return "not stated", []
+    # Values that differ between statements are shown side by side as such, never one as fact.
+    return " / ".join(shown) + (" (the sources differ)" if len(shown) > 1 else ""), cited[:3]
+
+
+def _option_candidates(evidence: list[dict], criteria: list[str]) -> list[dict]:
+    """What a ranking of options (vendors, prices ...) ranks by rule: each course of action a
+    source recommends (a ``recommendation`` statement), titled by its words, scored by how
+    many other statements share its subject (5 per statement, 5-25), each criterion's value
+    from the statements that name it."""
+    candidates = []
+    for e in evidence:
+        if e.get("kind") != "recommendation":
+            continue
+        quote = str(e.get("quote", "")).strip()
+        words = _option_words(quote)
+        support = [o for o in evidence if o is not e
+                   and len(words & _option_words(str(o.get("quote", "")))) >= 2]
+        values = {c: _criterion_value(c, evidence) for c in criteria}
+        ids = [str(e["id"])] + sorted({i for _, cited in values.values() for i in cited})
+        title = " ".join(quote.split()[:14]).rstrip(".,;:")
+        candidates.append({
+            "key": str(e["id"]), "title": title, "score": min(25, 5 + 5 * len(support)),
+            "evidence_ids": ids[:5], "criteria": {c: v for c, (v, _) in values.items()},
+            "rationale": f"a course of action source {e.get('source_id', '')} recommends; "
+                         "it ranks by how many other statements bear on it"})
+    return candidates
+
+
 def _number(risks: list[dict]) -> list[dict]:
     risks = sorted(risks, key=lambda r: (-r["score"], r["key"]))
     return [{"id": f"R{n}", "title": r["title"], "score": r["score"],
-             "evidence_ids": r["evidence_ids"]} for n, r in enumerate(risks, start=1)]
+             "evidence_ids": r["evidence_ids"],
+             **{k: r[k] for k in ("criteria", "rationale") if k in r}}
+            for n, r in enumerate(risks, start=1)]
 
 
 def check_ranking(risks: list[dict], known_evidence_ids: Iterable[str] | None = None
@@ -296,7 +343,8 @@ def check_ranking(risks: list[dict], known_evidence_ids: Iterable[str] | None = 
 
 def _task_rank(payload: dict) -> dict:
     """Rank risks by INPUT's checklist (score = likelihood x impact, 1-25; without a
-    checklist, by generic risk words).
+    checklist, by generic risk words); a ranking of anything else (INPUT's ``ranks``) ranks
+    the courses of action the sources recommend, with INPUT's ``criteria`` as values.
 
     Round 1 with more than 5 candidates adds one risk that cites no evidence, as an
     ungrounded generator would; round >= 2 with feedback drops the risks it names.
@@ -305,6 +353,12 @@ def _task_rank(payload: dict) -> dict:
     round_no = payload.get("round", 1)
     if not isinstance(round_no, int) or round_no < 1:
         raise ValueError("rank: 'round' must be an int >= 1")
+    ranks = str(payload.get("ranks") or "risks")
+    if ranks != "risks":
+        # Options, vendors, prices ...: no risk words, no deliberately ungrounded item.
+        return {"risks": _number(_option_candidates(
+            evidence, [str(c) for c in payload.get("criteria") or []])),
+            "round": round_no, "revisions": []}
     candidates = _candidate_risks(_checklist(payload.get("checklist")), evidence)
     if len(candidates) > 5:
         key, title, likelihood, impact = rules.UNSUPPORTED_RISK

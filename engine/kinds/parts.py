@@ -323,12 +323,16 @@ def _key(doc: dict[str, Any], item: dict[str, Any]) -> str:
     return " ".join(str(item.get("text", item.get("title", ""))).lower().split())
 
 
-def risk_table(src: Sources) -> str:
-    """Each ranking as a table of what it ranks (risks, options, vendors, ...)."""
+def risk_table(src: Sources, repeat: bool = False) -> str:
+    """Each ranking as a table of what it ranks (risks, options, vendors, ...), once per
+    document unless ``repeat``: a later part names the one shown above."""
     if not src.rankings:
         return "No ranking was given for this document."
     lines: list[str] = []
     for doc in src.rankings:
+        if not src.fresh(f"ranking {doc.get('unit', '')}", repeat):
+            lines += [f"The ranking ({doc.get('title', '')}) is shown above.", ""]
+            continue
         if len(src.rankings) > 1:
             lines += [f"**{doc.get('title', '')}**", ""]
         lines += ranking_table(doc, lambda ids: _cite(ids, src.index))
@@ -402,7 +406,7 @@ def section_by_rule(src: Sources, of: list[str], repeat: bool = False) -> str:
                  for c in s.get("claims", []) if src.fresh(_key(s, c), repeat)]
         parts.append("\n".join(lines) or "Every finding is shown above.")
     if "rankings" in of:
-        parts.append(risk_table(src))
+        parts.append(risk_table(src, repeat))
     if "conflicts" in of:
         parts.append(conflicts(src))
     if "gaps" in of:
@@ -491,9 +495,14 @@ def evidence(src: Sources, topics: list[str], n: int | None) -> str:
             if not topics or e.get("topic") in topics][:n]
     if not rows:
         return "No verified statement" + (f" on {', '.join(topics)}." if topics else ".")
+    # A statement on a side of an unresolved disagreement is marked so: the table quotes it,
+    # it does not state it as fact.
+    disputed = {s["evidence_id"] for c in open_conflicts(src.conflicts) for s in c["sides"]}
     lines = ["| Evidence | Source | Topic | Statement |", "|---|---|---|---|"]
     lines += [f"| {e['id']} | {e.get('source_id', '')} | {e.get('topic', '')} | "
-              f"{str(e.get('quote', '')).replace('|', '/')} |" for e in rows]
+              f"{str(e.get('quote', '')).replace('|', '/')}"
+              + (" _(disputed: see where the sources disagree)_" if e["id"] in disputed
+                 else "") + " |" for e in rows]
     return "\n".join(lines)
 
 
@@ -538,7 +547,7 @@ def fill_part(ctx: UnitContext, part: str, spec: FillSpec | None, default: Sourc
     if part == "gaps":
         return gaps(src)
     if part == "risks":
-        return risk_table(src)
+        return risk_table(src, repeat)
     if part == "top_risks":
         return top_risks(src, n or TOP_RISKS)
     if part == "recommendation":

@@ -145,7 +145,10 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
     steps = [step, *record.get("steps", [])]
     if not step.ok:
         return None, steps
-    lines = [f"- {c.text.strip()} {cite(c.evidence_ids, src.index, locators=True)}"
+    # A derived figure shows its checked calculation, as a finding does (the audit reads it).
+    lines = [f"- {c.text.strip()}"
+             + (f" (calculated: `{c.calculation.strip()}`)" if c.calculation else "")
+             + f" {cite(c.evidence_ids, src.index, locators=True)}"
              for c in step.value.sentences]
     src.written |= {_words(c.text) for c in step.value.sentences}
     return "\n".join(lines) or "Nothing to add to what the sections above say.", steps

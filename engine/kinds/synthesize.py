@@ -27,12 +27,13 @@ when it does not. A claims answer that passes the rules is then checked against 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from keepstep.engine.gateway.answers import Problem, problem
+from keepstep.engine.gateway.answers import Problem, json_schema_of, problem
 from keepstep.engine.gateway.offline_rules import normalise
 from keepstep.engine.kinds.claims import (
     SupportAnswer,
@@ -429,6 +430,24 @@ def _rank_asks(ctx: UnitContext) -> dict[str, Any]:
     return out
 
 
+def _rank_schema(asks: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The rank answer's JSON Schema with the unit's criteria named as the properties of
+    each item's ``criteria`` (None without criteria: the plain schema). A free-form map
+    cannot be sent under strict structured output, which closes every object: a model
+    could give no criterion at all."""
+    criteria = [str(c) for c in asks.get("criteria") or []]
+    if not criteria:
+        return None
+    schema = copy.deepcopy(json_schema_of(RankAnswer))
+    risk = schema["$defs"]["Risk"]
+    field = {k: v for k, v in risk["properties"]["criteria"].items()
+             if k not in ("additionalProperties", "default")}
+    risk["properties"]["criteria"] = {**field, "type": "object", "properties": {
+        c: {"type": "string"} for c in criteria}, "required": criteria}
+    risk["required"] = [*risk.get("required", []), "criteria"]
+    return schema
+
+
 def ranking_table(doc: dict[str, Any], cite_ids: Any) -> list[str]:
     """A ranking as a Markdown table of what it ranks, its criteria as columns (and
     likelihood, impact, owner, mitigation, rationale when the items carry them)."""
@@ -489,6 +508,7 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
         rank_step = run_model_step(ctx, prompt=_prompt(ctx, "rank"), inputs={
             "task": "rank", "question": question, "audience": audience, "evidence": evidence,
             "round": rnd, "feedback": problems, **vocabulary, **asks}, schema=RankAnswer,
+            json_schema=_rank_schema(asks),
             rules=_rank_rules(set(known), quotes, asks), round=rnd, label=f"round {rnd}")
         ranked = rank_step.parsed
         risks = _risks_of(ranked, index)
