@@ -223,21 +223,15 @@ class Recovery:
             return False
         # Current artifacts must still be what was committed.
         lost: list[tuple[str, str]] = []
-        artifacts = self.store.artifacts
-        root = artifacts.root
+        root = self.store.artifacts.root
         for uid, rec in sorted(run.facts_records().items()):
             if rec.state != UnitState.succeeded:
                 continue
-            # A small committed file is staged without a sync (its bytes ride in the
-            # commit): one that a restart of the machine tore or lost is rewritten from the
-            # store, not redone. Damage found in the boot that committed it is a change.
             for _name, ref in sorted(rec.outputs.items()):
                 p = root / ref.path
                 if not p.is_file():
-                    if not artifacts.restore_committed(ref.path, ref.sha256):
-                        lost.append((uid, f"{ref.path} is missing"))
-                elif file_sha256(str(p)) != ref.sha256 \
-                        and not artifacts.restore_committed(ref.path, ref.sha256):
+                    lost.append((uid, f"{ref.path} is missing"))
+                elif file_sha256(str(p)) != ref.sha256:
                     lost.append((uid, f"{ref.path} changed (sha256 differs from the manifest)"))
             # The attempt's recorded model responses are read back by retries and replays:
             # an altered one is as untrustworthy as an altered output (a removed one — gc
@@ -246,8 +240,7 @@ class Recovery:
                 if not entry.name.startswith("calls/"):
                     continue
                 p = root / entry.path
-                if p.is_file() and file_sha256(str(p)) != entry.sha256 \
-                        and not artifacts.restore_committed(entry.path, entry.sha256):
+                if p.is_file() and file_sha256(str(p)) != entry.sha256:
                     lost.append((uid, f"{entry.path} changed (a recorded model response no "
                                       "longer matches its manifest hash)"))
         self._lost = lost
