@@ -4,8 +4,9 @@ State lives on the server; each host keeps a local folder (``<project>/.keepstep
 its attempts stage files, exactly as with SQLite. A commit writes the committed files'
 bytes into ``blobs`` (by sha256) in the commit's own transaction, so a commit is still all
 or nothing and any host can read every committed artifact: a host materialises the files
-it lacks from the blobs (:meth:`PostgresStore.sync_artifacts`) when it opens the store and
-after each claim, so the engine reads them where it always does.
+it lacks from the blobs (:meth:`PostgresStore.sync_artifacts`) when it opens the store, when
+it reads a head that moved, and when it claims at a head it has not seen, so the engine
+reads them where it always does.
 """
 
 from __future__ import annotations
@@ -124,7 +125,16 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
             version: int = super().commit(request)
         finally:
             self._tx.pending = None
+        self._advance_seen(request.run_id, request.branch_id, request.expected_version, version)
         return version
+
+    def _advance_seen(self, run_id: str, branch_id: str, expected: int, version: int) -> None:
+        """This host's own commit moved the head from ``expected`` to ``version``: when it
+        had every file up to ``expected``, it has every file up to ``version`` (the new
+        ones are its own)."""
+        key = (run_id, branch_id)
+        if self._seen_heads.get(key) == expected:
+            self._seen_heads[key] = version
 
     def commit_checkpoint(self, run_id: str, branch_id: str, expected_version: int,
                           delta: Mapping[str, Any], manifest: Iterable[ArtifactEntry] = (),
@@ -137,6 +147,7 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
                                                      delta, manifest, fencing_token, **kwargs)
         finally:
             self._tx.pending = None
+        self._advance_seen(run_id, branch_id, expected_version, version)
         return version
 
     def get_head(self, run_id: str, branch_id: str = "main") -> Head:
@@ -158,8 +169,12 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
               owner: str, lease_seconds: float) -> Claim:
         claim: Claim = super().claim(run_id, branch_id, unit, expected_version=expected_version,
                                      owner=owner, lease_seconds=lease_seconds)
-        # The unit reads what was committed up to its head: make it present on this host.
-        self.sync_artifacts(run_id)
+        # The unit reads what was committed up to its head: make it present on this host,
+        # unless this host already has everything up to that head (it read that head, or
+        # made it with its own commit): then there is nothing to fetch (no round trip).
+        if self._seen_heads.get((run_id, branch_id)) != expected_version:
+            self.sync_artifacts(run_id)
+            self._seen_heads[(run_id, branch_id)] = expected_version
         return claim
 
     def sync_artifacts(self, run_id: str) -> int:
