@@ -4,7 +4,7 @@
 interface, as the engine does it: claim at the head (new attempt, lease, fencing token,
 event), stage one small file, commit (CAS on the head, token check, delta, manifest row,
 current pointer, lease released; on PostgreSQL also the file's blob). No model, no plan: the
-store's own cost per unit. Printed: ms per unit on each store and the ratio PostgreSQL /
+store's own cost per unit. Printed: the median ms per unit on each store and the ratio PostgreSQL /
 SQLite (the baseline measured in the same run). SQLite runs with its default
 synchronous=FULL; the PostgreSQL server is a throwaway local cluster (fsync off: the figure
 is keepstep's round trips and locking, not the disk) unless --url names one.
@@ -50,12 +50,16 @@ RUN = "BENCH"
 
 
 def per_unit(store: object, n: int) -> float:
-    """Seconds per unit for n claim + stage + commit cycles."""
+    """Seconds per unit for n claim + stage + commit cycles: the median cycle (the statistic
+    the PostgresSaver figure uses, and robust to a loaded machine's stalls)."""
+    import statistics
+
     s = store  # a Store
     s.create_run(RUN, {})  # type: ignore[attr-defined]
     version = 0
-    started = time.perf_counter()
+    cycles: list[float] = []
     for i in range(n):
+        started = time.perf_counter()
         unit = f"U{i:05d}"
         c = s.claim(RUN, "main", unit, expected_version=version,  # type: ignore[attr-defined]
                     owner="bench:1:x", lease_seconds=60)
@@ -68,7 +72,8 @@ def per_unit(store: object, n: int) -> float:
             delta={f"unit:{unit}": {"state": "succeeded", "attempt": c.attempt_id}},
             manifest=(entry,), unit=unit, attempt_id=c.attempt_id,
             fencing_token=c.fencing_token, current={unit: c.attempt_id}))
-    return (time.perf_counter() - started) / n
+        cycles.append(time.perf_counter() - started)
+    return statistics.median(cycles)
 
 
 def peer(python: Path, url: str, n: int) -> float | None:
