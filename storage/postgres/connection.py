@@ -124,8 +124,25 @@ class PgConn:
         self.raw = conn
         self.pipeline = pipeline
         self.in_transaction = False
+        self._sent: dict[tuple[str, tuple[Any, ...]], PgCursor] = {}
+
+    def send_ahead(self, sql: str, params: Sequence[Any]) -> None:
+        """Send a statement the transaction is about to run, without waiting: when the
+        shared code then executes exactly that statement with those parameters, it gets
+        this cursor, whose answer came back with an earlier one (a round trip saved). A
+        statement that is never asked for still runs: only for reads, or for a write the
+        caller will certainly ask for (the transaction rolls back otherwise)."""
+        self._sent[(sql, tuple(params))] = self.execute(sql, params)
 
     def execute(self, sql: str, params: Iterable[Any] = ()) -> PgCursor:
+        if self._sent:
+            params = list(params)
+            try:
+                ahead = self._sent.pop((sql, tuple(params)), None)
+            except TypeError:  # an unhashable parameter: never sent ahead
+                ahead = None
+            if ahead is not None:
+                return ahead
         text = translate(sql)
         table = _inserted_table(sql)
         returning = _RETURNING.get(table) if table else None
@@ -397,7 +414,12 @@ class PostgresBase:
             return self._fixed_clock()
         local = time.time()
         with self._clock_lock:
-            if self._offset is None or time.monotonic() - self._offset_at > 5.0:
+            # Inside this thread's write transaction the measured offset is used as it is
+            # (a read there would wait for the writers' lock and skew the measure; a second
+            # pooled connection could wait for the pool while holding that lock).
+            in_write = getattr(self._tx, "conn", None) is not None
+            if self._offset is None or (time.monotonic() - self._offset_at > 5.0
+                                        and not in_write):
                 def server(conn: PgConn) -> float:
                     t0 = time.time()
                     row = conn.execute("SELECT extract(epoch FROM clock_timestamp())"
