@@ -136,11 +136,6 @@ def exhausted_budgets(facts: RunFacts) -> dict[str, tuple[float, float]]:
             if k in b.limits and b.used.get(k, 0.0) >= b.limits[k]}
 
 
-def budget_blocked(facts: RunFacts) -> bool:
-    return any(st.status == "blocked" and st.details.get("kind") == "budget"
-               for st in facts.statuses.values())
-
-
 # The budget, the provider's quota and the API key are shared by every unit that calls a
 # model: while one of them blocks a unit, the others would only open more blocked attempts.
 RUN_WIDE_BLOCKS = ("budget", "quota", "auth", "provider_outage")
@@ -209,7 +204,8 @@ def decide(plan: Plan, facts: RunFacts) -> Decision:
         reasons.append(f"{uid} waits for approval of gate {gate.id!r}" if gate else uid)
     spent = exhausted_budgets(facts)
     if spent:
-        figures = ", ".join(f"{k} {u:g}/{lim:g}" for k, (u, lim) in sorted(spent.items()))
+        figures = ", ".join(f"{k} ${u:.4f}/${lim:.4f}" if k == "cost" else f"{k} {u:g}/{lim:g}"
+                            for k, (u, lim) in sorted(spent.items()))
         reasons.append(f"budget exhausted ({figures}): units that call models wait for a "
                        "recorded budget decision")
     for uid in plan.required_units():

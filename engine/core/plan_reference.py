@@ -83,6 +83,10 @@ OFFLINE_RANK_NOTE = (
     "statement uses one of `data/risks.toml`'s keywords — or, without that file, a generic risk "
     "word (delay, shortage, risk, …). `keepstep validate` reports a rank unit whose approved "
     "sources use none of them, with what to do: put the words your sources use in the keywords. "
+    "A ranking of something else (`ranks = \"options\"`, vendors, …) ranks, offline, the "
+    "courses of action the sources recommend (statements with a figure and \"should\", "
+    "\"recommend\", \"advises\" …), each criterion's value taken from the statements that "
+    "name it. "
     "A pack from `keepstep init` ships a commented `data/risks.toml` and a README.md that walks "
     "from your own sources (`keepstep sources remove` / `sources add`) to a finished run and "
     "Word deliverables (`keepstep export --format docx`).")

@@ -9,7 +9,6 @@ tokens, cost 0). ``response_artifact`` is ``"<path> sha256:<hex>"`` of the recor
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +19,8 @@ OUTCOME_REUSED = "reused"
 OUTCOME_INVALID = "invalid_output"
 # Providers that run on the person's own machine: no price, and none is owed.
 FREE_PROVIDERS = ("local", "ollama", "ollama_chat")
+# The words of an UnpricedModel's message that tell it from a limit reached.
+UNPRICED_WORDS = "has no known price"
 
 
 class UnpricedModel(BudgetExhausted):
@@ -29,11 +30,15 @@ class UnpricedModel(BudgetExhausted):
 
 def unpriced_error(unit: str, model: str) -> UnpricedModel:
     error = UnpricedModel(
-        f"{unit}: {model} has no known price (litellm's price map has none, or 0), so the "
-        "run's cost budget could not be kept; the call was not made")
-    error.hint = ("use a model litellm prices, call it through your own server (api_base: "
-                  "its price is then yours to watch), or remove `cost` from [budget] in "
-                  "keepstep.toml (the calls and tokens limits still apply); then resume")
+        f"{unit}: {model} {UNPRICED_WORDS} (litellm's price map has none, or 0), so the "
+        "run's cost budget could not be kept; the call was not made. Give its price in "
+        f'keepstep.toml ([model_settings."{model}"] input_per_mtok and output_per_mtok), '
+        "call it through your own server (api_base), or remove [budget] cost; then resume")
+    error.hint = (f'give its price in keepstep.toml ([model_settings."{model}"] '
+                  "input_per_mtok and output_per_mtok, per million tokens), use a model "
+                  "litellm prices, call it through your own server (api_base: its price is "
+                  "then yours to watch), or remove `cost` from [budget] in keepstep.toml (the "
+                  "calls and tokens limits still apply); then resume")
     return error
 
 
@@ -50,28 +55,12 @@ def parse_artifact_ref(ref: str | None) -> tuple[str, str] | None:
     return (path, digest) if path and len(digest) == 64 else None
 
 
-def _nice(counter: str, value: float) -> str:
-    if counter == "cost":
-        return f"{math.ceil(value * 100) / 100:.2f}" if value >= 0.01 else f"{value:.4f}"
-    return str(int(math.ceil(value)))
-
-
-def raise_line(run_id: str, branch_id: str, figures: dict[str, dict[str, float]]) -> str:
-    """The exact ``keepstep budget raise`` command that lets the refused call through
-    (each counter raised to what is used plus what the call needs, plus a margin)."""
-    flags = []
-    for counter, f in sorted(figures.items()):
-        need = f.get("used", 0) + f.get("requested", 0)
-        flags.append(f"--{counter.replace('_', '-')} {_nice(counter, need * 1.5)}")
-    branch = f" --branch {branch_id}" if branch_id != "main" else ""
-    return (f'keepstep budget raise DIR --run {run_id}{branch} {" ".join(flags)} '
-            '--reason "..."')
-
-
-def _figures_text(figures: dict[str, dict[str, float]]) -> str:
+def figures_text(figures: dict[str, dict[str, float]]) -> str:
+    """``calls 3/3 (this call needs ~1), cost $0.0040/$0.0040 (…)`` from a refusal's figures:
+    money with ``$``."""
     parts = []
     for counter, f in sorted(figures.items()):
-        fmt = (lambda v: f"{v:.4f}") if counter == "cost" else (lambda v: f"{v:g}")
+        fmt = (lambda v: f"${v:.4f}") if counter == "cost" else (lambda v: f"{v:g}")
         parts.append(f"{counter} {fmt(f['used'])}/{fmt(f['limit'])} (this call needs "
                      f"~{fmt(f['requested'])})")
     return ", ".join(parts)
@@ -98,13 +87,14 @@ class StoreCallLedger:
 
     def _exhausted(self, unit: str, exc: BudgetLimitReached, what: str) -> BudgetExhausted:
         figures = exc.figures
-        line = raise_line(self.run_id, self.branch_id, figures)
-        error = BudgetExhausted(
-            f"{unit}: budget limit reached: {_figures_text(figures)} — {what}",
-            figures=figures)
-        error.hint = f"record a decision raising the limit: `{line}`, then resume"
-        error.raise_command = line  # type: ignore[attr-defined]
-        return error
+        # No limit is suggested here: the status (``engine.report.next_action``) suggests
+        # one from the whole run's rate, and every face shows that one.
+        branch = f" --branch {self.branch_id}" if self.branch_id != "main" else ""
+        return BudgetExhausted(
+            f"{unit}: budget limit reached: {figures_text(figures)} — {what}",
+            figures=figures,
+            hint=f"`keepstep status --run {self.run_id}{branch}` suggests a new limit and the "
+                 "`keepstep budget raise` command that records it; then resume")
 
     def reserve(self, ctx: Any, *, model: str, request_hash: str, est_tokens: int,
                 est_cost: float = 0.0) -> str:

@@ -125,8 +125,13 @@ def _task_verify(payload: dict) -> dict:
     reads from the quotes (the older request)."""
     results = []
     claims = _dicts(payload, "claims")
+    raw = payload.get("passages")
+    passages = raw if isinstance(raw, dict) else {}
     for claim in claims:
-        ok, reason = verify_claim(str(claim.get("quote", "")), str(claim.get("passage", "")))
+        # A claim names its passage by id in INPUT "passages" (or, in an older request,
+        # carries the passage itself).
+        named = str(claim.get("passage", ""))
+        ok, reason = verify_claim(str(claim.get("quote", "")), str(passages.get(named, named)))
         results.append({"id": claim.get("id"), "supported": ok, "reason": reason})
     if "candidates" in payload:
         return {"results": results,
@@ -143,7 +148,7 @@ def _strength(item: dict, keywords: tuple[str, ...]) -> tuple[int, int, int, str
     # the id makes the order total and therefore stable.
     quote = str(item.get("quote", ""))
     return (-rules.keyword_hits(quote, keywords), 0 if rules.reads_standalone(quote) else 1,
-            -len(item.get("figures") or []), str(item["id"]))
+            -len(item.get("figures") or rules.figures(quote)), str(item["id"]))
 
 
 def _reading(payload: dict, topics: rules.Topics) -> tuple[list[str], dict[str, str]]:
@@ -162,7 +167,7 @@ def _task_synthesize(payload: dict) -> dict:
     question = str(payload.get("question", "")).strip()
     audience = _audience_key(payload.get("audience"))
     evidence = _unique_evidence(_require(payload, "evidence", list))
-    topics = rules.topic_list(payload.get("topics"))
+    topics = rules.topic_list(payload.get("topics"), payload.get("offline_hints"))
     order, labels = _reading(payload, topics)
     keywords = dict(topics)
     by_topic: dict[str, list[dict]] = {t: [] for t in order}
@@ -194,19 +199,43 @@ def _task_synthesize(payload: dict) -> dict:
     lines = [f"## Findings for the {audience_label}", ""]
     if question:
         lines += [f"Question: {question}", ""]
-    claims = []
-    for n, (topic, items) in enumerate(groups, start=1):
-        ids = [str(i["id"]) for i in items]
+    claims: list[dict[str, Any]] = []
+    times = _revised(payload, "claims", len(groups))
+    for n, (topic, items) in enumerate(groups):
+        if n not in times:
+            continue  # flagged twice: dropped, the heuristic has no other way to say it
+        # The claim states its lead statement, so it cites the quote that holds its figures
+        # and not the topic's other statements (a reader would look for them there).
+        lead_id = str(items[0]["id"])
         lead = str(items[0].get("quote", "")).strip()
         label = labels.get(topic) or topic.capitalize()
-        more = f" ({len(items) - 1} more supporting statement(s))" if len(items) > 1 else ""
-        cites = "".join(f"[{i}]" for i in ids)
-        lines.append(f"{n}. **{label}**: {lead}{more} {cites}")
-        claims.append({"text": f"{label}: {lead}", "evidence_ids": ids})
-    if not groups:
+        # Revised once: it says only what the quote says, in the quote's words.
+        text = lead if times[n] else f"{label}: {lead}"
+        lines.append(f"{len(claims) + 1}. **{label}**: {lead} [{lead_id}]")
+        claims.append({"text": text, "evidence_ids": [lead_id]})
+    if not claims:
         lines.append("No verified evidence was given, so no findings are stated.")
     lines += ["", f"_{HEURISTIC_NOTICE}; findings are selected and ordered by rules._"]
     return {"summary": "\n".join(lines), "claims": claims}
+
+
+def _revised(payload: dict, field: str, count: int) -> dict[int, int]:
+    """The items (of ``count`` first made) still answered after INPUT's revise rounds, each
+    with how often feedback named it: once, it is restated; twice, it is dropped.
+
+    The heuristic answers a revise round by answering the same INPUT again and amending what
+    each round's feedback names (``claims[2].text [rule]: ...``, an index into that round's
+    answer); being deterministic, it replays the rounds in order to know those indices."""
+    alive = list(range(count))
+    times = dict.fromkeys(alive, 0)
+    for round_problems in payload.get("revise") or []:
+        named = {int(m.group(1)) for p in round_problems if isinstance(p, dict)
+                 for m in [re.match(rf"{field}\[(\d+)\]", str(p.get("field", "")))] if m}
+        for k in named:
+            if k < len(alive):
+                times[alive[k]] += 1
+        alive = [n for n in alive if times[n] < 2]
+    return {n: times[n] for n in alive}
 
 
 # --- rank ------------------------------------------------------------------------------
@@ -258,10 +287,57 @@ def _generic_risks(evidence: list[dict]) -> list[dict]:
     return candidates[:_MAX_RISKS]
 
 
+def _option_words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z]{4,}", rules.normalise(text)) if w not in _STOPWORDS}
+
+
+def _criterion_value(criterion: str, evidence: list[dict]) -> tuple[str, list[str]]:
+    """A criterion's value by rule: the figures of the statements that name every word of
+    it (each as written, the sources' values side by side), else "not stated"."""
+    wanted = _option_words(criterion)
+    hits = [e for e in evidence if wanted and wanted <= _option_words(
+        " ".join(w.rstrip("s") + " " + w for w in str(e.get("quote", "")).split()))]
+    # Each figure as written ("18 million"), from the statement's structured quantities.
+    values = {str(e["id"]): [str(q.get("figure", "")) for q in e.get("quantities") or []
+                             if isinstance(q, dict) and q.get("figure")] for e in hits}
+    cited = sorted(i for i, figs in values.items() if figs)
+    shown = list(dict.fromkeys(f for i in cited for f in values[i]))
+    if not shown:
+        return "not stated", []
+    # Values that differ between statements are shown side by side as such, never one as fact.
+    return " / ".join(shown) + (" (the sources differ)" if len(shown) > 1 else ""), cited[:3]
+
+
+def _option_candidates(evidence: list[dict], criteria: list[str]) -> list[dict]:
+    """What a ranking of options (vendors, prices ...) ranks by rule: each course of action a
+    source recommends (a ``recommendation`` statement), titled by its words, scored by how
+    many other statements share its subject (5 per statement, 5-25), each criterion's value
+    from the statements that name it."""
+    candidates = []
+    for e in evidence:
+        if e.get("kind") != "recommendation":
+            continue
+        quote = str(e.get("quote", "")).strip()
+        words = _option_words(quote)
+        support = [o for o in evidence if o is not e
+                   and len(words & _option_words(str(o.get("quote", "")))) >= 2]
+        values = {c: _criterion_value(c, evidence) for c in criteria}
+        ids = [str(e["id"])] + sorted({i for _, cited in values.values() for i in cited})
+        title = " ".join(quote.split()[:14]).rstrip(".,;:")
+        candidates.append({
+            "key": str(e["id"]), "title": title, "score": min(25, 5 + 5 * len(support)),
+            "evidence_ids": ids[:5], "criteria": {c: v for c, (v, _) in values.items()},
+            "rationale": f"a course of action source {e.get('source_id', '')} recommends; "
+                         "it ranks by how many other statements bear on it"})
+    return candidates
+
+
 def _number(risks: list[dict]) -> list[dict]:
     risks = sorted(risks, key=lambda r: (-r["score"], r["key"]))
     return [{"id": f"R{n}", "title": r["title"], "score": r["score"],
-             "evidence_ids": r["evidence_ids"]} for n, r in enumerate(risks, start=1)]
+             "evidence_ids": r["evidence_ids"],
+             **{k: r[k] for k in ("criteria", "rationale") if k in r}}
+            for n, r in enumerate(risks, start=1)]
 
 
 def check_ranking(risks: list[dict], known_evidence_ids: Iterable[str] | None = None
@@ -296,7 +372,8 @@ def check_ranking(risks: list[dict], known_evidence_ids: Iterable[str] | None = 
 
 def _task_rank(payload: dict) -> dict:
     """Rank risks by INPUT's checklist (score = likelihood x impact, 1-25; without a
-    checklist, by generic risk words).
+    checklist, by generic risk words); a ranking of anything else (INPUT's ``ranks``) ranks
+    the courses of action the sources recommend, with INPUT's ``criteria`` as values.
 
     Round 1 with more than 5 candidates adds one risk that cites no evidence, as an
     ungrounded generator would; round >= 2 with feedback drops the risks it names.
@@ -305,6 +382,12 @@ def _task_rank(payload: dict) -> dict:
     round_no = payload.get("round", 1)
     if not isinstance(round_no, int) or round_no < 1:
         raise ValueError("rank: 'round' must be an int >= 1")
+    ranks = str(payload.get("ranks") or "risks")
+    if ranks != "risks":
+        # Options, vendors, prices ...: no risk words, no deliberately ungrounded item.
+        return {"risks": _number(_option_candidates(
+            evidence, [str(c) for c in payload.get("criteria") or []])),
+            "round": round_no, "revisions": []}
     candidates = _candidate_risks(_checklist(payload.get("checklist")), evidence)
     if len(candidates) > 5:
         key, title, likelihood, impact = rules.UNSUPPORTED_RISK

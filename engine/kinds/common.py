@@ -20,7 +20,7 @@ from keepstep.engine.core.presets import (
     evidence_sources,
     verified_output,
 )
-from keepstep.engine.files.convert import ConvertedSource, find_occurrence, locate_quote
+from keepstep.engine.files.convert import ConvertedSource, find_occurrence
 from keepstep.engine.files.convert.quotes import verbatim_matcher
 from keepstep.engine.kinds.context import UnitContext, ValidatorResult
 
@@ -40,7 +40,6 @@ SOURCES_CITE_RE = re.compile(r"\(sources?: ([^)]*)\)")
 LOCATED_CITE_RE = re.compile(
     r"\[[A-Za-z][A-Za-z0-9]*-e\d+(?:, [A-Za-z][A-Za-z0-9]*-e\d+)*\] "
     r"\((?!sources?: )((?:[^()]|\([^()]*\))*)\)")
-_PLACEHOLDER_RE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _DETAIL_PROBLEMS = 5
 
 
@@ -81,24 +80,15 @@ def quote_cited(conv: ConvertedSource, quote: str, locator: str | None) -> bool:
     return matcher.search(conv.text, *span) is not None
 
 
-def locate_evidence(conv: ConvertedSource, quote: str, *, start: int = 0,
-                    end: int | None = None, hint: str | None = None) -> str | None:
-    """The locator an evidence item citing ``quote`` carries: ``hint`` (e.g. the model's own)
-    when the quote is verbatim there, else the innermost part holding the quote's first
-    occurrence within ``text[start:end]``; ``""`` when it occurs outside every located part,
-    None when it does not occur there."""
-    if hint and quote_cited(conv, quote, hint):
-        return hint
-    return locate_quote(conv, quote, start=start, end=end)
-
-
 class QuoteLocator:
     """Locates the quotes of one answer within ``text[start:end]`` of a converted source.
 
     Quotes come in document order, so each search starts where the previous quote was found
     (and only when it is not found after it, from ``start`` again): an answer of N items
-    costs about one pass over the text, not N. ``locate`` gives what ``locate_evidence``
-    gives.
+    costs about one pass over the text, not N. ``locate`` gives the locator an evidence item
+    citing the quote carries: ``hint`` (e.g. the model's own) when the quote is verbatim
+    there, else the innermost part holding its occurrence; ``""`` when it occurs outside
+    every located part, None when it does not occur.
     """
 
     def __init__(self, conv: ConvertedSource, start: int = 0, end: int | None = None) -> None:
@@ -204,13 +194,6 @@ def topic_hints(ctx: UnitContext) -> list[dict[str, Any]] | None:
             for t in topics if isinstance(t, dict) and t.get("name")]
 
 
-def topic_inputs(ctx: UnitContext) -> dict[str, Any]:
-    """What an extraction prompt's INPUT carries of the pack's vocabulary: ``topics`` when
-    the pack has data/topics.toml, else nothing."""
-    topics = topic_hints(ctx)
-    return {"topics": topics} if topics else {}
-
-
 def audience_view(ctx: UnitContext, audience: str) -> dict[str, Any]:
     """How ``audience`` reads (data:audiences): order, labels, risk_focus; the ``[default]``
     table for an audience the pack does not describe; {} without the file."""
@@ -229,13 +212,33 @@ def reading_hints(ctx: UnitContext, audience: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     topics = topic_hints(ctx)
     if topics:
-        out["topics"] = topics
+        # Names with a line each for a model; the keyword lists are the offline heuristic's
+        # side data, sent to it alone (as an extraction's ``offline_hints``).
+        described = {str(t["name"]): str(t.get("description") or "").strip()
+                     for t in ctx.data(TOPICS).get("topic") or [] if isinstance(t, dict)
+                     and t.get("name")}
+        out["topics"] = [{"name": t["name"], "description": described.get(t["name"])
+                          or t["name"].replace("_", " ")} for t in topics]
+        if ctx.model_profile().offline:
+            out["offline_hints"] = {"topic_keywords": {t["name"]: t["keywords"]
+                                                       for t in topics}}
     view = audience_view(ctx, audience)
     if isinstance(view.get("order"), list):
         out["reading_order"] = [str(t) for t in view["order"]]
     if isinstance(view.get("labels"), dict):
         out["labels"] = {str(k): str(v) for k, v in view["labels"].items()}
     return out
+
+
+# What a writer (synthesize, rank) reads of an evidence item: not where it sits in its
+# source (documents add locators), its group, or its figures as bare strings (its quantities
+# carry them) — fields it would only re-read, each item, in every request.
+_WRITER_SKIPS = frozenset({"locator", "group", "figures"})
+
+
+def writer_evidence(evidence: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Evidence items as a synthesis or ranking request carries them."""
+    return [{k: v for k, v in e.items() if k not in _WRITER_SKIPS} for e in evidence]
 
 
 def risk_checklist(ctx: UnitContext, audience: str) -> list[dict[str, Any]] | None:
@@ -341,18 +344,3 @@ def cited_source_ids(text: str) -> set[str]:
 def notices(*docs: Any) -> list[str]:
     """The distinct ``notice`` strings of model-made artifacts, sorted."""
     return sorted({str(d["notice"]) for d in docs if isinstance(d, dict) and d.get("notice")})
-
-
-# --- templates -------------------------------------------------------------------------
-def fill_template(template: str, values: dict[str, str]) -> tuple[str, list[str]]:
-    """Replace ``{{ name }}`` placeholders; returns the text and the unknown names (kept)."""
-    unknown: list[str] = []
-
-    def sub(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name in values:
-            return values[name]
-        unknown.append(name)
-        return match.group(0)
-
-    return _PLACEHOLDER_RE.sub(sub, template), sorted(set(unknown))

@@ -7,9 +7,11 @@ findings, risks, inventory, …, drawn from what the dependencies wrote) — by 
 by ``params.fill`` mapping the template's names onto parts (``{ pricing = { part =
 "findings", from = ["S02"] } }``); any contract field the contract dependency carries is a
 placeholder too. An unknown placeholder fails the structure validator (and ``keepstep
-validate``). Sections marked ``<!-- section: id -->`` pass into the document, so an audit can
-find them. A CSV document (``format = "csv"``, or an output ending in .csv) lists verified
-statements, its columns the template's Markdown list items.
+validate``). Sections are marked ``<!-- section: id -->`` in the template only: the document
+a reader gets carries no marker (an audit finds a section by the template's heading after
+it). A CSV document (``format = "csv"``, or an output ending in .csv) lists verified
+statements, its columns the template's Markdown list items, and always a ``models`` column
+naming the models that answered (the offline heuristic named as such).
 Every finding cites evidence ids and where in their sources they are, as
 ``[A1-e3, B2-e1] (A1, p. 2; B2, Pricing)`` (``cite(..., locators=True)``; a source id alone
 for evidence without a locator).
@@ -36,9 +38,10 @@ from keepstep.engine.core.presets import (
     document_format,
     document_output,
 )
-from keepstep.engine.core.templates import placeholders, syntax_error
+from keepstep.engine.core.templates import placeholders, strip_sections, syntax_error
 from keepstep.engine.gateway.answers import problem
-from keepstep.engine.kinds.claims import claim_rules
+from keepstep.engine.gateway.offline_provider import PROVIDER as OFFLINE_PROVIDER
+from keepstep.engine.kinds.claims import claim_rules, figure_holders
 from keepstep.engine.kinds.common import (
     CSV,
     LOCATED_CITE_RE,
@@ -51,7 +54,7 @@ from keepstep.engine.kinds.common import (
 )
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, run_model_step
-from keepstep.engine.kinds.parts import PARTS, TABLE_COLUMNS, TOP_RISKS, Sources, fill_part
+from keepstep.engine.kinds.parts import TABLE_COLUMNS, TOP_RISKS, Sources, fill_part
 from keepstep.engine.kinds.synthesize import Claim, support_judge
 
 # A column of a table template: a list item such as "- source_id" or "- `quote`".
@@ -80,12 +83,6 @@ def table_columns(template: str) -> list[str]:
     return [m.group(1) for m in _COLUMN_ITEM_RE.finditer(template)]
 
 
-def known_placeholders(params: RenderParams, contract_fields: set[str]) -> set[str]:
-    """The names a template of this unit may use: the parts, ``fill``'s names and the
-    contract fields."""
-    return set(PARTS) | set(params.fill) | set(contract_fields)
-
-
 def _cited_by(src: Sources, units: list[str]) -> set[str]:
     docs = [d for d in src.syntheses + src.rankings if d.get("unit") in units]
     ids = {str(i) for d in docs for c in d.get("claims", []) for i in c.get("evidence_ids", [])}
@@ -99,6 +96,9 @@ def _evidence_table(src: Sources, template: str, params: RenderParams) -> tuple[
                 for h in header if h not in TABLE_COLUMNS]
     if not header:
         problems.append("the table template lists no columns ('- id', '- quote', ...)")
+    if header and "models" not in header:
+        # The CSV names the models that answered whatever its template lists (issue 20).
+        header.append("models")
     rows = sorted(src.evidence, key=lambda e: natural_key(str(e["id"])))
     if params.rows is not None:
         if params.rows.cited_by:
@@ -106,6 +106,8 @@ def _evidence_table(src: Sources, template: str, params: RenderParams) -> tuple[
             rows = [e for e in rows if str(e["id"]) in wanted]
         if params.rows.topic:
             rows = [e for e in rows if e.get("topic") in params.rows.topic]
+    models = "; ".join(f"{m} (offline heuristic: rules, no language model)"
+                       if m.startswith(f"{OFFLINE_PROVIDER}/") else m for m in src.models)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
@@ -113,7 +115,7 @@ def _evidence_table(src: Sources, template: str, params: RenderParams) -> tuple[
         row = {**{k: str(e.get(k, "")) for k in TABLE_COLUMNS},
                "group": str(e.get("group") or src.index.get(str(e["id"]), {}).get("group", "")),
                "figures": "; ".join(str(f) for f in e.get("figures", [])),
-               "models": "; ".join(src.models)}
+               "models": models}
         writer.writerow([row.get(h, "") for h in header])
     return out.getvalue(), problems
 
@@ -136,16 +138,26 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
                     "write what this section adds, or leave the sentence out", c.text)
             for n, c in enumerate(answer.sentences) if _words(c.text) in shown]
 
+    # The decision the document serves (the contract's goal): the section answers each of
+    # its questions first (the render prompt says how).
+    decision = str(src.contract.get("goal") or src.project_contract.get("goal") or "").strip()
     step = run_model_step(ctx, prompt="render", inputs={
         "task": "render", "document": document, "section": section,
-        "audience": src.audience, **inputs,
+        "audience": src.audience, **({"decision": decision} if decision else {}), **inputs,
         "evidence": {k: v.strip() for k, v in sorted(quotes.items())}},
         schema=RenderAnswer, rules=rules,
-        judge=support_judge(ctx, "sentences", quotes, record))
+        judge=support_judge(ctx, "sentences", quotes, record, {
+            str(e["id"]): str(e["table_header"]) for e in src.evidence
+            if e.get("table_header") and str(e["id"]) in quotes}))
     steps = [step, *record.get("steps", [])]
     if not step.ok:
         return None, steps
-    lines = [f"- {c.text.strip()} {cite(c.evidence_ids, src.index, locators=True)}"
+    # A derived figure shows its checked calculation, as a finding does (the audit reads it);
+    # each sentence's citation points at the quotes holding its figures.
+    lines = [f"- {c.text.strip()}"
+             + (f" (calculated: `{c.calculation.strip()}`)" if c.calculation else "")
+             + " " + cite(figure_holders(c.text, c.evidence_ids, quotes, c.calculation),
+                          src.index, locators=True)
              for c in step.value.sentences]
     src.written |= {_words(c.text) for c in step.value.sentences}
     return "\n".join(lines) or "Nothing to add to what the sections above say.", steps
@@ -184,7 +196,8 @@ def _written_section(ctx: UnitContext, src: Sources, document: str, section: str
                       not in src.shown]) for s in src.syntheses]
         inputs["findings"] = [
             {"title": s.get("title", ""), "question": s.get("question", ""),
-             "claims": [{k: c[k] for k in ("text", "evidence_ids", "calculation", "confidence")
+             "claims": [{k: c[k] for k in ("text", "evidence_ids", "calculation", "confidence",
+                                    "confidence_reason")
                          if c.get(k)} for c in claims]} for s, claims in fresh if claims]
         cited |= {str(i) for _, claims in fresh for c in claims
                   for i in c.get("evidence_ids", [])}
@@ -202,6 +215,19 @@ def _written_section(ctx: UnitContext, src: Sources, document: str, section: str
         cited |= {str(e["id"]) for e in src.evidence}
     quotes = {i: src.quotes[i] for i in cited if i in src.quotes}
     return _sentences_step(ctx, src, document, section, inputs, quotes)
+
+
+def _covers(params: RenderParams, names: list[str]) -> set[str]:
+    """The parts the template's placeholders show (a written section: what it is made of),
+    so one part leaves to another what that one says (a gaps section lists the gaps)."""
+    out: set[str] = set()
+    for name in names:
+        spec = params.fill.get(name)
+        if isinstance(spec, str):
+            spec = FillSpec(part=spec)
+        part = spec.part if spec is not None else name
+        out |= set(spec.of) if part == "section" and spec is not None else {part}
+    return out
 
 
 def _fill_values(ctx: UnitContext, params: RenderParams, names: list[str], src: Sources
@@ -227,6 +253,7 @@ def _fill_values(ctx: UnitContext, params: RenderParams, names: list[str], src: 
             if part == "section" and spec is not None:
                 section_src = Sources(ctx, spec.from_) if spec.from_ else src
                 section_src.shown, section_src.written = src.shown, src.written
+                section_src.covers = src.covers
                 text, made = _written_section(ctx, section_src, params.document, name,
                                               list(spec.of))
             else:
@@ -360,9 +387,12 @@ def run(ctx: UnitContext) -> KindOutcome:
             text, unknown = template, list[str]()
         else:
             names = placeholders(template)
+            src.covers = _covers(params, names)
             values, unknown, steps, failed = _fill_values(ctx, params, names, src)
             shape += failed
-            text = render_text(template, values)
+            # The section markers stay in the template (the audit finds a section by its
+            # template's heading); a reader's document carries none.
+            text = strip_sections(render_text(template, values), template)
             repeats = [r for r in repeated_items(text)
                        if not any(isinstance(f, FillSpec) and f.repeat
                                   for f in params.fill.values())]
@@ -396,4 +426,4 @@ def run(ctx: UnitContext) -> KindOutcome:
     )
 
 
-__all__ = ["RenderAnswer", "known_placeholders", "render_text", "run", "table_columns"]
+__all__ = ["RenderAnswer", "render_text", "run", "table_columns"]

@@ -27,12 +27,13 @@ when it does not. A claims answer that passes the rules is then checked against 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from keepstep.engine.gateway.answers import Problem, problem
+from keepstep.engine.gateway.answers import Problem, json_schema_of, problem
 from keepstep.engine.gateway.offline_rules import normalise
 from keepstep.engine.kinds.claims import (
     SupportAnswer,
@@ -53,6 +54,7 @@ from keepstep.engine.kinds.common import (
     result,
     risk_checklist,
     verified_deps,
+    writer_evidence,
 )
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_step
@@ -73,6 +75,9 @@ class Claim(BaseModel):
                                     "separated by ';'); code recomputes it")
     confidence: Literal["high", "medium", "low"] | None = Field(
         default=None, description="how firmly the cited evidence carries the claim")
+    confidence_reason: str | None = Field(
+        default=None, description="for medium or low confidence: why, in a few words from "
+        "the evidence (a document shows the confidence only with its reason)")
 
 
 class SynthesisAnswer(BaseModel):
@@ -123,22 +128,26 @@ class CheckAnswer(BaseModel):
     problems: list[str]
 
 
+# Tokens of one support verdict (the claim's id, the verdict, a one-sentence reason).
+SUPPORT_ANSWER_TOKENS = 50
+
+
 def support_judge(ctx: UnitContext, field_name: str, quotes: Mapping[str, str],
-           record: dict[str, Any]) -> Any:
+                  record: dict[str, Any], headers: Mapping[str, str] | None = None) -> Any:
     """The support check of a claims answer (see ``kinds.claims``): its verdicts go into
     ``record`` (claim -> verdict), its calls into ``record["steps"]``."""
 
     def judge(answer: Any) -> list[Problem]:
         claims = getattr(answer, field_name)
-        # The offline heuristic's claims are its quotes' own sentences: its support rule could
-        # only repeat the figure check code has already made, so it is not asked (a call
-        # that adds nothing).
-        if not claims or ctx.model_profile().offline:
+        # Asked of every model, the offline heuristic too (one code path: it answers the same
+        # request by its own rule, and what it finds is revised like a model's verdict).
+        if not claims:
             return []
         ctx.safe_point(f"check {len(claims)} claim(s) against their quotes")
         step = run_model_step(ctx, prompt="support", schema=SupportAnswer,
-                              inputs=support_inputs(field_name, claims, quotes),
-                              label="support check")
+                              inputs=support_inputs(field_name, claims, quotes, headers),
+                              label="support check",
+                              answer_tokens=SUPPORT_ANSWER_TOKENS * len(claims))
         record.setdefault("steps", []).append(step)
         if not step.ok:
             record["verdicts"] = {}
@@ -288,10 +297,13 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
         ctx.safe_point(f"synthesize over {len(evidence)} statement(s)")
         step = run_model_step(ctx, prompt=_prompt(ctx, "synthesize"), inputs={
             "task": "synthesize", "question": question, "audience": audience,
-            "evidence": evidence, **({"conflicts": conflicts} if conflicts else {}),
+            "evidence": writer_evidence(evidence),
+            **({"conflicts": conflicts} if conflicts else {}),
             **reading_hints(ctx, audience)}, schema=SynthesisAnswer,
             rules=claim_rules("claims", quotes),
-            judge=support_judge(ctx, "claims", quotes, support))
+            judge=support_judge(ctx, "claims", quotes, support, {
+                str(e["id"]): str(e["table_header"]) for e in evidence
+                if e.get("table_header")}))
         response = step.parsed
         shape += [p.line() for p in step.problems if p.rule != "known_id"]
     raw = response.get("claims") if isinstance(response, dict) else None
@@ -308,7 +320,7 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
             shape.append(f"claim C{n} cites no evidence")
         claim = {"id": f"C{n}", "text": str(c.get("text", "")).strip(),
                  "evidence_ids": ids, "source_ids": _source_ids(ids, index)}
-        for key in ("calculation", "confidence"):
+        for key in ("calculation", "confidence", "confidence_reason"):
             if c.get(key):
                 claim[key] = str(c[key])
         if f"claims[{n - 1}]" in verdicts:
@@ -429,6 +441,24 @@ def _rank_asks(ctx: UnitContext) -> dict[str, Any]:
     return out
 
 
+def _rank_schema(asks: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The rank answer's JSON Schema with the unit's criteria named as the properties of
+    each item's ``criteria`` (None without criteria: the plain schema). A free-form map
+    cannot be sent under strict structured output, which closes every object: a model
+    could give no criterion at all."""
+    criteria = [str(c) for c in asks.get("criteria") or []]
+    if not criteria:
+        return None
+    schema = copy.deepcopy(json_schema_of(RankAnswer))
+    risk = schema["$defs"]["Risk"]
+    field = {k: v for k, v in risk["properties"]["criteria"].items()
+             if k not in ("additionalProperties", "default")}
+    risk["properties"]["criteria"] = {**field, "type": "object", "properties": {
+        c: {"type": "string"} for c in criteria}, "required": criteria}
+    risk["required"] = [*risk.get("required", []), "criteria"]
+    return schema
+
+
 def ranking_table(doc: dict[str, Any], cite_ids: Any) -> list[str]:
     """A ranking as a Markdown table of what it ranks, its criteria as columns (and
     likelihood, impact, owner, mitigation, rationale when the items carry them)."""
@@ -441,9 +471,11 @@ def ranking_table(doc: dict[str, Any], cite_ids: Any) -> list[str]:
     head = ["Rank", noun.capitalize(), *[c for c in criteria], score,
             *[k.capitalize() for k in extra], "Evidence"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in items:
+    # The rank is a plain number (1 from the top): item ids (R1, R2, ...) would read as
+    # source ids in a document.
+    for rank, r in enumerate(items, start=1):
         crit = r.get("criteria") or {}
-        cells = [r["id"], r["title"], *[str(crit.get(c, "")) for c in criteria],
+        cells = [str(rank), r["title"], *[str(crit.get(c, "")) for c in criteria],
                  str(r.get("score")), *[str(r.get(k, "")) for k in extra],
                  cite_ids(r["evidence_ids"])]
         lines.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in cells)
@@ -487,8 +519,10 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
     for rnd in range(1, max_rounds + 1) if evidence else ():
         ctx.safe_point(f"rank round {rnd}/{max_rounds}")
         rank_step = run_model_step(ctx, prompt=_prompt(ctx, "rank"), inputs={
-            "task": "rank", "question": question, "audience": audience, "evidence": evidence,
+            "task": "rank", "question": question, "audience": audience,
+            "evidence": writer_evidence(evidence),
             "round": rnd, "feedback": problems, **vocabulary, **asks}, schema=RankAnswer,
+            json_schema=_rank_schema(asks),
             rules=_rank_rules(set(known), quotes, asks), round=rnd, label=f"round {rnd}")
         ranked = rank_step.parsed
         risks = _risks_of(ranked, index)

@@ -14,7 +14,7 @@ from keepstep.engine.run.gates import PendingApproval, pending_approvals
 from keepstep.storage import NotFound
 
 if TYPE_CHECKING:
-    from keepstep.engine.run.handle import RunHandle
+    from keepstep.engine.run.runtime import Run
     from keepstep.storage import Checkpoint
 
 VIEW_VERSION = "status-view-1"
@@ -33,6 +33,8 @@ class UnitView(BaseModel):
     title: str = ""
     phase: str = ""
     kind: str = ""
+    # A unit blocked by the budget: the refusal's figures, counter -> used, limit, requested.
+    budget: dict[str, dict[str, float]] = Field(default_factory=dict)
 
 
 class InFlightUnit(BaseModel):
@@ -105,7 +107,7 @@ def executors_of(leases: Any, now: float) -> list[dict[str, Any]]:
     return sorted(by.values(), key=lambda e: -e["heartbeat_at"])
 
 
-def _alerts(run: RunHandle, facts: Any, last_commit_ts: float | None,
+def _alerts(run: Run, facts: Any, last_commit_ts: float | None,
             decision_kind: str) -> list[dict]:
     policy = run.project.files.config.policy
     out: list[dict[str, Any]] = []
@@ -140,7 +142,7 @@ def _alert_message(alert: dict[str, Any]) -> str:
     return details or alert["kind"].replace("_", " ")
 
 
-def recovery_stop(run: RunHandle) -> str | None:
+def recovery_stop(run: Run) -> str | None:
     """Why the newest recovery stopped (failed, blocked, breaker open), unless a later one
     finished or a person reset it: a run whose recovery stopped must not read "resume"."""
     evs = run.store.events(run.run_id, branch_id=run.branch_id, kinds=[
@@ -151,7 +153,7 @@ def recovery_stop(run: RunHandle) -> str | None:
     return str(evs[0].payload.get("reason") or "recovery stopped")
 
 
-def run_status(run: RunHandle) -> RunStatus:
+def run_status(run: Run) -> RunStatus:
     from keepstep.engine.report.next_action import next_action
 
     store = run.store
@@ -178,6 +180,8 @@ def run_status(run: RunHandle) -> RunStatus:
             problems=list((st.details.get("diagnosis") or {}).get("problems", [])) if st else [],
             answers=list((st.details.get("diagnosis") or {}).get("answers", [])) if st else [],
             title=u.title, phase=u.phase, kind=u.kind.value,
+            budget=dict(st.details.get("figures") or {})
+            if st and st.details.get("kind") == "budget" else {},
         )
     c = counts(facts, plan, ready)
     # An attempt that ended as an ordinary failure (validators, a timeout) keeps its files

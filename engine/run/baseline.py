@@ -14,15 +14,17 @@ from pydantic import BaseModel
 
 from keepstep.engine.core.changes import detect_changes
 from keepstep.engine.core.inputs import InputSnapshot
+from keepstep.engine.core.plan import UnitKind
 from keepstep.engine.core.templates import layout_hash
 from keepstep.engine.core.timefmt import iso_utc
 from keepstep.engine.files.project import ProjectFiles, snapshot_sources
+from keepstep.engine.gateway import offline_provider
 from keepstep.storage import ArtifactImmutable, EventIn
 from keepstep.storage.hashing import file_sha256
 
 if TYPE_CHECKING:
     from keepstep.engine.core.plan import Plan
-    from keepstep.engine.run.handle import RunHandle, Workspace
+    from keepstep.engine.run.runtime import Project, Run
 
 PRODUCER_VERSION = "keepstep-0.1.0"
 PROMPT_VERSION = "prompts-1"
@@ -96,7 +98,7 @@ def inputs_state(n: int, snapshot: InputSnapshot) -> dict[str, Any]:
             "groups": snapshot.groups, "headers": snapshot.headers, "bodies": snapshot.bodies}
 
 
-def create_run(workspace: Workspace, run_id: str, *, branch_id: str = "main") -> None:
+def create_run(workspace: Project, run_id: str, *, branch_id: str = "main") -> None:
     """Commit the first checkpoint of a new run at plan-v1 / in-v1 from the files as they are.
 
     Raises storage's error when the run exists (``open_or_start`` handles the race of two
@@ -140,7 +142,7 @@ class Detected(BaseModel):
     source_groups: dict[str, str]
 
 
-def detect(run: RunHandle, *, sources: Any = None, plan: Plan | None = None) -> Detected:
+def detect(run: Run, *, sources: Any = None, plan: Plan | None = None) -> Detected:
     """Re-read the project files, re-hash the sources, and list the typed changes.
 
     ``sources`` (a SourcesFile) and ``plan`` stand in for sources.toml and plan.toml — a
@@ -172,6 +174,15 @@ def detect(run: RunHandle, *, sources: Any = None, plan: Plan | None = None) -> 
                     source_groups=groups)
 
 
+def prose_writers(files: Any, plan: Plan) -> list[str]:
+    """The render units whose model writes prose (any but the offline heuristic, which fills
+    a template's written sections from the template instead): their estimates count those
+    model steps (``engine.core.explain.expected_calls``)."""
+    offline = offline_provider.PROVIDER + "/"
+    return [u.id for u in plan.units if u.kind == UnitKind.render
+            and not files.config.model_for(u.id, u.kind.value).startswith(offline)]
+
+
 __all__ = ["PRODUCER_VERSION", "PROMPT_VERSION", "Detected", "create_run", "data_hashes",
-           "detect", "inputs_state", "plan_state", "template_fields", "template_hashes",
-           "template_headings", "template_layouts"]
+           "detect", "inputs_state", "plan_state", "prose_writers", "template_fields",
+           "template_hashes", "template_headings", "template_layouts"]

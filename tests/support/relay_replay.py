@@ -1,0 +1,111 @@
+"""Replay a recorded real-model run: answer each model request from request/answer pairs the
+relay (../shared/tools/relay_server.py) wrote, with no network.
+
+A recording is a folder holding ``queue/NNNN.json`` (the request as the relay received it:
+``messages``, ``response_format``, ``max_tokens`` ...) and ``answers/NNNN.json``
+(``{"content": <the model's message>}``). A request is answered by the pair whose messages
+are the same (a hash of them); when none is — the prompts changed since the recording — by
+its place: the n-th request of the same (unit, task, source, first id) gets the n-th
+recorded answer of that key, in the recording's order. ``RelayReplay.matched`` says how
+each request was answered, so a test can tell an exact replay from a positional one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from keepstep.engine.gateway.prompts import read_input_block
+
+_UNIT_RE = re.compile(r"^UNIT\n(\S+?):", re.MULTILINE)
+
+
+class ReplayMiss(AssertionError):
+    """A request the recording holds no answer for."""
+
+
+def messages_hash(messages: list[dict[str, Any]]) -> str:
+    """The identity of a request: its messages (roles and text), canonical JSON."""
+    canonical = json.dumps([{"role": m.get("role"), "content": m.get("content")}
+                            for m in messages], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def request_key(messages: list[dict[str, Any]]) -> tuple[str, str, str, str]:
+    """(unit id, task, source id, first id) of a request: where it stands in the run,
+    whatever its prompt's wording."""
+    unit = ""
+    for m in messages:
+        found = _UNIT_RE.search(str(m.get("content") or ""))
+        if found:
+            unit = found.group(1)
+            break
+    block = read_input_block(messages) or {}
+    return (unit, str(block.get("task", "")), str(block.get("source_id", "")),
+            str(block.get("first_id", "")))
+
+
+def load_pairs(folder: Path) -> list[tuple[str, dict[str, Any], str]]:
+    """(number, request, answer content) of each answered request, in number order."""
+    pairs = []
+    for path in sorted((folder / "queue").glob("*.json")):
+        answer = folder / "answers" / path.name
+        if not answer.is_file():
+            continue  # the relay timed out on it; the gateway asked again
+        request = json.loads(path.read_text(encoding="utf-8"))
+        pairs.append((path.stem, request,
+                      str(json.loads(answer.read_text(encoding="utf-8"))["content"])))
+    return pairs
+
+
+class RelayReplay:
+    """A ``completion_fn`` for ``ModelGateway`` answering from a recording."""
+
+    def __init__(self, folder: Path) -> None:
+        self.pairs = load_pairs(folder)
+        self._by_hash: dict[str, list[str]] = defaultdict(list)
+        self._by_key: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
+        self._answers = {}
+        for number, request, content in self.pairs:
+            self._answers[number] = content
+            self._by_hash[messages_hash(request["messages"])].append(number)
+            self._by_key[request_key(request["messages"])].append(number)
+        self._seen: dict[tuple[str, str, str, str], int] = defaultdict(int)
+        self._used: set[str] = set()
+        self.matched: list[tuple[str, str]] = []  # (recorded number, "exact" | "position")
+
+    def answer_for(self, messages: list[dict[str, Any]]) -> str:
+        key = request_key(messages)
+        place = self._seen[key]
+        self._seen[key] += 1
+        exact = [n for n in self._by_hash.get(messages_hash(messages), [])
+                 if n not in self._used]
+        if exact:
+            number, how = exact[0], "exact"
+        else:
+            recorded = self._by_key.get(key, [])
+            if place >= len(recorded):
+                raise ReplayMiss(f"no recorded answer for request {place + 1} of {key}")
+            number, how = recorded[place], "position"
+        self._used.add(number)
+        self.matched.append((number, how))
+        return self._answers[number]
+
+    def __call__(self, **kwargs: Any) -> Any:
+        import litellm  # the injected fn runs with litellm imported (ModelGateway says so)
+
+        content = self.answer_for(kwargs["messages"])
+        prompt = sum(len(str(m.get("content") or "")) for m in kwargs["messages"]) // 4
+        return litellm.ModelResponse(
+            model=str(kwargs.get("model", "")),
+            choices=[{"index": 0, "finish_reason": "stop",
+                      "message": {"role": "assistant", "content": content}}],
+            usage=litellm.Usage(prompt_tokens=prompt, completion_tokens=len(content) // 4,
+                                total_tokens=prompt + len(content) // 4))
+
+
+__all__ = ["RelayReplay", "ReplayMiss", "load_pairs", "messages_hash", "request_key"]

@@ -1,0 +1,171 @@
+"""The conflicts test pack with a real language model, replayed (issue 20).
+
+tests/fixtures/relay_conflicts_pack holds every request keepstep sent and every answer a
+language model gave when the pack ran behind ../shared/tools/relay_server.py (its README
+says how the recording was made). Here a transport answers each request from those pairs
+(by the request's messages, or — when the prompts changed since the recording — by its
+place: unit, task, source, first id and order), the pack runs to the same end with no
+network, and its disagreements and memo are held to the same checks as the offline run
+(tests/test_conflicts_pack_documents.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from keepstep.app.cli.main import app
+from keepstep.engine.api import open_project
+from keepstep.engine.gateway.client import ModelGateway
+from tests.support.memo_checks import (
+    APPARENT,
+    PACK,
+    PLANTED,
+    disagreement_lines,
+    gaps_repeated,
+    planted_key,
+    production_artefacts,
+    repeated_across_sections,
+    sections,
+    source_rows,
+    source_texts,
+    unsupported_figures,
+)
+from tests.support.relay_replay import RelayReplay, load_pairs
+
+RECORDING = Path(__file__).parent / "fixtures" / "relay_conflicts_pack"
+RECORDED_MODEL = "openai/gpt-4o-mini"
+
+
+def _as_recorded(root: Path) -> None:
+    """keepstep.toml as the recorded run had it, but its api_base a closed port (the replay
+    transport answers every request: nothing may reach a server)."""
+    path = root / "keepstep.toml"
+    path.write_text(path.read_text(encoding="utf-8").replace(
+        'default_model = "local/keepstep-offline"',
+        f'default_model = "{RECORDED_MODEL}"\napi_base = "http://127.0.0.1:9/v1"\n'
+        "request_timeout_s = 1500"), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The pack run on the recorded answers, then `conflicts --json` and `export`."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")
+    mp.setenv("OPENAI_API_KEY", "sk-relay")
+    root = tmp_path_factory.mktemp("replay") / "pack"
+    shutil.copytree(PACK, root, ignore=shutil.ignore_patterns(".keepstep"))
+    _as_recorded(root)
+    replay = RelayReplay(RECORDING)
+    cli = CliRunner()
+    try:
+        with open_project(root, gateway_factory=lambda ledger: ModelGateway(
+                ledger=ledger, completion_fn=replay)) as project:
+            status = project.open_or_start("T1").run()
+        listed = cli.invoke(app, ["conflicts", str(root), "--json"])
+        exported = cli.invoke(app, ["export", str(root), "--out", str(root / "out")])
+    finally:
+        mp.undo()
+    assert listed.exit_code == 0 and exported.exit_code == 0, listed.output + exported.output
+    return {"root": root, "status": status, "replay": replay,
+            "conflicts": json.loads(listed.output)["conflicts"],
+            "memo": (root / "out" / "memo.md").read_text(encoding="utf-8")}
+
+
+def test_the_replay_runs_the_pack_to_the_recorded_end(replayed: dict[str, Any]) -> None:
+    """Every unit succeeds (the audit included) on the recorded answers alone, and every
+    recorded answer the run asked for is used once."""
+    assert replayed["status"].decision == "done", replayed["status"]
+    numbers = [n for n, _ in replayed["replay"].matched]
+    assert len(numbers) == len(set(numbers)) == len(load_pairs(RECORDING))
+
+
+def test_the_real_models_disagreements_match_the_recording(replayed: dict[str, Any]) -> None:
+    """`keepstep conflicts --json` after the replay lists what the recorded run listed."""
+    recorded = json.loads((RECORDING / "conflicts.json").read_text(encoding="utf-8"))
+
+    def shape(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return sorted((c["class"], c["holds"], tuple(s["evidence_id"] for s in c["sides"]))
+                      for c in records)
+
+    assert shape(replayed["conflicts"]) == shape(recorded["conflicts"])
+
+
+def test_each_real_disagreement_has_its_class_and_the_apparent_one_is_closed(
+        replayed: dict[str, Any]) -> None:
+    """With the real model's extractions and classifications, each planted disagreement is
+    listed once with its class, and the student price is closed as not-a-conflict."""
+    by_key: dict[Any, list[dict[str, Any]]] = {}
+    for c in replayed["conflicts"]:
+        by_key.setdefault(planted_key(c), []).append(c)
+    assert {k: [c["class"] for c in by_key.get(k, [])] for k in PLANTED} == {
+        k: [cls] for k, cls in PLANTED.items()}
+    assert [c["class"] for c in by_key.get(APPARENT, [])] in ([], ["not-a-conflict"])
+    hull = by_key[("hull", "brisland")][0]
+    assert sorted(s["source_id"] for s in hull["sides"]) == ["R1", "R2", "R3"]
+    assert not hull["holds"]
+
+
+def test_the_memos_disagreement_section_names_each(replayed: dict[str, Any]) -> None:
+    """The memo's conflicts section has a line for each real disagreement with its class,
+    the value used (none for the unresolved one) and the model's reason."""
+    lines = disagreement_lines(replayed["memo"])
+    assert set(PLANTED) <= set(lines)
+    for key in PLANTED:
+        record = next(c for c in replayed["conflicts"] if planted_key(c) == key)
+        line = lines[key]
+        if record["class"] == "unexplained":
+            assert "**Unresolved**" in line and "state neither value as fact" in line
+        else:
+            assert record["holds"] and f"the documents use {record['holds']}" in line
+        # (a date the reason takes from the source register is said to be so)
+        assert " ".join(record["reason"].split()).rstrip(".").lower()[:60] in \
+            " ".join(line.split()).lower().replace(" in the source register", "")
+
+
+def test_the_memo_repeats_nothing_cites_what_holds_each_figure_and_names_the_model(
+        replayed: dict[str, Any]) -> None:
+    """No cited item in two sections; the options as a table of options; every figure of a
+    cited line in a quote it cites or given by a checked calculation (the recommendation
+    states one); the model named."""
+    memo = replayed["memo"]
+    assert repeated_across_sections(memo) == []
+    assert memo.count("| Rank | Option |") == 1
+    assert unsupported_figures(memo, source_texts(replayed["root"])) == []
+    assert "offline heuristic" not in memo.lower()
+    assert f"_Models that answered: {RECORDED_MODEL}" in memo
+    # The recommendation states a derived figure (the year's berth fees at 2,600 calls) as a
+    # checked calculation; unsupported_figures above recomputed it from the cited quotes.
+    assert "(calculated: `" in sections(memo)["recommendation"]
+
+
+def test_the_real_model_memo_carries_no_production_artefact(replayed: dict[str, Any]) -> None:
+    """The recorded run's memo (its model gave gaps and confidence tags with no reason):
+    no section marker, question line, note stub, bare confidence tag or '.;' join; the gaps
+    once; the sources listed with where their metadata came from; the berth-fee reason's
+    register date said to be the register's."""
+    memo = replayed["memo"]
+    assert production_artefacts(memo) == []
+    assert sections(memo)["gaps"].count("\n- ") == 5  # the model's five gaps, said once
+    assert gaps_repeated(memo) == [] and "Not answered by" not in sections(memo)["findings"]
+    assert source_rows(memo)["Q2"][4] == ("title, kind, date, publisher: the source register "
+                                          "(sources.toml)")
+    berth = disagreement_lines(memo)[("berth", "kelvmoor")]
+    assert "2025-02-01 in the source register" in berth
+
+
+def test_a_request_whose_prompt_changed_is_answered_by_its_place() -> None:
+    """Prompts reworded since the recording (every message differs): each request still gets
+    the answer recorded for its unit, task, source and turn, matched by place."""
+    replay = RelayReplay(RECORDING)
+    for number, request, content in load_pairs(RECORDING):
+        reworded = [{**m, "content": str(m["content"]) + "\nAnswer as a careful analyst."}
+                    if m["role"] == "system" else m for m in request["messages"]]
+        assert replay.answer_for(reworded) == content, number
+    assert {how for _, how in replay.matched} == {"position"}
+    assert len(replay.matched) == len(load_pairs(RECORDING))
