@@ -105,7 +105,8 @@ def status(
 
 def _start(root: Path | None, run: str | None, branch: str, answers: dict[str, str],
            max_units: int | None, quiet: bool, as_json: bool, jobs: int | None, *,
-           create: bool, new: bool = False) -> None:
+           create: bool, new: bool = False, left_out: dict[str, str] | None = None,
+           foreign_sources: frozenset[str] = frozenset()) -> None:
     with open_project_dir(root) as project:
         run_id = run_id_of(project, run)
         runs = project.runs()
@@ -127,7 +128,8 @@ def _start(root: Path | None, run: str | None, branch: str, answers: dict[str, s
         result, cancelled = drive(
             lambda cancel, on_event: the_run.run(cancel=cancel, on_event=on_event,
                                                  approve=answers, max_units=max_units,
-                                                 jobs=jobs),
+                                                 jobs=jobs, left_out=left_out,
+                                                 foreign_sources=foreign_sources),
             quiet=quiet, run=the_run, as_json=as_json)
         finish(project, the_run, result, cancelled, quiet, as_json)
 

@@ -15,7 +15,6 @@ from keepstep.app.cli.common import (
     JsonOpt,
     QuietOpt,
     RunOpt,
-    UsageProblem,
     add_command,
     check_dir,
     sub_app,
@@ -48,20 +47,24 @@ def worker(root: DirArg = None, run: RunOpt = None, jobs: JobsOpt = None,
     with open_project_dir(root, read_only=True) as project:
         folder, run_id = project.root, run_id_of(project, run)
         known = run_id in project.runs()
-    if known:
+    left_out: dict[str, str] = {}
+    bad = source_mismatches(folder, run_id) if known else []
+    if bad:
         # A host whose sources differ from the approved bytes runs none of the units that
-        # read them, and never records its copy as the team's input change.
-        bad = source_mismatches(folder, run_id)
-        if bad:
-            lines = [f"{m.path} (source {m.source_id}) {m.problem} from the approved sha256 "
-                     f"the run recorded; units that read it: {', '.join(m.units) or 'none'}"
-                     for m in bad]
-            raise UsageProblem(
-                "this host's sources do not match the run's:\n  " + "\n  ".join(lines),
-                "bring the project folder up to date (git pull, or sync it) and start the "
-                "worker again; to record a real source change, use `keepstep resume` where "
-                "the new file was approved")
-    _start(root, run, "main", {}, None, quiet, as_json, jobs, create=False)
+        # read them (the other executors do), runs every other unit, and never records
+        # its copy as the team's input change.
+        for m in bad:
+            for unit in m.units:
+                left_out.setdefault(unit, m.why())
+        lines = [f"{m.path} (source {m.source_id}) {m.problem} from the approved sha256 the "
+                 f"run recorded; units left to other executors: {', '.join(m.units) or 'none'}"
+                 for m in bad]
+        typer.echo("this host's sources do not all match the run's:\n  " + "\n  ".join(lines)
+                   + "\n  to run those units here, bring the project folder up to date (git "
+                   "pull, or sync it); to record a real source change, use `keepstep resume` "
+                   "where the new file was approved", err=True)
+    _start(root, run, "main", {}, None, quiet, as_json, jobs, create=False, left_out=left_out,
+           foreign_sources=frozenset(m.source_id for m in bad))
 
 
 def store_status(root: DirArg = None, as_json: JsonOpt = False) -> None:

@@ -67,7 +67,7 @@ from keepstep.engine.core.decide import (
 )
 from keepstep.engine.core.plan import Plan, Unit, UnitKind
 from keepstep.engine.core.presets import evidence_sources
-from keepstep.engine.core.state import RunFacts, UnitRecord
+from keepstep.engine.core.state import RunFacts, UnitRecord, UnitState
 from keepstep.engine.errors import RunCancelled
 from keepstep.engine.run.attempt import AttemptResult
 from keepstep.engine.run.commit import UnitCommitter
@@ -108,6 +108,9 @@ class RunLoop:
         self.on_event = settings.on_event
         self.stop_after = settings.stop_after
         self.max_units = settings.max_units
+        # Units this executor never claims (their sources differ on this host): left to
+        # the other executors of a shared run.
+        self.left_out = dict(settings.left_out)
         self.jobs = max(1, int(settings.jobs if settings.jobs is not None
                                else run.project.files.config.max_parallel))
         self.executed: list[AttemptResult] = []
@@ -212,7 +215,8 @@ class RunLoop:
                     # Reaching a gate writes its approval request (and an --approve answer): an
                     # explicit step of the loop, never a side effect of reading the facts.
                     facts.gates_open = request_gates(self.run, facts, approve=self.settings.approve)
-                ready = ready_set.ready(facts, exclude=set(self._inflight), limit=self.jobs)
+                ready = ready_set.ready(facts, exclude=set(self._inflight) | set(self.left_out),
+                                        limit=self.jobs)
                 if ready:
                     uid = ready[0]
                     d = Decision(kind=DecisionKind.claim, unit=uid, ready=ready)
@@ -237,6 +241,18 @@ class RunLoop:
             d = full
             self.emit("decision", decision=d.kind.value, unit=d.unit, reasons=d.reasons,
                       head=facts.head_version)
+            if d.kind == DecisionKind.claim and set(d.ready) <= set(self.left_out):
+                # Only units left to other executors are ready: wait while another executor
+                # is at work (its commits may make more ready here), else stop, saying so.
+                if any(facts.effective_state(u.id) == UnitState.running for u in plan.units):
+                    self._wait(self.settings.poll_seconds)
+                    continue
+                left = Decision(kind=DecisionKind.waiting, reasons=[
+                    f"{u} is left to an executor whose copy matches: {self.left_out[u]}"
+                    for u in d.ready])
+                self.emit("decision", decision=left.kind.value, unit=None,
+                          reasons=left.reasons, head=facts.head_version)
+                return left
             if d.kind == DecisionKind.claim:
                 # The ready set and decide() disagree: rebuild the set from the records.
                 self._ready = None

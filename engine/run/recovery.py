@@ -103,10 +103,15 @@ def _sealed(directory: str) -> bool:
 
 
 class Recovery:
-    def __init__(self, run: Run, on_event: Callable[[dict[str, Any]], None] | None = None):
+    def __init__(self, run: Run, on_event: Callable[[dict[str, Any]], None] | None = None,
+                 *, foreign_sources: frozenset[str] = frozenset()):
+        """``foreign_sources``: approved sources whose bytes on this host differ from what
+        the shared run recorded (a worker on another machine, ``engine.run.team``): this
+        host's copy is not the team's input change, so their differences are not applied."""
         self.run = run
         self.store = run.store
         self.on_event = on_event
+        self.foreign = {f"source:{s}" for s in foreign_sources}
         self.report = RecoveryReport()
         self.started = time.monotonic()
 
@@ -305,7 +310,7 @@ class Recovery:
         files, snapshot, templates = found.files, found.snapshot, found.templates
         old_plan_info = run.plan_info
         old_inputs = store.read_key(run.run_id, "inputs", run.branch_id) or {}
-        changes = list(found.changes)
+        changes = [c for c in found.changes if c.origin not in self.foreign]
         changes += self._artifact_changes()
         if not changes:
             return None
@@ -387,8 +392,9 @@ def reconcile_effects(run: Run) -> list[str]:
 
 
 def recover(run: Run,
-            on_event: Callable[[dict[str, Any]], None] | None = None) -> RecoveryReport:
-    return Recovery(run, on_event).execute()
+            on_event: Callable[[dict[str, Any]], None] | None = None, *,
+            foreign_sources: frozenset[str] = frozenset()) -> RecoveryReport:
+    return Recovery(run, on_event, foreign_sources=foreign_sources).execute()
 
 
 __all__ = ["Recovery", "RecoveryReport", "RecoveryState", "recover"]

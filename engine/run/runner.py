@@ -95,7 +95,9 @@ class LoopSettings:
 
     ``jobs`` None: keepstep.toml's ``max_parallel``. ``replay``: request hash -> recorded
     answer (no model client is built). ``approve``: gate id -> option. ``max_units``: stop
-    claiming after that many. ``stop_after``: stop once these units committed."""
+    claiming after that many. ``stop_after``: stop once these units committed.
+    ``left_out``: unit -> why this executor never claims it (it reads a source whose bytes
+    here differ from the run's); other executors run it."""
 
     cancel: threading.Event | None = None
     on_event: Callable[[dict[str, Any]], None] | None = None
@@ -104,6 +106,7 @@ class LoopSettings:
     max_units: int | None = None
     stop_after: set[str] = field(default_factory=set)
     jobs: int | None = None
+    left_out: dict[str, str] = field(default_factory=dict)
     # How long units in flight get to reach a safe point once the run is cancelled (Ctrl-C
     # must be honoured within 2 s, a model call can take a minute).
     cancel_grace_s: float = 1.2

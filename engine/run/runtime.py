@@ -577,6 +577,8 @@ class Run:
         stop_after: set[str] | None = None,
         recover: bool = True,
         jobs: int | None = None,
+        left_out: dict[str, str] | None = None,
+        foreign_sources: frozenset[str] = frozenset(),
     ) -> RunStatus:
         """Recover (audit, reconcile, apply detected changes), then run units until done,
         blocked or cancelled (``RunCancelled`` is raised after the units in flight stopped at
@@ -584,7 +586,12 @@ class Run:
         ``jobs``: units in flight at once (default keepstep.toml's ``max_parallel``; 1 runs
         one unit at a time, in plan order). An approved source that cannot be read (no text,
         over ``max_source_mb``, unsupported or undecodable) raises SourceError before
-        anything is claimed."""
+        anything is claimed.
+
+        ``left_out`` (unit -> why) and ``foreign_sources``: a worker whose copies of some
+        approved sources differ from the shared run's (``source_mismatches``) claims none of
+        those units and records none of those differences as an input change; the units
+        are left to the executors whose copies match."""
         # Lazy: the loop loads the kinds and the attempt machinery (and imports this
         # module), which a command that only looks never needs.
         from keepstep.engine.run.loop import RunLoop
@@ -595,11 +602,12 @@ class Run:
         require_readable_sources(self.project.reload_if_changed(), cancel=cancel,
                                  progress=_source_progress(on_event))
         if recover:
-            report = self.recover(on_event=on_event)
+            report = self.recover(on_event=on_event, foreign_sources=foreign_sources)
             if report.blocked:
                 return self.status()
         RunLoop(self, cancel=cancel, on_event=self._preload_at_first_claim(on_event),
-                approve=approve, max_units=max_units, stop_after=stop_after, jobs=jobs).loop()
+                approve=approve, max_units=max_units, stop_after=stop_after, jobs=jobs,
+                left_out=dict(left_out or {})).loop()
         return self.status()
 
     def _preload_at_first_claim(self, on_event: Progress | None) -> Progress:
@@ -624,9 +632,11 @@ class Run:
         """Continue after a restart or interruption: the same as ``run()``, recovery first."""
         return self.run(**kwargs)
 
-    def recover(self, *, on_event: Progress | None = None) -> RecoveryReport:
-        """Recovery alone (audit, reconcile leases and effects, apply detected changes)."""
-        return recover(self, on_event=on_event)
+    def recover(self, *, on_event: Progress | None = None,
+                foreign_sources: frozenset[str] = frozenset()) -> RecoveryReport:
+        """Recovery alone (audit, reconcile leases and effects, apply detected changes;
+        differences in ``foreign_sources`` are this host's, not applied — see ``run``)."""
+        return recover(self, on_event=on_event, foreign_sources=foreign_sources)
 
     def retry(self, unit_id: str, *, who: str = "user", **kwargs: Any) -> RunStatus:
         """Same unit, new attempt: clears a failed/blocked status (a recorded decision),

@@ -144,16 +144,26 @@ class SourceMismatch(BaseModel):
 
     source_id: str
     path: str
-    units: list[str] = Field(description="units that read it (directly or by its group)")
+    units: list[str] = Field(description="units that read it: directly, by its group, or "
+                                         "through the evidence they check against it")
     problem: str  # "differs" | "missing"
+
+    def why(self) -> str:
+        """Why a unit that reads it is left to another executor (names the file)."""
+        return (f"it reads {self.path} (source {self.source_id}), which "
+                + ("is missing here" if self.problem == "missing"
+                   else "differs here from the approved sha256 the run recorded"))
 
 
 def source_mismatches(root: Path, run_id: str, branch_id: str = "main"
                       ) -> list[SourceMismatch]:
     """This host's approved sources against the run's recorded input snapshot (its sha256
-    per source): each one that differs or is missing here, with the units reading it.
-    A worker joins a shared run only when this is empty, so that a host with other bytes
-    neither runs those units nor records its copy as the team's input change."""
+    per source): each one that differs or is missing here, with the units reading it —
+    directly, by its group, or through the evidence they check against it (a verify unit
+    re-reads the sources its extract units quoted). A worker on this host claims none of
+    those units and records none of these differences as the team's input change
+    (``Run.run(left_out=..., foreign_sources=...)``); it runs every other unit."""
+    from keepstep.engine.core.presets import evidence_sources
     from keepstep.engine.files.project import load_project_files
     from keepstep.storage.hashing import file_sha256
 
@@ -170,6 +180,7 @@ def source_mismatches(root: Path, run_id: str, branch_id: str = "main"
     groups: dict[str, str] = recorded.get("groups") or {}
     out: list[SourceMismatch] = []
     by_id = {s.id: s for s in files.sources.sources}
+    units_by_id = files.plan.unit_map()
     for source_id, sha in sorted(hashes.items()):
         entry = by_id.get(source_id)
         path = (root / entry.path) if entry is not None else None
@@ -180,9 +191,11 @@ def source_mismatches(root: Path, run_id: str, branch_id: str = "main"
         else:
             continue
         group = groups.get(source_id)
-        units = [u.id for u in files.plan.units
-                 if source_id in u.input_refs("source")
-                 or (group is not None and group in u.input_refs("group"))]
+        direct = {u.id for u in files.plan.units
+                  if source_id in u.input_refs("source")
+                  or (group is not None and group in u.input_refs("group"))}
+        units = [u.id for u in files.plan.units if u.id in direct or any(
+            e.id in direct for e in evidence_sources(u, units_by_id))]
         out.append(SourceMismatch(source_id=source_id,
                                   path=entry.path if entry is not None else "(not listed)",
                                   units=units, problem=problem))

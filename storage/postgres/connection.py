@@ -73,13 +73,37 @@ def translate(sql: str) -> str:
 
 
 class PgCursor:
-    """The part of a DB-API cursor the capability classes use."""
+    """The part of a DB-API cursor the capability classes use.
 
-    def __init__(self, cur: psycopg.Cursor[Any], lastrowid: int | None = None) -> None:
+    Inside a write transaction statements are pipelined: a statement is sent without
+    waiting for its answer, and the answer is awaited only when the caller looks at it
+    (a row, ``rowcount``, ``description`` or an event's ``lastrowid``). A transaction then
+    costs one round trip per answer it needs before deciding what to write next, plus one
+    for the rest and the COMMIT, instead of one per statement."""
+
+    def __init__(self, cur: psycopg.Cursor[Any], conn: PgConn, *,
+                 returning: bool = False) -> None:
         self._cur = cur
-        self.lastrowid = lastrowid
-        self.rowcount = cur.rowcount
-        self.description = cur.description
+        self._conn = conn
+        self._returning = returning
+        self._lastrowid: int | None = None
+
+    @property
+    def rowcount(self) -> int:
+        self._conn.wait_for(self._cur)
+        return self._cur.rowcount
+
+    @property
+    def description(self) -> Any:
+        self._conn.wait_for(self._cur)
+        return self._cur.description
+
+    @property
+    def lastrowid(self) -> int | None:
+        if self._returning and self._lastrowid is None:
+            row = self._cur.fetchone()
+            self._lastrowid = int(row[0]) if row else None
+        return self._lastrowid
 
     def fetchone(self) -> tuple[Any, ...] | None:
         return self._cur.fetchone()
@@ -92,27 +116,57 @@ class PgCursor:
 
 
 class PgConn:
-    """A psycopg connection that speaks the shared SQL (``?`` placeholders)."""
+    """A psycopg connection that speaks the shared SQL (``?`` placeholders); in a write
+    transaction, in pipeline mode (see PgCursor)."""
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, conn: psycopg.Connection[Any],
+                 pipeline: psycopg.Pipeline | None = None) -> None:
         self.raw = conn
+        self.pipeline = pipeline
         self.in_transaction = False
+        self._sent: dict[tuple[str, tuple[Any, ...]], PgCursor] = {}
+
+    def send_ahead(self, sql: str, params: Sequence[Any]) -> None:
+        """Send a statement the transaction is about to run, without waiting: when the
+        shared code then executes exactly that statement with those parameters, it gets
+        this cursor, whose answer came back with an earlier one (a round trip saved). A
+        statement that is never asked for still runs: only for reads, or for a write the
+        caller will certainly ask for (the transaction rolls back otherwise)."""
+        self._sent[(sql, tuple(params))] = self.execute(sql, params)
 
     def execute(self, sql: str, params: Iterable[Any] = ()) -> PgCursor:
+        if self._sent:
+            params = list(params)
+            try:
+                ahead = self._sent.pop((sql, tuple(params)), None)
+            except TypeError:  # an unhashable parameter: never sent ahead
+                ahead = None
+            if ahead is not None:
+                return ahead
         text = translate(sql)
         table = _inserted_table(sql)
         returning = _RETURNING.get(table) if table else None
         if returning is not None and "RETURNING" not in sql.upper():
             cur = self.raw.execute(f"{text} RETURNING {returning}", list(params))
-            row = cur.fetchone()
-            return PgCursor(cur, int(row[0]) if row else None)
-        return PgCursor(self.raw.execute(text, list(params)))
+            return PgCursor(cur, self, returning=True)
+        return PgCursor(self.raw.execute(text, list(params)), self)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         rows = [list(r) for r in rows]
         if rows:
-            with self.raw.cursor() as cur:
-                cur.executemany(translate(sql), rows)
+            # Not closed here: in a pipeline its answers arrive later.
+            self.raw.cursor().executemany(translate(sql), rows)
+
+    def wait_for(self, cur: psycopg.Cursor[Any]) -> None:
+        """Make ``cur``'s answer (and every answer before it) arrive: one round trip when
+        it is still on its way, none otherwise."""
+        if self.pipeline is not None and cur.pgresult is None:
+            self.pipeline.sync()
+
+    def sync(self) -> None:
+        """Every statement sent so far answered (errors raised here)."""
+        if self.pipeline is not None:
+            self.pipeline.sync()
 
 
 @functools.lru_cache(maxsize=512)
@@ -227,10 +281,19 @@ class PostgresBase:
         """One write transaction holding the store's write lock. A write inside another on
         the same thread joins it (one COMMIT for both).
 
-        The server unreachable before the transaction starts: reconnect and retry (up to
-        RECONNECT_SECONDS), then StorageBusy. Lost during the transaction: StorageBusy,
-        nothing written. A failing COMMIT: CommitOutcomeUnknown (read the head).
-        ``durable=False`` commits without waiting for the server's WAL flush.
+        Pipelined (see PgCursor): BEGIN, the transaction's settings, the writers' lock and
+        the transaction's id go out with the first statements, and the last statements go
+        out with the COMMIT, so a transaction costs one round trip more than the answers it
+        waits for (a claim: three; a commit: three).
+
+        The server unreachable or the connection lost before the COMMIT was sent:
+        ConnectionLost, nothing written (the caller may run the whole operation again).
+        Lost while the COMMIT was on its way: the transaction's id says, on a new
+        connection, whether it committed (then this returns normally) or not
+        (ConnectionLost); only when the server cannot tell (still running after
+        RECONNECT_SECONDS) CommitOutcomeUnknown (read the head). A COMMIT the server
+        refuses: CommitOutcomeUnknown, as before. ``durable=False`` commits without waiting
+        for the server's WAL flush.
         """
         if self.read_only:
             raise StoragePermissionDenied(
@@ -240,26 +303,27 @@ class PostgresBase:
         if outer is not None:
             yield PgDb(outer)
             return
-        deadline = time.monotonic() + RECONNECT_SECONDS
-        while True:
-            try:
-                cm = self._pool.connection()
-                raw = cm.__enter__()
-            except PoolTimeout as exc:
-                raise storage_error(exc, "starting a write transaction", self.where) from exc
-            try:
-                # One round trip: the transaction, its settings and the writers' lock.
-                relaxed = "" if durable else " SET LOCAL synchronous_commit = off;"
-                raw.execute(f"BEGIN; SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS};{relaxed} "
-                            f"SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})")
-                break
-            except psycopg.Error as exc:
-                cm.__exit__(type(exc), exc, exc.__traceback__)
-                if not is_connection_error(exc) or time.monotonic() >= deadline:
-                    raise storage_error(exc, "starting a write transaction",
+        try:
+            cm = self._pool.connection()
+            raw = cm.__enter__()
+        except PoolTimeout as exc:
+            raise storage_error(exc, "starting a write transaction", self.where) from exc
+        pipe_cm: Any = None
+        try:
+            pipe_cm = raw.pipeline()
+            conn = PgConn(raw, pipe_cm.__enter__())
+            raw.execute("BEGIN")
+            raw.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
+            if not durable:
+                raw.execute("SET LOCAL synchronous_commit = off")
+            raw.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})")
+            xid_cur = raw.execute("SELECT pg_current_xact_id()::text")
+        except psycopg.Error as exc:
+            _end_pipeline(pipe_cm)
+            _rollback(raw)
+            cm.__exit__(None, None, None)
+            raise _in_transaction_error(exc, "starting a write transaction",
                                         self.where) from exc
-                time.sleep(0.2)
-        conn = PgConn(raw)
         conn.in_transaction = True
         self._tx.conn = conn
         try:
@@ -270,17 +334,37 @@ class PostgresBase:
                     conn.executemany("INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) "
                                      "ON CONFLICT (sha256) DO NOTHING", blobs)
                 yield PgDb(conn)
+                # The transaction's id must be known before the COMMIT goes out (it is when
+                # the body waited for any answer; otherwise this is one more round trip).
+                row = xid_cur.fetchone()
+                xid = str(row[0]) if row else None
             except psycopg.Error as exc:
+                _end_pipeline(pipe_cm)
                 _rollback(raw)
                 raise _in_transaction_error(exc, "writing to the database",
                                             self.where) from exc
             except BaseException:
+                _end_pipeline(pipe_cm)
                 _rollback(raw)
                 raise
             try:
                 raw.execute("COMMIT")
+                # Leaving pipeline mode sends the Sync and reads every answer: the last
+                # statements and the COMMIT cost this one round trip.
+                pipe_cm, ending = None, pipe_cm
+                ending.__exit__(None, None, None)
             except psycopg.Error as exc:
+                lost = is_connection_error(exc) or raw.broken
+                failed_before = (not lost and raw.info.transaction_status
+                                 == psycopg.pq.TransactionStatus.INERROR)
+                _end_pipeline(pipe_cm)
                 _rollback(raw)
+                if lost:
+                    self._settle_lost_commit(xid, exc)
+                    return
+                if failed_before:  # a statement of the body: the COMMIT never ran
+                    raise _in_transaction_error(exc, "writing to the database",
+                                                self.where) from exc
                 if isinstance(exc, pg_errors.DiskFull):
                     raise storage_error(exc, "COMMIT", self.where) from exc
                 raise CommitOutcomeUnknown(
@@ -290,6 +374,35 @@ class PostgresBase:
             self._tx.conn = None
             conn.in_transaction = False
             cm.__exit__(None, None, None)
+
+    def _settle_lost_commit(self, xid: str | None, exc: BaseException) -> None:
+        """The connection dropped while a COMMIT was on its way: ask the server (on a new
+        connection, waiting for it to come back) whether transaction ``xid`` committed.
+        Returns when it did; ConnectionLost when it did not (nothing written);
+        CommitOutcomeUnknown when the server cannot say."""
+        unknown = CommitOutcomeUnknown(
+            f"saving to {self.where} failed at the last step ({exc}); the change may or may "
+            "not have been saved")
+        if xid is None:
+            raise unknown from exc
+        deadline = time.monotonic() + RECONNECT_SECONDS
+        while True:
+            try:
+                status = self._run(lambda c: c.execute(
+                    "SELECT pg_xact_status(?::xid8)", [xid]).fetchone(),
+                    "reading a transaction's outcome")
+            except StorageError:
+                raise unknown from exc
+            state = status[0] if status else None
+            if state == "committed":
+                return
+            if state == "aborted":
+                raise _in_transaction_error(exc, "writing to the database",
+                                            self.where) from exc
+            # "in progress": the old session has not noticed its connection is gone yet.
+            if state is None or time.monotonic() >= deadline:
+                raise unknown from exc
+            time.sleep(0.2)
 
     # -- the clock -----------------------------------------------------------
     def now(self) -> float:
@@ -301,7 +414,12 @@ class PostgresBase:
             return self._fixed_clock()
         local = time.time()
         with self._clock_lock:
-            if self._offset is None or time.monotonic() - self._offset_at > 5.0:
+            # Inside this thread's write transaction the measured offset is used as it is
+            # (a read there would wait for the writers' lock and skew the measure; a second
+            # pooled connection could wait for the pool while holding that lock).
+            in_write = getattr(self._tx, "conn", None) is not None
+            if self._offset is None or (time.monotonic() - self._offset_at > 5.0
+                                        and not in_write):
                 def server(conn: PgConn) -> float:
                     t0 = time.time()
                     row = conn.execute("SELECT extract(epoch FROM clock_timestamp())"
@@ -320,6 +438,17 @@ class PostgresBase:
         if not self._closed:
             self._closed = True
             self._pool.close()
+
+
+def _end_pipeline(pipe_cm: Any) -> None:
+    """Leave pipeline mode (answers still on their way are read and dropped: the caller
+    either committed already or rolls back next)."""
+    if pipe_cm is None:
+        return
+    try:
+        pipe_cm.__exit__(None, None, None)
+    except psycopg.Error:  # an aborted pipeline or a lost connection
+        pass
 
 
 def _rollback(raw: psycopg.Connection[Any]) -> None:

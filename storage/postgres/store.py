@@ -4,8 +4,9 @@ State lives on the server; each host keeps a local folder (``<project>/.keepstep
 its attempts stage files, exactly as with SQLite. A commit writes the committed files'
 bytes into ``blobs`` (by sha256) in the commit's own transaction, so a commit is still all
 or nothing and any host can read every committed artifact: a host materialises the files
-it lacks from the blobs (:meth:`PostgresStore.sync_artifacts`) when it opens the store and
-after each claim, so the engine reads them where it always does.
+it lacks from the blobs (:meth:`PostgresStore.sync_artifacts`) when it opens the store, when
+it reads a head that moved, and when it claims at a head it has not seen, so the engine
+reads them where it always does.
 """
 
 from __future__ import annotations
@@ -44,6 +45,24 @@ from keepstep.storage.sqlite.claims import Claims
 from keepstep.storage.sqlite.effects import Effects
 from keepstep.storage.sqlite.events import Events
 from keepstep.storage.sqlite.manifests import Manifests
+
+# Statements of the shared capability classes (storage/sqlite/claims.py, checkpoints.py)
+# that PostgresStore sends ahead of them (PgConn.send_ahead), character for character: a
+# claim's fencing token and its read of the head, lease and attempt number go out with
+# BEGIN (2 round trips instead of 3); a commit's read of the old state values goes out
+# with its read of the head (2 instead of 3). tests/postgres/test_pipeline.py counts them.
+CLAIM_TOKEN_SQL = "UPDATE fencing SET last_token = last_token + 1 WHERE id = 1 RETURNING last_token"
+CLAIM_HEAD_SQL = (
+    "SELECT b.head_version, "
+    "COALESCE((SELECT c.n FROM attempt_counters c "
+    " WHERE c.run_id = b.run_id AND c.unit = ?), 0) + 1, "
+    "l.attempt_id, l.owner, l.fencing_token, l.expires_at, l.renewed_at, "
+    "l.progress, l.progress_at FROM branches b "
+    "LEFT JOIN leases l ON l.run_id = b.run_id AND l.branch_id = b.branch_id "
+    "AND l.unit = ? WHERE b.run_id = ? AND b.branch_id = ?")
+STATE_VALUES_SQL = ("SELECT key, value FROM current_state WHERE run_id = ? AND branch_id = ? "
+                    "AND key IN ({})")
+STATE_VALUES_CHUNK = 500
 
 # Committed files larger than this are refused at commit (a bytea value is at most 1 GB;
 # artifacts are reports and extracts, far smaller).
@@ -124,7 +143,16 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
             version: int = super().commit(request)
         finally:
             self._tx.pending = None
+        self._advance_seen(request.run_id, request.branch_id, request.expected_version, version)
         return version
+
+    def _advance_seen(self, run_id: str, branch_id: str, expected: int, version: int) -> None:
+        """This host's own commit moved the head from ``expected`` to ``version``: when it
+        had every file up to ``expected``, it has every file up to ``version`` (the new
+        ones are its own)."""
+        key = (run_id, branch_id)
+        if self._seen_heads.get(key) == expected:
+            self._seen_heads[key] = version
 
     def commit_checkpoint(self, run_id: str, branch_id: str, expected_version: int,
                           delta: Mapping[str, Any], manifest: Iterable[ArtifactEntry] = (),
@@ -132,11 +160,22 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
         manifest = list(manifest)
         if getattr(self._tx, "pending", None) is None:
             self._tx.pending = self._blob_rows(manifest)
+        self.now()  # the clock's offset, measured outside the transaction
         try:
-            version: int = super().commit_checkpoint(run_id, branch_id, expected_version,
-                                                     delta, manifest, fencing_token, **kwargs)
+            # The shared commit joins this transaction; its read of the old state values
+            # goes out now, answered with its read of the head.
+            with self._write() as db:
+                keys = sorted(delta) if all(isinstance(k, str) for k in delta) else []
+                for i in range(0, len(keys), STATE_VALUES_CHUNK):
+                    chunk = keys[i:i + STATE_VALUES_CHUNK]
+                    db.conn.send_ahead(STATE_VALUES_SQL.format(", ".join("?" * len(chunk))),
+                                       [run_id, branch_id, *chunk])
+                version: int = super().commit_checkpoint(
+                    run_id, branch_id, expected_version, delta, manifest, fencing_token,
+                    **kwargs)
         finally:
             self._tx.pending = None
+        self._advance_seen(run_id, branch_id, expected_version, version)
         return version
 
     def get_head(self, run_id: str, branch_id: str = "main") -> Head:
@@ -156,10 +195,21 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
 
     def claim(self, run_id: str, branch_id: str, unit: str, *, expected_version: int,
               owner: str, lease_seconds: float) -> Claim:
-        claim: Claim = super().claim(run_id, branch_id, unit, expected_version=expected_version,
-                                     owner=owner, lease_seconds=lease_seconds)
-        # The unit reads what was committed up to its head: make it present on this host.
-        self.sync_artifacts(run_id)
+        self.now()  # the clock's offset, measured outside the transaction
+        # The shared claim joins this transaction; its fencing token and its read of the
+        # head go out with BEGIN (a claim that fails rolls the token back with the rest).
+        with self._write() as db:
+            db.conn.send_ahead(CLAIM_TOKEN_SQL, [])
+            db.conn.send_ahead(CLAIM_HEAD_SQL, [unit, unit, run_id, branch_id])
+            claim: Claim = super().claim(run_id, branch_id, unit,
+                                         expected_version=expected_version, owner=owner,
+                                         lease_seconds=lease_seconds)
+        # The unit reads what was committed up to its head: make it present on this host,
+        # unless this host already has everything up to that head (it read that head, or
+        # made it with its own commit): then there is nothing to fetch (no round trip).
+        if self._seen_heads.get((run_id, branch_id)) != expected_version:
+            self.sync_artifacts(run_id)
+            self._seen_heads[(run_id, branch_id)] = expected_version
         return claim
 
     def sync_artifacts(self, run_id: str) -> int:

@@ -66,7 +66,8 @@ def test_a_dozen_sigkills_on_two_hosts_commit_nothing_twice(
             if proc.returncode == KILLED:
                 killed.add(proc.pid)
     assert len(killed) == 12
-    for r in [finish(start_worker(root), timeout=300) for root in (a, b)]:
+    last = [start_worker(root) for root in (a, b)]  # side by side, as two hosts
+    for r in [finish(w, timeout=300) for w in last]:
         assert r.returncode == 0, r.stderr[-2000:]
     store = observer(tmp_path, pg_url)
     try:

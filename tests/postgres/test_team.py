@@ -175,10 +175,13 @@ def test_validate_reaches_the_server_without_writing(tmp_path: Path, pg_server: 
         drop_database(pg_server, url)
 
 
-def test_a_host_whose_source_differs_refuses_to_join(tmp_path: Path, pg_url: str,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """Host B's copy of a source differs from the approved bytes the run recorded: its
-    worker refuses, naming the file and the units that read it, and records nothing."""
+def test_a_host_whose_source_differs_leaves_only_its_readers_to_the_other(
+        tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Host B's copy of one approved source differs from the bytes the run recorded: B's
+    worker names the file, runs every unit that does not read it (directly, by its group,
+    or through the evidence it checks) and leaves those that do; it records no input
+    change. Host A's worker then runs the units B left: every unit committed once, the
+    chain verified, the run done."""
     import subprocess
     import sys
 
@@ -187,21 +190,49 @@ def test_a_host_whose_source_differs_refuses_to_join(tmp_path: Path, pg_url: str
     monkeypatch.setenv("KEEPSTEP_STORE_URL", pg_url)
     a, b = two_hosts(tmp_path)
     with open_project(a) as p:
-        p.start_run(RUN)
-        head = p.get_run(RUN).store.get_head(RUN)
-        source = next(s for s in p.files.sources.sources if s.approved)
+        p.start_run(RUN).run(max_units=2)  # U01 (inventory) and U02 by host A
+        store = p.get_run(RUN).store
+        inputs = store.read_key(RUN, "inputs")
+        source = next(s for s in p.files.sources.sources if s.approved and s.group == "A")
     with (b / source.path).open("a", encoding="utf-8") as f:
         f.write("\nedited on host B only\n")
-    proc = subprocess.run([sys.executable, "-m", "keepstep.app.cli", "worker", str(b),
-                           "--run", RUN, "-q"], env=worker_env(), cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2, proc.stderr
-    assert source.path in proc.stderr and "differs from the approved sha256" in proc.stderr
-    store = PostgresStore(tmp_path / "observer" / ".keepstep", pg_url, sync=False)
+    readers = {"U01", "U03", "U05", "U06", "U07", "U08"}  # group A, or evidence from it
+
+    def worker(root: Path) -> tuple[str, str, int]:
+        """(the worker's executor-id part ":pid:", its stderr, its exit code)."""
+        proc = subprocess.Popen([sys.executable, "-m", "keepstep.app.cli", "worker", str(root),
+                                 "--run", RUN, "-q", "-j", "2"], env=worker_env(), cwd=REPO,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _out, err = proc.communicate(timeout=300)
+        return f":{proc.pid}:", err, proc.returncode
+
+    host_b, err, code = worker(b)
+    assert code == 0, err[-2000:]
+    assert source.path in err and "differs from the approved sha256" in err
+    assert "U03" in err
+    observer = PostgresStore(tmp_path / "observer" / ".keepstep", pg_url, sync=False)
     try:
-        assert store.get_head(RUN) == head and store.attempts(RUN) == []
+        by_b = {x.unit for x in observer.attempts(RUN) if host_b in x.executor}
+        assert by_b == {"U04"}  # every unit B could run: U02 was done, the rest read A
+        assert not by_b & readers
+        assert observer.read_key(RUN, "inputs") == inputs  # B's copy is not the team's
+        assert not [e for e in observer.events(RUN) if e.kind.startswith("decision.input")]
     finally:
-        store.close()
+        observer.close()
+    host_a, err, code = worker(a)
+    assert code == 0, err[-2000:]
+    observer = PostgresStore(tmp_path / "observer" / ".keepstep", pg_url, sync=False)
+    try:
+        assert observer.verify_chain(RUN).ok
+        counts = committed_once(observer)
+        assert set(counts) == readers | {"U02", "U04"} and set(counts.values()) == {1}
+        assert {x.unit for x in observer.attempts(RUN)
+                if host_a in x.executor} == readers - {"U01"}
+        assert observer.read_key(RUN, "inputs") == inputs
+    finally:
+        observer.close()
+    with open_project(a) as p:
+        assert p.get_run(RUN).status().decision == "done"
 
 
 def test_a_host_has_the_files_of_every_head_it_reads(tmp_path: Path, pg_url: str) -> None:
