@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from keepstep.app.cli.main import app
 from keepstep.engine.api import open_project
 from keepstep.engine.gateway.client import ModelGateway
+from keepstep.engine.gateway.prompts import read_input_block
 from tests.support.memo_checks import (
     APPARENT,
     PACK,
@@ -150,3 +151,25 @@ def test_a_request_whose_prompt_changed_is_answered_by_its_place() -> None:
         assert replay.answer_for(reworded) == content, number
     assert {how for _, how in replay.matched} == {"position"}
     assert len(replay.matched) == len(load_pairs(RECORDING))
+
+
+def test_an_options_ranking_is_asked_and_checked_as_options(replayed: dict[str, Any]) -> None:
+    """The ranking of the board's options (ranks = "options", criteria declared): its rank
+    and check prompts speak of options scored on the criteria, never of likelihood x impact
+    scores (model remarks 0011, 0018, 0022), and the check sees each option's criterion
+    values and rationale beside the criteria."""
+    asked = {}
+    for messages in replayed["replay"].requests:
+        block = read_input_block(messages) or {}
+        if block.get("task") in ("rank", "check"):
+            asked.setdefault(block["task"], (messages, block))
+    assert set(asked) == {"rank", "check"}
+    for task, (messages, _block) in asked.items():
+        system = messages[0]["content"]
+        assert "likelihood (1-5) x impact" not in system, task
+        assert "ranking of options" in system or "rank the options" in system, task
+        assert "criteria" in system, task
+    check = asked["check"][1]
+    assert check["criteria"] == ["hull price", "delivery"]
+    assert all(set(c["criteria"]) == {"hull price", "delivery"} and c["rationale"]
+               for c in check["claims"])

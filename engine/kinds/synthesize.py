@@ -430,6 +430,15 @@ def _rank_asks(ctx: UnitContext) -> dict[str, Any]:
     return out
 
 
+def _check_extras(item: Mapping[str, Any], asks: Mapping[str, Any]) -> dict[str, Any]:
+    """What the claim check of a ranking of options (criteria declared) sees beside an
+    item's title and score: its criterion values and rationale, so it can check them (a
+    plain risk ranking's check requests stay as they were)."""
+    if not asks.get("ranks") and not asks.get("criteria"):
+        return {}
+    return {k: item[k] for k in ("criteria", "rationale") if item.get(k)}
+
+
 def _rank_schema(asks: Mapping[str, Any]) -> dict[str, Any] | None:
     """The rank answer's JSON Schema with the unit's criteria named as the properties of
     each item's ``criteria`` (None without criteria: the plain schema). A free-form map
@@ -517,8 +526,10 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
             "task": "check", "evidence_ids_known": known, "claims": [
                 {"id": r["id"], "title": r["title"], "score": r["score"],
                  "evidence_ids": r["evidence_ids"],
+                 **_check_extras(r, asks),
                  "evidence": [{"id": i, "quote": quotes[i]} for i in r["evidence_ids"]
-                              if i in quotes]} for r in risks]},
+                              if i in quotes]} for r in risks],
+                **({"criteria": asks["criteria"]} if asks.get("criteria") else {})},
             schema=CheckAnswer, round=rnd, label=f"check round {rnd}")
         steps += [rank_step, check_step]
         checked = check_step.parsed

@@ -77,8 +77,10 @@ class RelayReplay:
         self._seen: dict[tuple[str, str, str, str], int] = defaultdict(int)
         self._used: set[str] = set()
         self.matched: list[tuple[str, str]] = []  # (recorded number, "exact" | "position")
+        self.requests: list[list[dict[str, Any]]] = []  # the messages asked, in order
 
     def answer_for(self, messages: list[dict[str, Any]]) -> str:
+        self.requests.append(messages)
         key = request_key(messages)
         place = self._seen[key]
         self._seen[key] += 1
