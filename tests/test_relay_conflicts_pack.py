@@ -173,3 +173,26 @@ def test_an_options_ranking_is_asked_and_checked_as_options(replayed: dict[str, 
     assert check["criteria"] == ["hull price", "delivery"]
     assert all(set(c["criteria"]) == {"hull price", "delivery"} and c["rationale"]
                for c in check["claims"])
+
+
+def test_citations_name_a_locator_only_when_it_adds_to_the_title(
+        replayed: dict[str, Any]) -> None:
+    """A citation names the source's title and id, and a locator only when it says more
+    than the title: "(Broker note on newbuild prices (R1), Broker note on newbuild prices)"
+    was the recorded memo's; a section heading that is not the title ("Fares") stays. The
+    evidence table shows each statement's kind where no topic was assigned, never a column
+    of "general"."""
+    memo = replayed["memo"]
+    body = memo.split("\n[^1]:")[0]
+    assert "Broker note on newbuild prices (R1), Broker note on newbuild prices" not in body
+    assert "(Broker note on newbuild prices (R1);" in body or \
+        "(Broker note on newbuild prices (R1))" in body
+    assert "Tarnlake Ferries annual report 2023 (P1), Fares" in body
+    assert "(P1), Annual report 2023" not in body
+    table = sections(memo)["evidence"]
+    assert "| Evidence | Source | Kind | Statement |" in table
+    rows = [line for line in table.splitlines() if line.startswith("| P") or
+            line.startswith("| Q") or line.startswith("| R")]
+    assert rows and not any("| general |" in r for r in rows)
+    assert any("| recommendation |" in r for r in rows)
+    assert any("| figure |" in r or "| fact |" in r for r in rows)

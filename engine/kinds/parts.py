@@ -498,9 +498,17 @@ def evidence(src: Sources, topics: list[str], n: int | None) -> str:
     # A statement on a side of an unresolved disagreement is marked so: the table quotes it,
     # it does not state it as fact.
     disputed = {s["evidence_id"] for c in open_conflicts(src.conflicts) for s in c["sides"]}
-    lines = ["| Evidence | Source | Topic | Statement |", "|---|---|---|---|"]
-    lines += [f"| {e['id']} | {e.get('source_id', '')} | {e.get('topic', '')} | "
-              f"{str(e.get('quote', '')).replace('|', '/')}"
+    # "general" is no topic: where none was assigned the row shows its kind (fact, figure,
+    # recommendation, …); a table with neither has no such column.
+    topic = {str(e["id"]): t for e in rows
+             if (t := str(e.get("topic") or "")) and t != "general"}
+    what = {str(e["id"]): topic.get(str(e["id"])) or str(e.get("kind") or "") for e in rows}
+    head = "Topic" if topic else "Kind" if any(what.values()) else ""
+    lines = ["| Evidence | Source | " + (f"{head} | " if head else "") + "Statement |",
+             "|---|---|" + ("---|" if head else "") + "---|"]
+    lines += [f"| {e['id']} | {e.get('source_id', '')} | "
+              + (f"{what[str(e['id'])].replace('|', '/')} | " if head else "")
+              + f"{str(e.get('quote', '')).replace('|', '/')}"
               + (" _(disputed: see where the sources disagree)_" if e["id"] in disputed
                  else "") + " |" for e in rows]
     return "\n".join(lines)

@@ -262,6 +262,17 @@ def _mark_restated(src: Sources, written: str) -> None:
                 src.shown.add(key)
 
 
+_WORDS_RE = re.compile(r"[a-z0-9]+")
+
+
+def adds_to_title(locator: str, title: str) -> bool:
+    """Whether ``locator`` tells a reader more than the source's ``title``: not when every
+    word of it is a word of the title ("Tariff notice" in "Kelvmoor Port tariff notice");
+    a page, sheet, slide or another section does."""
+    words = set(_WORDS_RE.findall(locator.lower()))
+    return bool(words) and not words <= set(_WORDS_RE.findall(title.lower()))
+
+
 def with_footnotes(text: str, src: Sources) -> str:
     """Citations a reader can follow: each ``[ids] (source, locator; ...)`` becomes the
     sources' titles and locators, with the evidence ids and their quotes as a numbered
@@ -284,6 +295,9 @@ def with_footnotes(text: str, src: Sources) -> str:
         for sid, locs in where.items():
             title = src.titles.get(sid, "")
             name = f"{title} ({sid})" if title else sid
+            # A locator that only repeats the title ("Broker note on newbuild prices" for the
+            # broker note) tells the reader nothing: shown only when it adds a place.
+            locs = [loc for loc in locs if adds_to_title(loc, title)]
             places.append(f"{name}, {' · '.join(locs)}" if locs else name)
         human = "; ".join(places) or ", ".join(ids)
         return f"({human.replace('|', '/')})[^{n}]"
