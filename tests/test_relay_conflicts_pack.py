@@ -48,6 +48,15 @@ def _as_recorded(root: Path) -> None:
         'default_model = "local/keepstep-offline"',
         f'default_model = "{RECORDED_MODEL}"\napi_base = "http://127.0.0.1:9/v1"\n'
         "request_timeout_s = 1500"), encoding="utf-8")
+    # The recorded memo predates the audit's check of a settled disagreement offered as
+    # open: its recommendation tells the board to "confirm which applies" of the berth fees
+    # verify settled at 140 (the run's answers cannot change). That check is shown to fail
+    # it below (test_the_recorded_memo_is_flagged_for_a_settled_disagreement_offered_as_open);
+    # here it is off, so the rest of the recorded run is still held to the audit.
+    plan = root / "plan.toml"
+    plan.write_text(plan.read_text(encoding="utf-8").replace(
+        'check = "conflicts"\ndocuments = ["memo"]\n',
+        'check = "conflicts"\ndocuments = ["memo"]\nsettled = false\n'), encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
@@ -196,3 +205,24 @@ def test_citations_name_a_locator_only_when_it_adds_to_the_title(
     assert rows and not any("| general |" in r for r in rows)
     assert any("| recommendation |" in r for r in rows)
     assert any("| figure |" in r or "| fact |" in r for r in rows)
+
+
+def test_the_recorded_memo_is_flagged_for_a_settled_disagreement_offered_as_open() -> None:
+    """Verify settled the berth fee (140 holds, the 2023 notice is out of date) but the
+    recorded memo's recommendation gives 140 and 120 and tells the board to "confirm which
+    applies": the audit's conflicts check names that line and no other; the conflicts
+    section, which says the documents use 140, passes."""
+    from keepstep.engine.kinds.audit import settled_as_open
+    from keepstep.engine.kinds.common import expand_footnotes
+    from keepstep.engine.kinds.parts import conflict_records
+
+    memo = expand_footnotes((RECORDING / "memo.md").read_text(encoding="utf-8"))
+    records = conflict_records([json.loads((RECORDING / "conflicts.json").read_text(
+        encoding="utf-8"))])
+    flagged = {c["metric"]: settled_as_open(memo, c) for c in records}
+    assert [line[:60] for line in flagged.pop("berth fee per call")] == [
+        "- If Tarnlake Ferries boats call at Kelvmoor Port as often i"]
+    assert all(lines == [] for lines in flagged.values()), flagged
+    fixed = memo.replace("so the board should confirm which applies",
+                         "and 140 euro holds: the 2025 schedule replaces the 2023 notice")
+    assert all(settled_as_open(fixed, c) == [] for c in records)

@@ -207,7 +207,8 @@ def conflict_records(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if not key or key in out:
                 continue
             cls = str(c.get("class") or _LEGACY_CLASS.get(str(c.get("status")), "unexplained"))
-            out[key] = {"metric": str(c.get("metric") or "a quantity"),
+            out[key] = {"id": str(c.get("id") or ""),
+                        "metric": str(c.get("metric") or "a quantity"),
                         "entity": str(c.get("entity") or ""), "period": str(c.get("period") or ""),
                         "cls": cls, "holds": str(c.get("holds") or ""),
                         "holds_ids": [str(i) for i in c.get("holds_ids") or []],

@@ -38,6 +38,12 @@ from keepstep.engine.core.presets import (
 )
 from keepstep.engine.core.templates import placeholders, syntax_error
 from keepstep.engine.gateway.answers import problem
+from keepstep.engine.kinds.citable import (
+    citable_conflicts,
+    citable_rankings,
+    conflict_evidence,
+    expand,
+)
 from keepstep.engine.kinds.claims import claim_rules
 from keepstep.engine.kinds.common import (
     CSV,
@@ -119,13 +125,20 @@ def _evidence_table(src: Sources, template: str, params: RenderParams) -> tuple[
 
 
 def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
-                    inputs: dict[str, Any], quotes: dict[str, str]) -> tuple[str | None,
-                                                                              list[StepResult]]:
+                    inputs: dict[str, Any], quotes: dict[str, str],
+                    records: tuple[dict[str, str], dict[str, list[str]]] | None = None
+                    ) -> tuple[str | None, list[StepResult]]:
     """Sentences a model writes for one section from ``inputs`` only, each checked (cited
     ids among ``quotes``, every figure in a quote it cites or given by a checked
-    calculation, supported by its quotes) before the section is accepted."""
+    calculation, supported by its quotes) before the section is accepted. ``records``
+    (id -> text, id -> evidence ids): disagreements and ranked items a sentence may cite
+    like a quote (``kinds.citable``); the document cites the evidence they rest on."""
     record: dict[str, Any] = {}
-    base_rules = claim_rules("sentences", quotes)
+    texts, rests_on = records or ({}, {})
+    if texts:
+        inputs = {**inputs, "citable_records": texts}
+    citable = {**quotes, **texts}
+    base_rules = claim_rules("sentences", citable)
     shown = set(src.written) | set(src.shown)
 
     def rules(answer: Any, given: Any) -> list[Any]:
@@ -141,14 +154,14 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
         "audience": src.audience, **inputs,
         "evidence": {k: v.strip() for k, v in sorted(quotes.items())}},
         schema=RenderAnswer, rules=rules,
-        judge=support_judge(ctx, "sentences", quotes, record))
+        judge=support_judge(ctx, "sentences", citable, record))
     steps = [step, *record.get("steps", [])]
     if not step.ok:
         return None, steps
     # A derived figure shows its checked calculation, as a finding does (the audit reads it).
     lines = [f"- {c.text.strip()}"
              + (f" (calculated: `{c.calculation.strip()}`)" if c.calculation else "")
-             + f" {cite(c.evidence_ids, src.index, locators=True)}"
+             + f" {cite(expand(c.evidence_ids, rests_on)[0], src.index, locators=True)}"
              for c in step.value.sentences]
     src.written |= {_words(c.text) for c in step.value.sentences}
     return "\n".join(lines) or "Nothing to add to what the sections above say.", steps
@@ -187,8 +200,9 @@ def _written_section(ctx: UnitContext, src: Sources, document: str, section: str
                       not in src.shown]) for s in src.syntheses]
         inputs["findings"] = [
             {"title": s.get("title", ""), "question": s.get("question", ""),
-             "claims": [{k: c[k] for k in ("text", "evidence_ids", "calculation", "confidence")
-                         if c.get(k)} for c in claims]} for s, claims in fresh if claims]
+             "claims": [{k: c[k] for k in ("text", "evidence_ids", "calculation", "confidence",
+                                           "conflict_ids") if c.get(k)} for c in claims]}
+            for s, claims in fresh if claims]
         cited |= {str(i) for _, claims in fresh for c in claims
                   for i in c.get("evidence_ids", [])}
     if "rankings" in of:
@@ -196,6 +210,21 @@ def _written_section(ctx: UnitContext, src: Sources, document: str, section: str
                                "criteria": d.get("criteria", []), "items": d.get("risks", [])}
                               for d in src.rankings]
         cited |= {str(i) for r in src.risks() for i in r.get("evidence_ids", [])}
+    texts: dict[str, str] = {}
+    rests_on: dict[str, list[str]] = {}
+    if "rankings" in of:
+        # Each ranked item is citable (its criteria, score and rationale): a recommendation
+        # that an option ranks last rests on the ranking, not only on quotes.
+        texts, rests_on = citable_rankings(src.rankings)
+        for ranking, doc in zip(inputs["rankings"], src.rankings, strict=True):
+            if doc.get("unit"):
+                ranking["items"] = [{**r, "record_id": f"{doc['unit']}.{r.get('id', '')}"}
+                                    for r in ranking["items"]]
+    if "conflicts" in of or "findings" in of:
+        # A disagreement is citable (its sides, class, the value used and why, the sources'
+        # dates): a sentence saying which value holds rests on it.
+        texts |= citable_conflicts(src.conflicts)
+        rests_on |= conflict_evidence(src.conflicts)
     if "conflicts" in of:
         inputs["conflicts"] = src.conflicts
         cited |= {s["evidence_id"] for c in src.conflicts for s in c["sides"]}
@@ -204,7 +233,10 @@ def _written_section(ctx: UnitContext, src: Sources, document: str, section: str
     if "evidence" in of:
         cited |= {str(e["id"]) for e in src.evidence}
     quotes = {i: src.quotes[i] for i in cited if i in src.quotes}
-    return _sentences_step(ctx, src, document, section, inputs, quotes)
+    cited_records = {k: v for k, v in texts.items()
+                     if not rests_on.get(k) or set(rests_on[k]) & set(src.quotes)}
+    return _sentences_step(ctx, src, document, section, inputs, quotes,
+                           (cited_records, rests_on))
 
 
 def _fill_values(ctx: UnitContext, params: RenderParams, names: list[str], src: Sources

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from keepstep.engine.gateway.answers import Problem, json_schema_of, problem
 from keepstep.engine.gateway.offline_rules import normalise
+from keepstep.engine.kinds.citable import citable_conflicts, conflict_evidence, expand
 from keepstep.engine.kinds.claims import (
     SupportAnswer,
     claim_rules,
@@ -231,7 +232,8 @@ def conflicts_of(ctx: UnitContext, quotes: Mapping[str, str]) -> list[dict[str, 
             if not ids & evidence_ids:
                 continue
             out.append({k: v for k, v in {
-                "metric": c.get("metric"), "entity": c.get("entity"), "period": c.get("period"),
+                "id": c.get("id"), "metric": c.get("metric"), "entity": c.get("entity"),
+                "period": c.get("period"),
                 "class": c.get("class") or c.get("status"), "holds": c.get("holds"),
                 "holds_ids": c.get("holds_ids"), "reason": c.get("reason"),
                 "applies": c.get("applies"),
@@ -285,14 +287,18 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
     support: dict[str, Any] = {}
     quotes = {str(e["id"]): str(e.get("quote", "")) for e in evidence}
     conflicts = conflicts_of(ctx, quotes)
+    # A disagreement is citable beside the evidence (its id, sides, class, the value used and
+    # why, the sources' dates): a claim that says which value holds rests on it.
+    records = conflict_evidence(conflicts)
+    citable = {**quotes, **citable_conflicts(conflicts)}
     if evidence:
         ctx.safe_point(f"synthesize over {len(evidence)} statement(s)")
         step = run_model_step(ctx, prompt=_prompt(ctx, "synthesize"), inputs={
             "task": "synthesize", "question": question, "audience": audience,
             "evidence": evidence, **({"conflicts": conflicts} if conflicts else {}),
             **reading_hints(ctx, audience)}, schema=SynthesisAnswer,
-            rules=claim_rules("claims", quotes),
-            judge=support_judge(ctx, "claims", quotes, support))
+            rules=claim_rules("claims", citable),
+            judge=support_judge(ctx, "claims", citable, support))
         response = step.parsed
         shape += [p.line() for p in step.problems if p.rule != "known_id"]
     raw = response.get("claims") if isinstance(response, dict) else None
@@ -302,7 +308,7 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
     claims: list[dict[str, Any]] = []
     for n, c in enumerate(raw if isinstance(raw, list) else [], start=1):
         c = c if isinstance(c, dict) else {}
-        ids = [str(i) for i in c.get("evidence_ids") or []]
+        ids, conflict_ids = expand([str(i) for i in c.get("evidence_ids") or []], records)
         if not str(c.get("text", "")).strip():
             shape.append(f"claim C{n} has no text")
         if not ids:
@@ -312,6 +318,8 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
         for key in ("calculation", "confidence"):
             if c.get(key):
                 claim[key] = str(c[key])
+        if conflict_ids:
+            claim["conflict_ids"] = conflict_ids
         if f"claims[{n - 1}]" in verdicts:
             claim["support"] = verdicts[f"claims[{n - 1}]"]
         claims.append(claim)
