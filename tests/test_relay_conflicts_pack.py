@@ -178,6 +178,12 @@ def test_an_options_ranking_is_asked_and_checked_as_options(replayed: dict[str, 
         assert "likelihood (1-5) x impact" not in system, task
         assert "ranking of options" in system or "rank the options" in system, task
         assert "criteria" in system, task
+    replay = replayed["replay"]
+    formats = [json.dumps(replay.formats[n], default=str)
+               for n, messages in enumerate(replay.requests)
+               if (read_input_block(messages) or {}).get("task") == "rank"]
+    assert formats and all("1-25 on the criteria INPUT declares" in f and
+                           "likelihood (1-5) x impact" not in f for f in formats)
     check = asked["check"][1]
     assert check["criteria"] == ["hull price", "delivery"]
     assert all(set(c["criteria"]) == {"hull price", "delivery"} and c["rationale"]

@@ -462,6 +462,15 @@ def _rank_schema(asks: Mapping[str, Any]) -> dict[str, Any] | None:
     risk["properties"]["criteria"] = {**field, "type": "object", "properties": {
         c: {"type": "string"} for c in criteria}, "required": criteria}
     risk["required"] = [*risk.get("required", []), "criteria"]
+    what = str(asks.get("ranks") or "risks")
+    if what != "risks":
+        # Options (vendors, price points, …) are scored on the criteria, never as risks.
+        props = risk["properties"]
+        props["title"]["description"] = f"the item ranked (one of the {what})"
+        props["score"]["description"] = ("1-25 on the criteria INPUT declares taken together, "
+                                         "higher is better")
+        for k in ("likelihood", "impact"):
+            props[k]["description"] = "for risks only: null here"
     return schema
 
 
