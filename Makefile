@@ -36,16 +36,20 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check app engine storage tests bench
 
-# mypy finds keepstep.engine / keepstep.storage through links named like the packages.
+# mypy finds keepstep.app / .engine / .storage through links named like the packages:
+# storage/ and engine/run/ under --strict, engine/ and app/ at mypy's defaults.
 typecheck: $(STAMP)
 	mkdir -p .typecheck/keepstep
 	for d in app engine storage; do ln -sfn ../../$$d .typecheck/keepstep/$$d; done
 	$(BIN)/python -m mypy --strict -p keepstep.storage
 	$(BIN)/python -m mypy -p keepstep.engine
 	$(BIN)/python -m mypy --strict --follow-imports=silent -p keepstep.engine.run
+	$(BIN)/python -m mypy -p keepstep.app
 
 # keepstep against LangGraph on the ME-042 DAG. LangGraph lives only in $(PEERS), never in
-# keepstep's dependencies; bench/peers.py reads the DAG shape bench/parallel.py dumps.
+# keepstep's dependencies; bench/peers.py reads the DAG shape bench/parallel.py dumps;
+# bench/peers_ratio.py prints the interleaved ratios (bookkeeping at 36 / 1,000 / 10,000
+# units against SqliteSaver with durability="sync") and the start-up breakdown.
 $(PEERS)/.installed:
 	test -x $(PEERS)/bin/python || $(PY) -m venv $(PEERS)
 	$(PEERS)/bin/python -m pip install -q langgraph==1.2.24 langgraph-checkpoint-sqlite==3.1.2
@@ -54,6 +58,7 @@ $(PEERS)/.installed:
 bench-peers: $(STAMP) $(PEERS)/.installed
 	$(BIN)/python bench/parallel.py --dump-shape $(PEERS)/shape.json
 	$(PEERS)/bin/python bench/peers.py $(PEERS)/shape.json
+	$(BIN)/python bench/peers_ratio.py --peers-python $(PEERS)/bin/python --shape $(PEERS)/shape.json
 
 clean:
 	rm -rf $(VENV) $(PEERS) demo-output .pytest_cache .typecheck .mypy_cache

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from keepstep.app.cli import output as out
 
 if TYPE_CHECKING:
-    from keepstep.engine import Deliverable
+    from keepstep.engine.views import Deliverable
 
 RUN_ID = "ME-042"
 APPROVE = {"audience": "product team"}

@@ -140,10 +140,11 @@ def unit_node(uid: str, calls: int, latency: float) -> Callable[[PackState], dic
     return body
 
 
-def pack_graph(units: dict[str, Any], latency: float, saver: SqliteSaver) -> Any:
+def pack_graph(units: dict[str, Any], latency: float, saver: SqliteSaver,
+               make: Callable[..., Callable[[PackState], dict[str, Any]]] = unit_node) -> Any:
     g = StateGraph(PackState)
     for uid, u in units.items():
-        g.add_node(uid, unit_node(uid, u["calls"], latency))
+        g.add_node(uid, make(uid, u["calls"], latency))
     children = {d for u in units.values() for d in u["deps"]}
     for uid, u in units.items():
         deps = u["deps"]
@@ -216,7 +217,8 @@ def pack_wall(tmp: Path, shape: Shape, repeat: int) -> list[str]:
 
 
 # -- 2. bookkeeping per trivial node ----------------------------------------------------------
-def trivial_graph(n: int, chain: bool, saver: SqliteSaver, starts: list[float]) -> Any:
+def trivial_graph(n: int, chain: bool, saver: SqliteSaver, starts: list[float],
+                  stop_at: int | None = None) -> Any:
     def body(state: CountState) -> dict[str, int]:
         starts.append(time.perf_counter())
         return {"n": 1}
@@ -232,26 +234,31 @@ def trivial_graph(n: int, chain: bool, saver: SqliteSaver, starts: list[float]) 
         for name in names:
             g.add_edge(START, name)
             g.add_edge(name, END)
-    return g.compile(checkpointer=saver)
+    # A chain stopped before node ``stop_at`` (an interrupt): the first nodes of a long plan.
+    stop = [names[stop_at]] if chain and stop_at is not None and stop_at < n else None
+    return g.compile(checkpointer=saver, interrupt_before=stop)
 
 
-def bookkeeping(tmp: Path, n: int, chain: bool, durability: str,
-                repeat: int) -> tuple[float, int]:
-    """Chain: median seconds between consecutive node starts (pooled over the repeats).
-    Fan-out: median over the repeats of invoke's wall time / n."""
+def bookkeeping(tmp: Path, n: int, chain: bool, durability: str, repeat: int,
+                stop_at: int | None = None, tail: int | None = None) -> tuple[float, int]:
+    """Chain: median seconds between consecutive node starts (pooled over the repeats), over
+    the first ``stop_at`` nodes when given, of the last ``tail`` gaps when given. Fan-out:
+    median over the repeats of invoke's wall time / n."""
     samples: list[float] = []
+    ran = n if not chain or stop_at is None else min(n, stop_at)
     for r in range(repeat):
         starts: list[float] = []
         saver = _saver(tmp / f"trivial-{n}-{chain}-{durability}-{r}.sqlite")
-        graph = trivial_graph(n, chain, saver, starts)
+        graph = trivial_graph(n, chain, saver, starts, stop_at)
         config = {"configurable": {"thread_id": "t"}, "recursion_limit": n + 10}
         t0 = time.perf_counter()
         out = graph.invoke({"n": 0}, config, durability=durability)
         wall = time.perf_counter() - t0
         saver.conn.close()
-        assert out["n"] == n == len(starts), (out["n"], len(starts))
+        assert out["n"] == ran == len(starts), (out["n"], len(starts))
         if chain:
-            samples += [b - a for a, b in zip(starts[2:], starts[3:], strict=False)]
+            gaps = [b - a for a, b in zip(starts[2:], starts[3:], strict=False)]
+            samples += gaps[-tail:] if tail else gaps
         else:
             samples.append(wall / n)
     return statistics.median(samples), len(samples)
@@ -264,7 +271,60 @@ def warm_up(tmp: Path) -> None:
     saver.conn.close()
 
 
+def book_json(out: Path, sizes: list[int], stop_at: int) -> int:
+    """One chain, durability="sync", per size: the median of the last 200 gaps between node
+    starts (ms) into ``out`` as JSON, the chain stopped before node ``stop_at`` (the child of
+    bench/peers_ratio.py, which interleaves it with keepstep's own rounds)."""
+    with tempfile.TemporaryDirectory(prefix="keepstep-peers-") as tmp_name:
+        tmp = Path(tmp_name)
+        warm_up(tmp)
+        figures = {}
+        for n in sizes:
+            per, samples = bookkeeping(tmp, n, True, "sync", 1, stop_at, tail=200)
+            figures[str(n)] = {"ms": per * 1e3, "samples": samples,
+                               "nodes_run": min(n, stop_at)}
+    out.write_text(json.dumps({"langgraph": version("langgraph"), "sizes": figures}))
+    return 0
+
+
+def first_node(shape_path: Path) -> int:
+    """Print the epoch second at which the first node of the ME-042 DAG starts, counted by
+    the parent from its spawn (bench/peers_ratio.py's start-up twin), then stop."""
+    shape = json.loads(shape_path.read_text())
+    started: list[float] = []
+
+    class Started(Exception):
+        pass
+
+    def body(state: PackState) -> dict[str, Any]:
+        started.append(time.time())
+        raise Started
+
+    with tempfile.TemporaryDirectory(prefix="keepstep-peers-") as tmp_name:
+        saver = _saver(Path(tmp_name) / "first.sqlite")
+        graph = pack_graph(shape["units"], 0.0, saver, lambda *_a: body)
+        try:
+            graph.invoke({"log": []}, {"configurable": {"thread_id": "first"}},
+                         durability="sync")
+        except Started:
+            pass
+        saver.conn.close()
+    print(f"{started[0]:.6f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "--book-json":  # bench/peers_ratio.py's children
+        ap = argparse.ArgumentParser()
+        ap.add_argument("--book-json", type=Path, required=True)
+        ap.add_argument("--sizes", default="36")
+        ap.add_argument("--stop-at", type=int, default=1000)
+        a = ap.parse_args(argv)
+        return book_json(a.book_json, [int(s) for s in a.sizes.split(",")], a.stop_at)
+    if argv and argv[0] == "--first-node":
+        return first_node(Path(argv[1]))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("shape", help="the JSON of `bench/parallel.py --dump-shape PATH`")
     ap.add_argument("--sizes", default="36,1000")

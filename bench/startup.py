@@ -60,16 +60,19 @@ def spawn(args: list[str], cwd: Path) -> tuple[float, float, float, str]:
         return t_epoch, wall, usage.ru_maxrss / 1024, ""
 
 
-def first_times(root: Path) -> tuple[float, float]:
-    """(first unit.claimed event, first model answer) as epoch seconds."""
+def first_times(root: Path) -> tuple[float, float, float]:
+    """(first unit.claimed event, first model request, first model answer) as epoch
+    seconds."""
     db = sqlite3.connect(f"file:{root / '.keepstep' / 'state.db'}?mode=ro", uri=True)
     try:
         claim = db.execute("SELECT MIN(ts) FROM events WHERE kind = 'unit.claimed'").fetchone()[0]
+        # The first request: its reservation in the call ledger, just before it is sent.
+        request = db.execute("SELECT MIN(reserved_at) FROM model_calls").fetchone()[0]
         # The first answer: the call's end (settled_at), as the unit that waits for it sees.
         call = db.execute("SELECT MIN(settled_at) FROM model_calls").fetchone()[0]
     finally:
         db.close()
-    return _epoch(claim), _epoch(call)
+    return _epoch(claim), _epoch(request), _epoch(call)
 
 
 def _epoch(value: object) -> float:
@@ -86,9 +89,10 @@ def keepstep_round(work: Path, n: int, max_units: int) -> dict[str, float]:
     spawn([sys.executable, "-m", "keepstep.app.cli.main", "validate"], root)
     started, wall, rss, _ = spawn([sys.executable, "-m", "keepstep.app.cli.main", "run",
                                    "--max-units", str(max_units)], root)
-    claim, call = first_times(root)
+    claim, request, call = first_times(root)
     shutil.rmtree(root, ignore_errors=True)
-    return {"claim": claim - started, "request": call - started, "wall": wall, "rss": rss}
+    return {"claim": claim - started, "sent": request - started, "request": call - started,
+            "wall": wall, "rss": rss}
 
 
 def baseline_round(work: Path) -> dict[str, float]:
@@ -132,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         bmed = {k: statistics.median(r[k] for r in base) for k in base[0]}
         print(f"keepstep run --max-units {args.max_units} (offline), median of {args.rounds}:")
         print(f"   spawn -> first claim    {med['claim']:6.2f} s")
+        print(f"   spawn -> first request  {med['sent']:6.2f} s   (reserved in the call ledger)")
         print(f"   spawn -> first answer   {med['request']:6.2f} s   (goal <= 1.5 s on a quiet "
               "machine)")
         print(f"   whole process           {med['wall']:6.2f} s   peak RSS {med['rss']:.0f} MB "

@@ -2,10 +2,18 @@
 
 Layout: ``<root>/<run>/<unit>/<attempt>/<name>``, where an attempt id
 ``U07/a2`` maps to ``<unit>=U07``, ``<attempt>=a2``. A staged file is written
-to a temporary name, fsynced, renamed into place, and its folder fsynced, so
-after a crash a file is either whole or absent (a leftover ``.tmp`` marks an
-interrupted write). Files are never overwritten. Folders are created 0700 and
-files 0600; sealing makes a file 0400.
+to a temporary name, renamed into place, and never overwritten. Folders are
+created 0700 and files 0600; sealing makes a file 0400.
+
+Durability comes one of two ways. A file larger than ``kept_max`` is fsynced,
+renamed, and its folder fsynced before ``stage`` returns, so after a power cut it
+is whole or absent (a leftover ``.tmp`` marks an interrupted write). A file of at
+most ``kept_max`` bytes is not synced at all: the store that commits it keeps its
+bytes in the commit's own transaction (SQLiteStore: the ``blobs`` table), so the
+commit's one sync covers it, and ``restore_committed`` rewrites it from there if
+a restart of the machine (a power cut, a kernel crash) tore or lost it. A process
+crash (SIGKILL) loses neither kind: the operating system still writes what it was
+given.
 
 ``prepare_units`` creates a run's unit folders up front with one fsync, so that
 staging a unit's first attempt creates one folder, not two.
@@ -15,7 +23,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -53,10 +61,29 @@ def _check_id(value: str, what: str) -> None:
         raise UnsafeArtifactName(f"unsafe {what} {value!r} for an artifact path")
 
 
+# Files up to this size ride in the commit's transaction instead of two fsyncs each
+# (file + folder) at staging: a unit's outputs and recorded model answers are this small;
+# reports and converted sources above it keep the fsyncs and stay out of the database.
+KEPT_MAX = 64 * 1024
+
+
 class ArtifactStore:
-    def __init__(self, root: Path, *, durable: bool = True) -> None:
+    """``kept_max``: files up to this many bytes are staged without syncs, because the store
+    keeps their bytes in the commit (0: every file is synced at staging). ``kept``: the
+    kept bytes of a sha256 when a restart of the machine since their commit may have lost
+    the file, else None (what ``restore_committed`` rewrites from)."""
+
+    def __init__(self, root: Path, *, durable: bool = True, kept_max: int = 0,
+                 kept: Callable[[str], bytes | None] | None = None) -> None:
         self.root = Path(root)
         self.durable = durable
+        self.kept_max = kept_max
+        self.kept = kept
+
+    def synced_at_staging(self, size: int) -> bool:
+        """Whether a staged file of ``size`` bytes is fsynced by ``stage`` (else the commit
+        that names it keeps its bytes)."""
+        return self.durable and size > self.kept_max
 
     # -- paths ---------------------------------------------------------------
     @staticmethod
@@ -136,10 +163,12 @@ class ArtifactStore:
         validators: dict[str, Any] | None = None,
         schema_version: int = 1,
     ) -> ArtifactEntry:
-        """Write one file durably into the attempt directory and describe it.
+        """Write one file into the attempt directory and describe it.
 
-        When this returns (with ``durable``), the file's bytes and its name in its folder
-        are on disk: a manifest row committed afterwards never names a lost file.
+        When this returns (with ``durable``) a file larger than ``kept_max`` is on disk,
+        bytes and name, so a manifest row committed afterwards never names a lost file; a
+        smaller one is made durable by the commit that names it (its bytes go into the
+        commit's transaction), and only a process crash is survived before that.
         """
         rel = safe_name(name)
         relpath = "/".join((*self._attempt_parts(run_id, attempt_id), *rel.parts))
@@ -150,26 +179,36 @@ class ArtifactStore:
         if not new_entries and os.path.lexists(target):
             raise ArtifactImmutable(f"{target} already exists")
         tmp = target + ".tmp"
+        synced = self.synced_at_staging(len(data))
         fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)
         try:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            if self.durable:
+            if synced:
                 # Needed: the bytes are on disk before the name points at them, so a crash
                 # leaves a whole file or a .tmp, never a torn file under the final name.
                 os.fsync(fd)
         finally:
             os.close(fd)
         os.rename(tmp, target)
-        # Needed: the rename (the file's name in its folder) is durable before the commit
-        # whose manifest names it. Not synced any more: the parents of folders created on
-        # the way (a new attempt folder in its unit folder, a calls/ folder). A journaling
-        # file system (ext4, xfs, btrfs, apfs) commits a folder's creation with the first
-        # fsync inside it; should one not, the commit names a file recovery cannot find,
-        # and its hash audit of current artifacts redoes the unit — a redo, never a wrong
-        # result. That saves one fsync per unit and one per first model call.
-        self._sync_dirs([directory])
+        # Needed (for a synced file): the rename (the file's name in its folder) is durable
+        # before the commit whose manifest names it. Not synced any more: the parents of
+        # folders created on the way (a new attempt folder in its unit folder, a calls/
+        # folder). A journaling file system (ext4, xfs, btrfs, apfs) commits a folder's
+        # creation with the first fsync inside it; should one not, the commit names a file
+        # recovery cannot find, and its hash audit of current artifacts redoes the unit — a
+        # redo, never a wrong result. That saves one fsync per unit and one per first call.
+        if synced:
+            self._sync_dirs([directory])
+        return self._entry(attempt_id, rel, relpath, data, media_type, producer_version,
+                           created_at, source_ids, validators, schema_version)
+
+    @staticmethod
+    def _entry(attempt_id: str, rel: PurePosixPath, relpath: str, data: bytes,
+               media_type: str, producer_version: str, created_at: str,
+               source_ids: Iterable[str], validators: dict[str, Any] | None,
+               schema_version: int) -> ArtifactEntry:
         return ArtifactEntry(
             unit=attempt_id.partition("/")[0],
             attempt_id=attempt_id,
@@ -184,6 +223,37 @@ class ArtifactStore:
             producer_version=producer_version,
             created_at=created_at,
         )
+
+    def restore_committed(self, path: str, sha256: str) -> bool:
+        """Rewrite the committed file at ``path`` (relative to the root) from the bytes the
+        store kept for ``sha256``, durably and sealed, when a restart of the machine since
+        their commit may have lost the file. False otherwise (nothing kept, what was kept
+        does not match, or no restart since: then the damage is someone's change, for the
+        caller to report)."""
+        data = self.kept(sha256) if self.kept is not None else None
+        if data is None or sha256_hex(data) != sha256:
+            return False
+        parts = PurePosixPath(path).parts
+        if len(parts) < 4:
+            raise UnsafeArtifactName(f"{path!r} is not a path inside an attempt folder")
+        self._attempt_parts(parts[0], f"{parts[1]}/{parts[2]}")
+        target = os.path.join(self.root, parts[0], parts[1], parts[2],
+                              *safe_name("/".join(parts[3:])).parts)
+        directory = os.path.dirname(target)
+        make_private_dir(directory)
+        tmp = target + ".tmp"
+        fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)  # rare (after a power cut): restored files are synced right away
+        finally:
+            os.close(fd)
+        os.chmod(tmp, SEALED_MODE)
+        os.replace(tmp, target)
+        fsync_dir(directory)
+        return True
 
     def seal(self, entries: Iterable[ArtifactEntry]) -> None:
         """Make committed files read-only (a guard against accidental edits)."""

@@ -257,17 +257,5 @@ def _zip_tree(tree: Path, files: list[BackupFile], target: Path) -> None:
         os.fsync(fh.fileno())
 
 
-def load_manifest(backup_path: Path) -> BackupManifest:
-    """The manifest of a backup folder or zip (for listing; nothing is verified)."""
-    # Lazy: restores imports this module (an import cycle at the top).
-    from keepstep.storage.restores import Source, read_manifest
-
-    src = Source(Path(backup_path))
-    try:
-        return read_manifest(src)
-    finally:
-        src.close()
-
-
 __all__ = ["BackupFile", "BackupManifest", "BackupReport", "RunHead", "SkippedArtifact",
-           "backup", "load_manifest"]
+           "backup"]

@@ -4,7 +4,8 @@ An attempt folder is deleted only when it is older than the window and none of t
 holds: it is the current attempt of a unit on some branch (the store's current
 pointers), an approval that is requested or decided is bound to one of its files, the
 side-effect ledger names the attempt or one of its files, or a live lease covers it.
-Committed rows stay in the database (history keeps its hashes); only files go.
+Committed rows stay in the database (history keeps its hashes); only files go, and the
+database's copies of small committed files (``blobs``) that no remaining file needs.
 Plan snapshots (``<run>/_plan/``) are never touched.
 """
 
@@ -47,6 +48,7 @@ class GcReport(BaseModel):
     kept: list[GcItem] = Field(default_factory=list)
     events_stripped: int = 0
     bytes_freed: int = 0
+    kept_copies_dropped: int = 0  # database copies of small committed files (``blobs``)
 
 
 def _ts(iso: str | None) -> float | None:
@@ -158,13 +160,20 @@ def gc(project_root: Path, older_than_days: float, now: float, *,
     assert store is not None
     report = GcReport(older_than_days=older_than_days, now=now)
     window = older_than_days * DAY
+    # sha256 of the committed files still needed: those of attempts whose folder stays, and
+    # of protected (e.g. current) attempts even if their folder is gone (a restart of the
+    # machine can lose an unsynced one; recovery rewrites it from the kept copy).
+    needed: set[str] = set()
     try:
         for run_id in store.runs():
             keep = _protected(store, run_id, now)
-            committed = {e.attempt_id for e in store.manifest(run_id)}
+            manifest = store.manifest(run_id)
+            committed = {e.attempt_id for e in manifest}
             attempts = {a.attempt_id: a for a in store.attempts(run_id)}
+            staying = set(keep)
             gone: list[GcItem] = []
             for _unit, attempt_id, directory, files in store.artifacts.attempt_dirs(run_id):
+                staying.add(attempt_id)
                 age = now - _newest(directory, files, attempts.get(attempt_id))
                 item = GcItem(
                     run_id=run_id, attempt_id=attempt_id,
@@ -183,7 +192,9 @@ def gc(project_root: Path, older_than_days: float, now: float, *,
                     continue
                 item.reason = kind
                 _rmtree(directory)
+                staying.discard(attempt_id)
                 gone.append(item)
+            needed.update(e.sha256 for e in manifest if e.attempt_id in staying)
             report.deleted += gone
             report.events_stripped += store.strip_event_payloads(
                 run_id, before_ts=iso(now - window))
@@ -191,6 +202,7 @@ def gc(project_root: Path, older_than_days: float, now: float, *,
                 store.append_event(run_id, "maintenance.gc", payload={
                     "deleted": [g.attempt_id for g in gone],
                     "bytes": sum(g.bytes for g in gone), "older_than_days": older_than_days})
+        report.kept_copies_dropped = store.drop_kept_copies(needed)
     finally:
         if own:
             store.close()

@@ -152,3 +152,57 @@ def test_staging_syncs_the_file_folder_only(
     fresh = artifacts.attempt_dir(RUN, "U08/a1")
     assert synced == [str(fresh)]
     assert (fresh / "c.json").read_bytes() == b"{}"
+
+
+@pytest.fixture
+def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every os.fsync made while the test runs (file descriptors, in order)."""
+    calls: list[int] = []
+    real = os.fsync
+
+    def record(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", record)
+    return calls
+
+
+def test_a_file_the_commit_keeps_is_staged_without_any_sync(
+    tmp_path: Path, synced: list[str], fsyncs: list[int]
+) -> None:
+    """With kept_max, a file up to that size is written and renamed with no fsync at all
+    (the commit that names it keeps its bytes); a larger one is synced as before."""
+    store = ArtifactStore(tmp_path / "artifacts", kept_max=16)
+    store.prepare_units(RUN, ["U07"])
+    synced.clear()
+    fsyncs.clear()
+    small = _stage(store, "small.json", b"x" * 16)
+    assert (synced, fsyncs) == ([], [])
+    assert store.read(small) == b"x" * 16 and not store.synced_at_staging(16)
+    _stage(store, "large.json", b"x" * 17)
+    assert synced == [str(store.attempt_dir(RUN, ATTEMPT))] and len(fsyncs) == 2
+    assert not list(store.attempt_dir(RUN, ATTEMPT).rglob("*.tmp"))
+
+
+def test_restore_committed_rewrites_a_lost_file_from_the_kept_bytes(tmp_path: Path) -> None:
+    """A committed file whose bytes the store kept is rewritten whole and sealed; without
+    kept bytes, or with bytes that do not match the hash, nothing is written."""
+    kept: dict[str, bytes] = {}
+    store = ArtifactStore(tmp_path / "artifacts", kept_max=1024, kept=kept.get)
+    entry = _stage(store, "calls/r1-001.json", b'{"answer": 42}')
+    path = store.path_of(entry)
+    path.unlink()
+    assert not store.restore_committed(entry.path, entry.sha256) and not path.exists()
+    kept[entry.sha256] = b"other bytes"
+    assert not store.restore_committed(entry.path, entry.sha256) and not path.exists()
+    kept[entry.sha256] = b'{"answer": 42}'
+    assert store.restore_committed(entry.path, entry.sha256)
+    assert store.verify([entry]) == []
+    assert path.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) == 0
+    path.chmod(0o600)
+    path.write_bytes(b'{"ans')  # a torn file under the final name
+    assert store.restore_committed(entry.path, entry.sha256)
+    assert store.read(entry) == b'{"answer": 42}'
+    with pytest.raises(UnsafeArtifactName):
+        store.restore_committed(f"{RUN}/U07/../../x.json", entry.sha256)

@@ -184,6 +184,27 @@ def test_gc_keeps_files_bound_to_an_approval_or_named_by_the_effect_ledger(
         store.close()
 
 
+def test_gc_drops_the_kept_copies_of_the_files_it_deletes_only(tmp_path: Path) -> None:
+    """The database's copy of a small committed file goes with the last folder holding it;
+    copies of current files (and of bytes another kept file shares) stay."""
+    clock = FakeClock()
+    store = SQLiteStore(tmp_path / ".keepstep", clock=clock)
+    try:
+        store.create_run("R", {"plan": "p"})
+        old = _commit_attempt(store, "U1", b'"old"')
+        shared = _commit_attempt(store, "U2", b'"same"')
+        current = _commit_attempt(store, "U1", b'"new"')
+        assert _commit_attempt(store, "U2", b'"same"') == shared
+        report = gc(tmp_path, 0, clock.t + 1, store=store)
+        assert sorted(i.attempt_id for i in report.deleted) == ["U1/a1", "U2/a1"]
+        assert report.kept_copies_dropped == 1
+        assert store.blob(old) is None
+        assert store.blob(current) == b'"new"' and store.blob(shared) == b'"same"'
+        assert gc(tmp_path, 0, clock.t + 1, store=store).kept_copies_dropped == 0
+    finally:
+        store.close()
+
+
 def test_gc_strips_event_payloads_older_than_the_window_and_keeps_metadata(
     tmp_path: Path
 ) -> None:

@@ -179,7 +179,7 @@ def test_the_units_table_shows_titles_and_exports_display_with_links(tmp_path) -
     assert (tmp_path / "report.md").as_uri() in shown and "2,048 bytes" in shown
     assert "U9" in shown and "1 deliverable(s) exported" in shown
 
-    from keepstep.engine import load_plan
+    from keepstep.engine.plan import load_plan
     from keepstep.engine.report.dag_svg import dag_svg
 
     plan = load_plan(PACK / "plan.toml")

@@ -7,7 +7,7 @@ import shutil
 import tomllib
 from pathlib import Path
 
-from keepstep.engine import Plan, save_plan
+from keepstep.engine.plan import Plan, save_plan
 
 PLAN = Path(__file__).resolve().parents[1] / "sample_projects" / "market-entry" / "plan.toml"
 

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 
 from keepstep.engine.api import open_project
-from keepstep.engine.run.handle import RunHandle
+from keepstep.engine.run.runtime import Run
 from tests.support.dag_project import FakeGateway, make_dag_project, use_dag_kind
 
 
 def _record_preloads(monkeypatch: pytest.MonkeyPatch, events: list[dict]) -> None:
-    def preload(self: RunHandle) -> None:
+    def preload(self: Run) -> None:
         events.append({"kind": "preload"})
 
-    monkeypatch.setattr(RunHandle, "preload_model_client", preload)
+    monkeypatch.setattr(Run, "preload_model_client", preload)
 
 
 def test_the_model_client_import_starts_at_the_first_claim(tmp_path: Path,

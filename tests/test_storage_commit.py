@@ -457,3 +457,69 @@ def test_settling_a_call_and_renewing_a_lease_do_not_sync_on_their_own(
     assert not any(s.startswith("PRAGMA synchronous") for s in seen[:before_settle])
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL again
     assert run_store.calls(RUN)[0].status == "settled"
+
+
+def test_a_trivial_unit_costs_two_durable_syncs_and_two_write_transactions(
+    run_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claim, stage one small file, commit: per unit at most 2 write transactions and 2.5
+    durable syncs (here exactly two fully synced commits and no file fsync: the file's bytes
+    ride in the commit, which keeps them in ``blobs``)."""
+    import os
+
+    from keepstep.storage.sqlite.boot import boot_id
+
+    if boot_id() is None:
+        pytest.skip("no boot id on this system: every staged file is synced (see boot.py)")
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        fsyncs.append(fd)
+        real_fsync(fd)
+
+    statements: list[str] = []
+    run_store.artifacts.prepare_units(RUN, [f"U{i}" for i in range(4)])
+    monkeypatch.setattr(os, "fsync", fsync)
+    run_store.db.conn.set_trace_callback(statements.append)
+    try:
+        entries = []
+        for version in range(4):
+            claim, entry = _claim_and_stage(run_store, f"U{version}", version=version)
+            _commit(run_store, claim, entry)
+            entries.append(entry)
+    finally:
+        run_store.db.conn.set_trace_callback(None)
+    units = 4
+    writes = [s for s in statements if s == "BEGIN IMMEDIATE"]
+    relaxed = [s for s in statements if s == "PRAGMA synchronous = NORMAL"]
+    durable_syncs = len(writes) - len(relaxed) + len(fsyncs)
+    assert len(writes) / units <= 2 and durable_syncs / units <= 2.5
+    assert (len(writes), relaxed, fsyncs) == (2 * units, [], [])
+    for entry in entries:
+        assert run_store.blob(entry.sha256) == run_store.artifacts.read(entry)
+
+
+def test_a_commit_keeps_only_small_files_that_still_match_their_hash(
+    run_store: SQLiteStore,
+) -> None:
+    """Files above the kept size (synced at staging) and a file changed after staging get
+    no kept bytes; the commit itself still lands, as before."""
+    from keepstep.storage.artifacts import KEPT_MAX
+
+    claim = run_store.claim(RUN, "main", "U1", expected_version=0, owner="o", lease_seconds=30)
+
+    def stage(name: str, data: bytes) -> ArtifactEntry:
+        return run_store.artifacts.stage(RUN, claim.attempt_id, name, data,
+                                         media_type="application/json",
+                                         producer_version="test",
+                                         created_at="2024-01-01T00:00:00+00:00")
+
+    small, large, edited = (stage("small.json", b"{}"), stage("large.bin", b"x" * (KEPT_MAX + 1)),
+                            stage("edited.json", b"[1]"))
+    run_store.artifacts.path_of(edited).write_bytes(b"[2]")
+    run_store.commit_checkpoint(RUN, "main", 0, {"unit/U1": 1}, [small, large, edited],
+                                claim.fencing_token, unit="U1", attempt_id=claim.attempt_id)
+    assert run_store.blob(small.sha256) == b"{}"
+    assert run_store.blob(large.sha256) is None and run_store.blob(edited.sha256) is None
+    assert len(run_store.manifest(RUN)) == 3

@@ -657,7 +657,7 @@ async def test_plan_builder_round_trips_every_field_of_every_unit_and_gate(
         at_gate: Path) -> None:
     """Every field of every unit (and the gate each shows) edited and put back: the plan in
     memory equals plan.toml's, nothing is dirty, ctrl+s has nothing to write."""
-    from keepstep.engine import load_plan
+    from keepstep.engine.plan import load_plan
 
     before = (at_gate / "plan.toml").read_bytes()
     saved = load_plan(at_gate / "plan.toml")

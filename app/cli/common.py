@@ -25,7 +25,8 @@ from keepstep.app.cli import output as out
 from keepstep.app.cli.output import commands_for, find_project, here
 
 if TYPE_CHECKING:
-    from keepstep.engine import Project, Run, RunStatus
+    from keepstep.engine import Project, Run
+    from keepstep.engine.views import RunStatus
 
 # Exit codes (documented in README and `keepstep --help`): run and resume end with
 # EXIT_OK (done, or stopped where asked), EXIT_BLOCKED (waiting for a person: an approval,
@@ -169,7 +170,9 @@ def _default_group(default: str) -> type:
     class DefaultGroup(TyperGroup):
         """A group that runs ``default`` when the first word names no command."""
 
-        def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # ctx: the Context of the click TyperGroup is built on (typer >= 0.29 vendors its own
+        # click, so click.Context is not it); only its info_name is read here.
+        def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
             if not args:
                 args = [default]
             elif args[0] not in self.commands and args[0] not in ("--help", "-h"):
@@ -185,14 +188,6 @@ def _default_group(default: str) -> type:
             return super().parse_args(ctx, args)
 
     return DefaultGroup
-
-
-def has_command(app: typer.Typer, name: str) -> bool:
-    """Whether ``app`` already has a command or group called ``name``."""
-    names = {(c.name or (c.callback.__name__ if c.callback else "")).replace("_", "-")
-             for c in app.registered_commands}
-    names |= {g.name for g in app.registered_groups if g.name}
-    return name in names
 
 
 # --- shared arguments ----------------------------------------------------------------------
@@ -245,13 +240,13 @@ def check_dir(root: Path | None) -> Path:
     return root
 
 
-def shift(root: Path | None, *values: Any) -> tuple[Path | None, ...]:
-    """DIR is optional before a command's other positionals: when the first one given is not
-    a project folder and the last slot is empty (``keepstep explain U07``), the words move one
-    place right and DIR is found from the working directory."""
-    if root is None or (root / "keepstep.toml").is_file() or values[-1] is not None:
-        return (root, *values)
-    return (None, str(root), *values[:-1])
+def shift(root: Path | None, value: str | None) -> tuple[Path | None, str | None]:
+    """DIR is optional before a command's other positional: when the first one given is not
+    a project folder and the second slot is empty (``keepstep explain U07``), the word moves
+    one place right and DIR is found from the working directory."""
+    if root is None or (root / "keepstep.toml").is_file() or value is not None:
+        return root, value
+    return None, str(root)
 
 
 def unit_and_dir(root: Path | None, unit: str | None) -> tuple[Path | None, str | None]:
@@ -400,7 +395,7 @@ def drive(action: Callable[[threading.Event, Callable[[dict[str, Any]], None]], 
             os._exit(EXIT_CANCELLED)
 
     worker = threading.Thread(target=work, name="keepstep-run", daemon=True)
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         # SIGTERM (a service manager, `kill`) stops the run like Ctrl-C does.
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -30,7 +30,7 @@ def conflicts(root: DirArg = None, run: RunOpt = None, branch: BranchOpt = "main
       keepstep conflicts --run ME-042
       keepstep conflicts --json
     """
-    from keepstep.engine import conflicts_text, run_conflicts
+    from keepstep.engine.views import conflicts_text, run_conflicts
 
     with open_project_dir(root) as project:
         found = run_conflicts(existing_run(project, run, branch))

@@ -52,7 +52,7 @@ def export(root: DirArg = None, run: RunOpt = None, branch: BranchOpt = "main",
       keepstep export --out ~/Desktop/me042-deliverables
       keepstep export --format docx --format pdf
     """
-    from keepstep.engine import EXPORT_FORMATS, export_documents
+    from keepstep.engine.exports import EXPORT_FORMATS, export_documents
 
     wanted = tuple(dict.fromkeys(f.strip().lower() for f in formats or ["md"]))
     unknown = [f for f in wanted if f not in EXPORT_FORMATS]

@@ -53,7 +53,7 @@ def handover(root: DirArg = None, run: RunOpt = None, out_path: OutOpt = None,
     """
     if sources not in ("excerpts", "files", "none"):
         raise UsageProblem(f"unknown --sources {sources!r}", "choose excerpts, files or none")
-    from keepstep.engine import export_handover, verify_bundle
+    from keepstep.engine.exports import export_handover, verify_bundle
 
     with open_project_dir(root) as project:
         the_run = existing_run(project, run, branch)
@@ -80,7 +80,7 @@ def verify_bundle_cmd(path: Annotated[Path, typer.Argument(
         metavar="PATH", help="A handover bundle: its folder or its .zip.")],
         as_json: JsonOpt = False) -> None:
     """Check every file of a handover bundle against its manifest.json hashes."""
-    from keepstep.engine import verify_bundle
+    from keepstep.engine.exports import verify_bundle
 
     if not path.exists():
         raise UsageProblem(f"{path} does not exist", "pass a bundle folder or .zip file")
@@ -140,7 +140,7 @@ def narrative_cmd(root: DirArg = None, run: RunOpt = None, branch: BranchOpt = "
       keepstep narrative --run ME-042 > narrative.md
       keepstep narrative --check narrative.md
     """
-    from keepstep.engine import check_narrative, narrative
+    from keepstep.engine.exports import check_narrative, narrative
 
     if check is not None and not check.is_file():
         raise UsageProblem(f"{check} is not a file", "pass a narrative.md to check")

@@ -20,7 +20,7 @@ from keepstep.app.cli.common import EXIT_RUNTIME, JsonOpt, UsageProblem, add_com
 from keepstep.app.cli.output import find_project
 
 if TYPE_CHECKING:
-    from keepstep.engine import KeyStatus
+    from keepstep.engine.keys import KeyStatus
 
 ProviderArg = Annotated[str, typer.Argument(help="e.g. openai, anthropic.")]
 ProjectOpt = Annotated[Path | None, typer.Option(
@@ -43,7 +43,7 @@ def _config(root: Path | None):  # noqa: ANN202 - engine.ProjectConfig, imported
 
 
 def _rows(root: Path | None, *, project: bool = True) -> list[KeyStatus]:
-    from keepstep.engine import key_statuses
+    from keepstep.engine.keys import key_statuses
 
     return key_statuses(_config(root) if project else None)
 
@@ -56,7 +56,7 @@ def keys_status(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
         typer.echo(out.to_json([r.model_dump(mode="json") for r in rows]))
         return
     if project is not None:  # which store the project uses, and its password's source
-        from keepstep.engine import store_summary
+        from keepstep.engine.store import store_summary
 
         summary = store_summary(check_dir(project))
         typer.echo(f"store: {summary.where}"
@@ -88,7 +88,7 @@ def keys_list(as_json: JsonOpt = False) -> None:
 
 def keys_delete(provider: ProviderArg) -> None:
     """Remove a provider's key from the OS keyring (the environment is left alone)."""
-    from keepstep.engine import delete_api_key, env_var_name, key_source
+    from keepstep.engine.keys import delete_api_key, env_var_name, key_source
 
     if delete_api_key(provider):
         typer.echo(f"removed the key for {provider} from the OS keyring")
@@ -110,7 +110,8 @@ def keys_test(provider: ProviderArg,
     """Make one tiny call with the provider's key and say whether it answered (costs a
     fraction of a cent on a paid provider; nothing is recorded in any run). Inside a
     project, the call goes to the address its keepstep.toml sets."""
-    from keepstep.engine import KeepstepError, check_key
+    from keepstep.engine import KeepstepError
+    from keepstep.engine.keys import check_key
 
     try:
         result = check_key(provider, model=model, config=_config(project), send_anywhere=yes)

@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
         as_json: cli.JsonOpt = False,
     ) -> None:
         """Back up the run state: database, committed artifacts and a manifest of hashes."""
-        from keepstep.engine import backup_project
+        from keepstep.engine.store import backup_project
 
         with cli.open_project_dir(root) as project:
             report = backup_project(project, to)
@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
         as_json: cli.JsonOpt = False,
     ) -> None:
         """Verify a backup completely, then restore it into DIR/.keepstep."""
-        from keepstep.engine import restore_project
+        from keepstep.engine.store import restore_project
 
         if not path.exists():
             raise cli.UsageProblem(f"{path} does not exist", "pass a backup folder or .zip")
@@ -110,7 +110,7 @@ def register(app: typer.Typer) -> None:
         as_json: cli.JsonOpt = False,
     ) -> None:
         """Delete attempt folders nothing needs any more; strip old event payloads."""
-        from keepstep.engine import gc_project
+        from keepstep.engine.store import gc_project
 
         with cli.open_project_dir(root) as project:
             report = gc_project(project, older_than)

@@ -205,7 +205,7 @@ def needs_lines(status: Any, sym: Mapping[str, str]) -> list[str]:
 
 
 def in_flight_lines(status: Any, now: float, sym: Mapping[str, str]) -> list[str]:
-    from keepstep.engine import fmt_duration
+    from keepstep.engine.views import fmt_duration
 
     lines = []
     for f in getattr(status, "in_flight", []):

@@ -23,7 +23,8 @@ import typer
 from keepstep.app.cli import output as out
 
 if TYPE_CHECKING:
-    from keepstep.engine import ProgressSnapshot, Run
+    from keepstep.engine import Run
+    from keepstep.engine.views import ProgressSnapshot
 
 
 class QuietDisplay:
@@ -153,7 +154,7 @@ def live_table(snap: ProgressSnapshot) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    from keepstep.engine import fmt_count, fmt_duration
+    from keepstep.engine.views import fmt_count, fmt_duration
 
     head = Table.grid(padding=(0, 1))
     head.add_column()

@@ -175,7 +175,8 @@ RunFilter = Annotated[str | None, typer.Option(
 def _run_snapshots(root: Path) -> tuple[dict[str, dict[str, Any]], str]:
     """(run id -> input snapshot, a warning). The list itself needs neither the database
     nor a valid plan, so a problem with either only costs the snapshot column."""
-    from keepstep.engine import KeepstepError, StorageError, input_snapshots
+    from keepstep.engine import KeepstepError, StorageError
+    from keepstep.engine.views import input_snapshots
 
     try:
         with open_project_dir(root, validate=False) as project:
@@ -186,7 +187,8 @@ def _run_snapshots(root: Path) -> tuple[dict[str, dict[str, Any]], str]:
 
 
 def _source_type(path: Path) -> str:
-    from keepstep.engine import ConversionError, detect_format
+    from keepstep.engine import ConversionError
+    from keepstep.engine.sources import detect_format
 
     try:
         return detect_format(path).upper()
@@ -206,7 +208,7 @@ def _default_run(root: Path) -> str | None:
 def _sources_rows(root: Path, run_id: str | None) -> tuple[list[dict[str, Any]], str | None,
                                                          str | None, str]:
     """(one dict per source, the run whose snapshot is compared, its label, a note)."""
-    from keepstep.engine import file_sha256, load_sources
+    from keepstep.engine.sources import file_sha256, load_sources
 
     sf = load_sources(root)
     snapshots, note = _run_snapshots(root)
@@ -272,7 +274,8 @@ def sources_list(root: DirArg = None, run: RunFilter = None, as_json: JsonOpt = 
 
 def _impact(root: Path, source_id: str, approved: bool) -> str | None:
     """What approving / revoking would invalidate in the default run, before writing."""
-    from keepstep.engine import KeepstepError, StorageError, compact_ids
+    from keepstep.engine import KeepstepError, StorageError
+    from keepstep.engine.plan import compact_ids
 
     try:
         with open_project_dir(root, validate=False) as project:
@@ -292,7 +295,7 @@ def _impact(root: Path, source_id: str, approved: bool) -> str | None:
 
 
 def _set_approved(root: Path, source_id: str, approved: bool, *, yes: bool = True) -> None:
-    from keepstep.engine import load_sources, save_sources
+    from keepstep.engine.sources import load_sources, save_sources
 
     sf = load_sources(root)
     entry = next((s for s in sf.sources if s.id == source_id), None)
@@ -308,7 +311,7 @@ def _set_approved(root: Path, source_id: str, approved: bool, *, yes: bool = Tru
         raise UsageProblem(f"source {source_id}: file {entry.path} is missing",
                            "restore the file (or fix its path in sources.toml), then approve it")
     if approved:
-        from keepstep.engine import inspect_file
+        from keepstep.engine.sources import inspect_file
 
         info = inspect_file(root, root / entry.path)  # refuses a file that yields no text
         typer.echo(f"source {source_id}: {info.describe()}")
@@ -333,7 +336,8 @@ def _set_approved(root: Path, source_id: str, approved: bool, *, yes: bool = Tru
 
 
 def _plan_refs(root: Path, source_id: str) -> list[str]:
-    from keepstep.engine import KeepstepError, load_plan
+    from keepstep.engine import KeepstepError
+    from keepstep.engine.plan import load_plan
 
     try:
         plan = load_plan(root / "plan.toml")
@@ -390,7 +394,7 @@ def sources_remove(
       keepstep sources remove A1
       keepstep sources remove A1 --delete-file --yes
     """
-    from keepstep.engine import load_sources, save_sources
+    from keepstep.engine.sources import load_sources, save_sources
 
     root, source_id = _source_id(root, source_id)
     sf = load_sources(root)
@@ -460,7 +464,7 @@ def sources_add(
       keepstep sources add ~/notes/interview.md --id M1 --group M --approve
       keepstep sources add report.pdf --id A5 --group A --dry-run
     """
-    from keepstep.engine import add_source, inspect_file
+    from keepstep.engine.sources import add_source, inspect_file
 
     root, shifted = shift(root, None if path is None else str(path))
     if shifted is None:

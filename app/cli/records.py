@@ -34,7 +34,8 @@ from keepstep.app.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from keepstep.engine import Gate, Run
+    from keepstep.engine import Run
+    from keepstep.engine.plan import Gate
 
 
 # --- ledgers ---------------------------------------------------------------------------------
@@ -77,7 +78,7 @@ def effects_list(root: DirArg = None, run: RunOpt = None, branch: BranchOpt = "m
     Example:
       keepstep effects --run ME-042
     """
-    from keepstep.engine import EFFECT_FIELDS
+    from keepstep.engine.views import EFFECT_FIELDS
 
     with open_project_dir(root, read_only=True) as project:
         the_run = existing_run(project, run, branch)
@@ -198,7 +199,7 @@ def effects_test(root: DirArg = None, adapter: AdapterArg = None, as_json: JsonO
     Example:
       keepstep effects test client-webhook
     """
-    from keepstep.engine import test_effect_adapter
+    from keepstep.engine.exports import test_effect_adapter
 
     root, adapter = shift(root, adapter)
     if adapter is None:
@@ -370,7 +371,7 @@ def revoke(root: DirArg = None, gate: GateArg = None, run: RunOpt = None,
 # --- keys ------------------------------------------------------------------------------------
 def keys_set(provider: Annotated[str, typer.Argument(help="e.g. openai, anthropic.")]) -> None:
     """Store a provider's API key in the OS keyring (read with a hidden prompt)."""
-    from keepstep.engine import env_var_name, require_keyring, set_api_key
+    from keepstep.engine.keys import env_var_name, require_keyring, set_api_key
 
     if sys.stdin is not None and sys.stdin.isatty():
         # Refuse before asking: typing a key that then cannot be stored is a trap.

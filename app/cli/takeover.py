@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -39,12 +39,13 @@ from keepstep.app.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from keepstep.engine import Run, TakeoverPreview
+    from keepstep.engine import Run
+    from keepstep.engine.takeover import TakeoverPreview
 
 
 def takeover_text(preview: TakeoverPreview) -> str:
     """A takeover preview as text: summary, then each list that is not empty."""
-    from keepstep.engine import compact_ids
+    from keepstep.engine.plan import compact_ids
 
     def ids(units: list[str]) -> str:
         return compact_ids(units) or "none"
@@ -162,11 +163,12 @@ def takeover(
     where = here(root)
     hint = f"continue with `keepstep resume {where}--run {run}" + (
         f" --branch {branch}`" if branch != "main" else "`")
-    args = {"root": root, "run_id": run, "branch": branch, "yes": yes}
+    args: dict[str, Any] = {"root": root, "run_id": run, "branch": branch, "yes": yes}
     if action in (Action.rerun, Action.expert):
         if unit is None:
             raise UsageProblem(f"`takeover {action.value}` needs a unit",
                                f"e.g. keepstep takeover {where}{action.value} U07 --run {run}")
+        args["unit"] = unit
     elif unit is not None:
         raise UsageProblem(f"`takeover {action.value}` takes no unit ({unit!r})")
     if action == Action.narrow:
@@ -175,7 +177,7 @@ def takeover(
                 hint=hint)
     elif action == Action.rerun:
         _only(action, {"--drop": drop, "--keep": keep, "--at": at, "--as": as_})
-        _rerun(**args, unit=unit, note=note, who=who_name, hint=hint)
+        _rerun(**args, note=note, who=who_name, hint=hint)
     elif action == Action.branch:
         _only(action, {"--drop": drop, "--keep": keep, "--note": note})
         if at is None or not as_:
@@ -188,12 +190,12 @@ def takeover(
         _only(action, {"--drop": drop, "--keep": keep, "--at": at, "--as": as_})
         if not note.strip():
             raise UsageProblem("say what the expert should look at", "pass --note '...'")
-        _expert(**args, unit=unit, note=note, who=who_name)
+        _expert(**args, note=note, who=who_name)
 
 
 def _narrow(root: Path, run_id: str, branch: str, yes: bool, *, drop: list[str],
             keep: list[str], note: str, who: str, hint: str) -> None:
-    from keepstep.engine import keep_for_drop, narrow_scope, preview_narrow
+    from keepstep.engine.takeover import keep_for_drop, narrow_scope, preview_narrow
 
     if bool(drop) == bool(keep):
         raise UsageProblem("name the units to drop or to keep (one of the two)",
@@ -215,7 +217,7 @@ def _narrow(root: Path, run_id: str, branch: str, yes: bool, *, drop: list[str],
 
 def _rerun(root: Path, run_id: str, branch: str, yes: bool, *, unit: str, note: str, who: str,
            hint: str) -> None:
-    from keepstep.engine import preview_rerun, rerun_unit
+    from keepstep.engine.takeover import preview_rerun, rerun_unit
 
     def preview(run: Run) -> TakeoverPreview:
         check_unit(run, unit)
@@ -230,7 +232,7 @@ def _rerun(root: Path, run_id: str, branch: str, yes: bool, *, unit: str, note: 
 
 
 def _branch(root: Path, run_id: str, branch: str, yes: bool, *, at: int, name: str) -> None:
-    from keepstep.engine import preview_branch
+    from keepstep.engine.takeover import preview_branch
 
     def preview(run: Run) -> TakeoverPreview:
         head = run.head().version
@@ -250,7 +252,7 @@ def _branch(root: Path, run_id: str, branch: str, yes: bool, *, at: int, name: s
 
 
 def _cancel(root: Path, run_id: str, branch: str, yes: bool, *, note: str, who: str) -> None:
-    from keepstep.engine import preview_cancel, record_takeover
+    from keepstep.engine.takeover import preview_cancel, record_takeover
 
     def record(run: Run) -> str:
         record_takeover(run, "cancel", who=who, note=note)
@@ -261,7 +263,7 @@ def _cancel(root: Path, run_id: str, branch: str, yes: bool, *, note: str, who: 
 
 def _expert(root: Path, run_id: str, branch: str, yes: bool, *, unit: str, note: str,
             who: str) -> None:
-    from keepstep.engine import mark_for_expert, preview_expert
+    from keepstep.engine.takeover import mark_for_expert, preview_expert
 
     def preview(run: Run) -> TakeoverPreview:
         check_unit(run, unit)

@@ -43,7 +43,7 @@ def worker(root: DirArg = None, run: RunOpt = None, jobs: JobsOpt = None,
     """
     from keepstep.app.cli.common import open_project_dir, run_id_of
     from keepstep.app.cli.runs import _start
-    from keepstep.engine import source_mismatches
+    from keepstep.engine.store import source_mismatches
 
     with open_project_dir(root, read_only=True) as project:
         folder, run_id = project.root, run_id_of(project, run)
@@ -67,7 +67,7 @@ def worker(root: DirArg = None, run: RunOpt = None, jobs: JobsOpt = None,
 def store_status(root: DirArg = None, as_json: JsonOpt = False) -> None:
     """Which store the project uses (KEEPSTEP_STORE_URL wins over keepstep.toml's [store] url)
     and where its password comes from (never the password)."""
-    from keepstep.engine import store_summary
+    from keepstep.engine.store import store_summary
 
     summary = store_summary(check_dir(root))
     if as_json:
@@ -88,7 +88,7 @@ def store_migrate(to: ToOpt, root: DirArg = None, as_json: JsonOpt = False) -> N
       keepstep store migrate --to postgresql://keepstep@db.internal:5432/team
       keepstep store migrate --to sqlite      # take the project home again
     """
-    from keepstep.engine import move_store
+    from keepstep.engine.store import move_store
 
     report = move_store(check_dir(root), to)
     if as_json:

@@ -20,7 +20,8 @@ from keepstep.app.tui.screens.dashboard import DashboardScreen
 from keepstep.app.tui.screens.error import ErrorModal
 from keepstep.app.tui.screens.plan_builder import PlanBuilderScreen
 from keepstep.app.tui.screens.raw_plan import PlanRepairApp, toml_error
-from keepstep.engine import PLAN_FILE, PlanValidationError, Project, Run, open_project
+from keepstep.engine import PlanValidationError, Project, Run, open_project
+from keepstep.engine.plan import PLAN_FILE
 
 QUIT_WAIT_S = 60.0
 # The dashboard's actions in the command palette: (action, title, help), titled with the
@@ -161,7 +162,7 @@ class KeepstepApp(App[None]):
 
     def export_deliverables(self, formats: tuple[str, ...]) -> None:
         """The run's current deliverables to deliverables/RUN (with Word files for docx)."""
-        from keepstep.engine import export_documents
+        from keepstep.engine.exports import export_documents
 
         run = self.active_run
         if run is None:

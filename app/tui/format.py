@@ -10,7 +10,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from keepstep.engine import compact_ids
+from keepstep.engine.plan import compact_ids
 
 # One symbol per state; colour is extra (component classes), never the only signal.
 STATE_SYMBOLS = {
@@ -79,19 +79,6 @@ def ago(value: str | float | None, now: float) -> str:
     if ts is None:
         return "never"
     return humanize.naturaldelta(max(0.0, now - ts)) + " ago"
-
-
-def expires_in(seconds: float) -> str:
-    s = int(seconds)
-    if s <= 0:
-        return "expired"
-    if s < 120:
-        return f"{s} s"
-    if s < 7200:
-        return f"{s // 60} min"
-    if s < 2 * 86400:
-        return f"{s // 3600} h"
-    return f"{s // 86400} days"
 
 
 def estimate_text(estimate: Mapping[str, Any]) -> str:
@@ -244,7 +231,7 @@ def error_text(exc: BaseException) -> tuple[str, str]:
 
 
 __all__ = ["DECISION_LABELS", "STATE_STYLES", "STATE_SYMBOLS", "STATE_WORDS", "ago", "bound_text",
-           "error_text", "estimate_text", "event_line", "expires_in", "figure", "ids",
+           "error_text", "estimate_text", "event_line", "figure", "ids",
            "option_line", "parse_ts", "plan_changes", "preview_lines", "progress_text",
            "state_symbol", "state_word", "takeover_lines", "tokens"]
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from keepstep.engine import PendingApproval, RunStatus
+from keepstep.engine.views import PendingApproval, RunStatus
 
 
 @dataclass

@@ -482,13 +482,6 @@ def prompt_refs(unit: Unit) -> list[str]:
     return [r for r in implicit_refs(unit) if r.startswith(PROMPT_PREFIX)]
 
 
-def data_refs(unit: Unit) -> list[str]:
-    """The ``data:<name>`` inputs a unit reads implicitly through its kind, plus the ones it
-    declares."""
-    implicit = [r for r in implicit_refs(unit) if r.startswith("data:")]
-    return list(dict.fromkeys([*implicit, *(i for i in unit.inputs if i.startswith("data:"))]))
-
-
 def _prompt_changes(old: dict[str, str], new: dict[str, str]) -> list[Change]:
     old = {k: v for k, v in old.items() if k.startswith(PROMPT_PREFIX)}
     new = {k: v for k, v in new.items() if k.startswith(PROMPT_PREFIX)}
@@ -619,5 +612,5 @@ def detect_changes(
 
 __all__ = ["CONVERTED_TEXT_KINDS", "CONVERTER_PREFIX", "COSMETIC_FIELDS",
            "Change", "ChangeKind", "artifact_lost", "converted_refs", "converter_changes",
-           "data_refs", "detect_changes", "heading_edits", "natural_key", "prompt_refs",
+           "detect_changes", "heading_edits", "natural_key", "prompt_refs",
            "same_substance", "tool_refs", "unit_output_changed"]

@@ -136,11 +136,6 @@ def exhausted_budgets(facts: RunFacts) -> dict[str, tuple[float, float]]:
             if k in b.limits and b.used.get(k, 0.0) >= b.limits[k]}
 
 
-def budget_blocked(facts: RunFacts) -> bool:
-    return any(st.status == "blocked" and st.details.get("kind") == "budget"
-               for st in facts.statuses.values())
-
-
 # The budget, the provider's quota and the API key are shared by every unit that calls a
 # model: while one of them blocks a unit, the others would only open more blocked attempts.
 RUN_WIDE_BLOCKS = ("budget", "quota", "auth", "provider_outage")

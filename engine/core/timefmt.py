@@ -1,6 +1,6 @@
 """The one timestamp format keepstep writes: ISO 8601 UTC to the second (``...Z``).
 
-Pure: callers pass the time, read from the injected clock (``Workspace.clock``), never
+Pure: callers pass the time, read from the injected clock (``Project.clock``), never
 ``time.time()`` directly, so tests that fix the clock get fixed timestamps.
 """
 

@@ -20,7 +20,7 @@ from keepstep.engine.core.presets import (
     evidence_sources,
     verified_output,
 )
-from keepstep.engine.files.convert import ConvertedSource, find_occurrence, locate_quote
+from keepstep.engine.files.convert import ConvertedSource, find_occurrence
 from keepstep.engine.files.convert.quotes import verbatim_matcher
 from keepstep.engine.kinds.context import UnitContext, ValidatorResult
 
@@ -40,7 +40,6 @@ SOURCES_CITE_RE = re.compile(r"\(sources?: ([^)]*)\)")
 LOCATED_CITE_RE = re.compile(
     r"\[[A-Za-z][A-Za-z0-9]*-e\d+(?:, [A-Za-z][A-Za-z0-9]*-e\d+)*\] "
     r"\((?!sources?: )((?:[^()]|\([^()]*\))*)\)")
-_PLACEHOLDER_RE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _DETAIL_PROBLEMS = 5
 
 
@@ -81,24 +80,15 @@ def quote_cited(conv: ConvertedSource, quote: str, locator: str | None) -> bool:
     return matcher.search(conv.text, *span) is not None
 
 
-def locate_evidence(conv: ConvertedSource, quote: str, *, start: int = 0,
-                    end: int | None = None, hint: str | None = None) -> str | None:
-    """The locator an evidence item citing ``quote`` carries: ``hint`` (e.g. the model's own)
-    when the quote is verbatim there, else the innermost part holding the quote's first
-    occurrence within ``text[start:end]``; ``""`` when it occurs outside every located part,
-    None when it does not occur there."""
-    if hint and quote_cited(conv, quote, hint):
-        return hint
-    return locate_quote(conv, quote, start=start, end=end)
-
-
 class QuoteLocator:
     """Locates the quotes of one answer within ``text[start:end]`` of a converted source.
 
     Quotes come in document order, so each search starts where the previous quote was found
     (and only when it is not found after it, from ``start`` again): an answer of N items
-    costs about one pass over the text, not N. ``locate`` gives what ``locate_evidence``
-    gives.
+    costs about one pass over the text, not N. ``locate`` gives the locator an evidence item
+    citing the quote carries: ``hint`` (e.g. the model's own) when the quote is verbatim
+    there, else the innermost part holding its occurrence; ``""`` when it occurs outside
+    every located part, None when it does not occur.
     """
 
     def __init__(self, conv: ConvertedSource, start: int = 0, end: int | None = None) -> None:
@@ -202,13 +192,6 @@ def topic_hints(ctx: UnitContext) -> list[dict[str, Any]] | None:
         return None
     return [{"name": str(t["name"]), "keywords": [str(k) for k in t.get("keywords", [])]}
             for t in topics if isinstance(t, dict) and t.get("name")]
-
-
-def topic_inputs(ctx: UnitContext) -> dict[str, Any]:
-    """What an extraction prompt's INPUT carries of the pack's vocabulary: ``topics`` when
-    the pack has data/topics.toml, else nothing."""
-    topics = topic_hints(ctx)
-    return {"topics": topics} if topics else {}
 
 
 def audience_view(ctx: UnitContext, audience: str) -> dict[str, Any]:
@@ -341,18 +324,3 @@ def cited_source_ids(text: str) -> set[str]:
 def notices(*docs: Any) -> list[str]:
     """The distinct ``notice`` strings of model-made artifacts, sorted."""
     return sorted({str(d["notice"]) for d in docs if isinstance(d, dict) and d.get("notice")})
-
-
-# --- templates -------------------------------------------------------------------------
-def fill_template(template: str, values: dict[str, str]) -> tuple[str, list[str]]:
-    """Replace ``{{ name }}`` placeholders; returns the text and the unknown names (kept)."""
-    unknown: list[str] = []
-
-    def sub(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name in values:
-            return values[name]
-        unknown.append(name)
-        return match.group(0)
-
-    return _PLACEHOLDER_RE.sub(sub, template), sorted(set(unknown))

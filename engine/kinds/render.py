@@ -57,7 +57,7 @@ from keepstep.engine.kinds.common import (
 )
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, run_model_step
-from keepstep.engine.kinds.parts import PARTS, TABLE_COLUMNS, TOP_RISKS, Sources, fill_part
+from keepstep.engine.kinds.parts import TABLE_COLUMNS, TOP_RISKS, Sources, fill_part
 from keepstep.engine.kinds.synthesize import Claim, support_judge
 
 # A column of a table template: a list item such as "- source_id" or "- `quote`".
@@ -84,12 +84,6 @@ class RenderAnswer(BaseModel):
 def table_columns(template: str) -> list[str]:
     """A table document's columns: the template's Markdown list items, in order."""
     return [m.group(1) for m in _COLUMN_ITEM_RE.finditer(template)]
-
-
-def known_placeholders(params: RenderParams, contract_fields: set[str]) -> set[str]:
-    """The names a template of this unit may use: the parts, ``fill``'s names and the
-    contract fields."""
-    return set(PARTS) | set(params.fill) | set(contract_fields)
 
 
 def _cited_by(src: Sources, units: list[str]) -> set[str]:
@@ -445,4 +439,4 @@ def run(ctx: UnitContext) -> KindOutcome:
     )
 
 
-__all__ = ["RenderAnswer", "known_placeholders", "render_text", "run", "table_columns"]
+__all__ = ["RenderAnswer", "render_text", "run", "table_columns"]

@@ -17,7 +17,7 @@ from keepstep.engine.core.plan import Plan
 from keepstep.engine.report.status import run_status
 
 if TYPE_CHECKING:
-    from keepstep.engine.run.handle import RunHandle
+    from keepstep.engine.run.runtime import Run
 
 # state -> (fill, stroke)
 # edge type -> (colour, dash pattern)
@@ -173,7 +173,7 @@ def _legend(y: float, width: float) -> list[str]:
     return out
 
 
-def run_dag_svg(run: RunHandle) -> str:
+def run_dag_svg(run: Run) -> str:
     """The DAG of the plan the run is at, coloured by each unit's state now."""
     status = run_status(run)
     orphans = [o.attempt_id for o in run.store.orphaned_attempts(run.run_id)]

@@ -30,7 +30,7 @@ from keepstep.storage import ChainBroken
 from keepstep.storage.hashing import sha256_hex
 
 if TYPE_CHECKING:
-    from keepstep.engine.run.handle import RunHandle
+    from keepstep.engine.run.runtime import Run
 
 EXPORT_FORMAT = "keepstep-deliverables/1"
 MANIFEST = "manifest.json"
@@ -101,7 +101,7 @@ class DeliverablesExport(BaseModel):
         return "\n".join(lines)
 
 
-def _check(run: RunHandle, unit: str, name: str, path: Path, sha256: str) -> bytes:
+def _check(run: Run, unit: str, name: str, path: Path, sha256: str) -> bytes:
     if not path.is_file():
         raise KeepstepError(f"{unit}/{name} is missing from the artifact store ({path})",
                             hint="resume the run: the unit is invalidated and redone")
@@ -112,7 +112,7 @@ def _check(run: RunHandle, unit: str, name: str, path: Path, sha256: str) -> byt
     return data
 
 
-def unit_output(run: RunHandle, unit: str, name: str) -> Output:
+def unit_output(run: Run, unit: str, name: str) -> Output:
     """The committed output ``name`` of ``unit``, its hash checked. KeepstepError naming what
     exists when the unit has no such output, or when the file no longer matches."""
     if unit not in run.plan.unit_map():
@@ -131,7 +131,7 @@ def unit_output(run: RunHandle, unit: str, name: str) -> Output:
                   path=str(path), data=data)
 
 
-def default_folder(run: RunHandle) -> Path:
+def default_folder(run: Run) -> Path:
     suffix = "" if run.branch_id == "main" else f"-{run.branch_id}"
     return run.project.root / "deliverables" / f"{run.run_id}{suffix}"
 
@@ -144,7 +144,7 @@ def _is_export(folder: Path) -> bool:
     return isinstance(data, dict) and data.get("format") == EXPORT_FORMAT
 
 
-def export_deliverables(run: RunHandle, out: str | Path | None = None) -> DeliverablesExport:
+def export_deliverables(run: Run, out: str | Path | None = None) -> DeliverablesExport:
     """Copy the run's current deliverables and their manifest to ``out`` (see the module doc).
 
     Raises KeepstepError (nothing written) when a file no longer matches its record, or when

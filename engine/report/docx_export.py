@@ -31,7 +31,7 @@ from keepstep.engine.report.charts import Chart, ChartData, charts_markdown, mak
 
 if TYPE_CHECKING:
     from keepstep.engine.report.deliverables import DeliverablesExport
-    from keepstep.engine.run.handle import RunHandle
+    from keepstep.engine.run.runtime import Run
 
 EXPORT_FORMATS = FORMATS = ("md", "docx", "pdf")
 CHARTS_DIR, CHARTS_PAGE = "charts", "charts.md"
@@ -61,7 +61,7 @@ class DocumentsExport(BaseModel):
 
 
 # -- what the run found ------------------------------------------------------------------
-def _outputs(run: RunHandle, name: str) -> list[Any]:
+def _outputs(run: Run, name: str) -> list[Any]:
     from keepstep.engine.report.deliverables import unit_output
 
     docs = []
@@ -74,7 +74,7 @@ def _outputs(run: RunHandle, name: str) -> list[Any]:
     return docs
 
 
-def chart_data(run: RunHandle) -> ChartData:
+def chart_data(run: Run) -> ChartData:
     """The current ranked risks and verified evidence of ``run``."""
     risks = [r for doc in _outputs(run, "ranking.json") if isinstance(doc, dict)
              for r in doc.get("risks") or [] if isinstance(r, dict)]
@@ -83,7 +83,7 @@ def chart_data(run: RunHandle) -> ChartData:
     return ChartData(risks=risks, evidence=evidence)
 
 
-def source_titles(run: RunHandle) -> dict[str, str]:
+def source_titles(run: Run) -> dict[str, str]:
     return {s.id: s.title for s in run.project.files.sources.sources}
 
 
@@ -281,7 +281,7 @@ def _pdf(docx_files: list[Path], folder: Path) -> tuple[list[str], list[str]]:
     return made, notes
 
 
-def export_documents(run: RunHandle, exported: DeliverablesExport,
+def export_documents(run: Run, exported: DeliverablesExport,
                      formats: tuple[str, ...] = ("docx",), *,
                      charts: bool = True) -> DocumentsExport:
     """Word files (and PDFs) and charts for the deliverables in ``exported.folder``."""

@@ -47,7 +47,7 @@ from keepstep.engine.report.narrative_history import gather
 from keepstep.storage import ChainBroken, ChainReport
 
 if TYPE_CHECKING:
-    from keepstep.engine.run.handle import RunHandle
+    from keepstep.engine.run.runtime import Run
 
 BUNDLE_FORMAT = "keepstep-handover/1"
 MANIFEST = "manifest.json"
@@ -106,7 +106,7 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _deliverables(run: RunHandle) -> list[dict[str, Any]]:
+def _deliverables(run: Run) -> list[dict[str, Any]]:
     from keepstep.engine.report.views import current_deliverables
 
     rows = [d.model_dump() for d in current_deliverables(run)]
@@ -118,7 +118,7 @@ def _deliverables(run: RunHandle) -> list[dict[str, Any]]:
     return rows
 
 
-def _collect(run: RunHandle) -> dict[str, Any]:
+def _collect(run: Run) -> dict[str, Any]:
     """Every fact the bundle shows, read once."""
     from keepstep.engine.run.gates import pending_approvals
 
@@ -261,7 +261,7 @@ def _recommendation(deliverables: list[dict[str, Any]]) -> str:
     return ""
 
 
-def conclusions(run: RunHandle, deliverables: list[dict[str, Any]]) -> dict[str, Any]:
+def conclusions(run: Run, deliverables: list[dict[str, Any]]) -> dict[str, Any]:
     """What the run concluded, for the page's first section: the recommendation (from a
     deliverable), the top risks, the open disagreements, and the evidence they cite."""
     from keepstep.engine.report.docx_export import _outputs, chart_data
@@ -285,7 +285,7 @@ def _page_fragment(locator: str) -> str:
     return f"#page={m.group(1)}" if m else ""
 
 
-def _write_sources(run: RunHandle, w: _Writer, out: Path, evidence: dict[str, dict[str, Any]],
+def _write_sources(run: Run, w: _Writer, out: Path, evidence: dict[str, dict[str, Any]],
                    mode: str) -> dict[str, str]:
     """The sources the run cites, in ``sources/``: a page per cited source with each cited
     excerpt under its evidence id (an anchor) and locator; with ``mode`` "files" the
@@ -352,7 +352,7 @@ def _relative(path: str, root: Path) -> str:
     return p.relative_to(root).as_posix() if p.is_relative_to(root) else p.name
 
 
-def _contract(run: RunHandle) -> tuple[str, bool]:
+def _contract(run: Run) -> tuple[str, bool]:
     from keepstep.engine.files.project import CONTRACT_FILE, load_contract
 
     path = run.project.root / CONTRACT_FILE
@@ -364,7 +364,7 @@ def _contract(run: RunHandle) -> tuple[str, bool]:
     return text, same
 
 
-def _plan_text(run: RunHandle) -> str:
+def _plan_text(run: Run) -> str:
     snap = run.store.artifacts.root / run.plan_info.get("snapshot_path", "")
     if snap.is_file():
         return snap.read_text(encoding="utf-8")
@@ -397,7 +397,7 @@ def _is_bundle_manifest(data: bytes) -> bool:
         return False
 
 
-def export_handover(run: RunHandle, out: str | Path, *, require_verified: bool = False,
+def export_handover(run: Run, out: str | Path, *, require_verified: bool = False,
                     sources: str = "none") -> Path:
     """Write the handover bundle of ``run`` to ``out`` (a folder, or a zip if it ends in
     ``.zip``) and return its path. An earlier bundle at ``out`` is replaced; anything else
@@ -468,7 +468,7 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
-def _write_bundle(run: RunHandle, out: Path, chain: ChainReport, sources: str = "none"
+def _write_bundle(run: Run, out: Path, chain: ChainReport, sources: str = "none"
                   ) -> Path:
     from keepstep.engine.report.dag_svg import run_dag_svg
 

@@ -27,7 +27,7 @@ from keepstep.engine.report.narrative_claims import (
 from keepstep.engine.report.narrative_history import Facts, gather, history, recoveries
 
 if TYPE_CHECKING:
-    from keepstep.engine.run.handle import RunHandle
+    from keepstep.engine.run.runtime import Run
 
 NARRATIVE_VERSION = "narrative-1"
 _KIND_WORDS = {"unit-success": ("unit success", "unit successes"),
@@ -152,7 +152,7 @@ def _unverified(f: Facts) -> list[Line]:
                               else "none")})]
 
 
-def narrative_lines(run: RunHandle) -> list[Line]:
+def narrative_lines(run: Run) -> list[Line]:
     """The narrative as lines: plain strings and figure-bearing ``Claim``s."""
     f = gather(run)
     title = run.plan.plan.title or run.project.files.config.name
@@ -172,12 +172,12 @@ def narrative_lines(run: RunHandle) -> list[Line]:
     return lines
 
 
-def narrative(run: RunHandle) -> str:
+def narrative(run: Run) -> str:
     """The handover narrative (Markdown) for ``run``, from its stored state only."""
     return render(narrative_lines(run))
 
 
-def check_narrative(run: RunHandle, text: str) -> list[Mismatch]:
+def check_narrative(run: Run, text: str) -> list[Mismatch]:
     """Compare every figure in ``text`` with the run's state. Any mismatch is recorded as an
     ``alert.narrative_mismatch`` event; the state wins (``narrative(run)`` gives its text)."""
     mismatches = compare(narrative_lines(run), text)

@@ -25,7 +25,7 @@ from keepstep.engine.report.status import run_status
 from keepstep.engine.run.approvals import describe_bound_object
 
 if TYPE_CHECKING:
-    from keepstep.engine.run.handle import RunHandle
+    from keepstep.engine.run.runtime import Run
     from keepstep.storage.models import Checkpoint, Event
 
 _HISTORY_KINDS = ("decision.", "approval.decided", "approval.revoked", "approval.superseded",
@@ -62,7 +62,7 @@ class Facts:
         return out
 
 
-def gather(run: RunHandle) -> Facts:
+def gather(run: Run) -> Facts:
     """Load the facts; the baseline is the head if it verifies, else the newest checkpoint
     before the first one that does not."""
     store = run.store

@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 from keepstep.engine.core.timefmt import parse_iso
 
 if TYPE_CHECKING:
-    from keepstep.engine.run.handle import RunHandle
+    from keepstep.engine.run.runtime import Run
 
 
 class InFlight(BaseModel):
@@ -114,7 +114,7 @@ def fmt_count(n: float) -> str:
     return f"{n:g}"
 
 
-def recorded_durations(run: RunHandle) -> dict[str, list[float]]:
+def recorded_durations(run: Run) -> dict[str, list[float]]:
     """unit kind -> seconds taken by each committed attempt of this run (from the attempts'
     start and end times)."""
     kinds = {u.id: u.kind.value for u in run.plan.units}
@@ -131,7 +131,7 @@ def recorded_durations(run: RunHandle) -> dict[str, list[float]]:
 class ProgressTracker:
     """An ``on_event`` callback that keeps a live ``ProgressSnapshot`` (see the module doc)."""
 
-    def __init__(self, run: RunHandle, *, clock: Callable[[], float] | None = None,
+    def __init__(self, run: Run, *, clock: Callable[[], float] | None = None,
                  refresh_s: float = 1.0) -> None:
         self.run = run
         self.clock = clock or time.monotonic
@@ -271,7 +271,7 @@ class NotebookProgress(ProgressTracker):
     every ``every_s`` (and once more when the run loop stops); elsewhere a plain line per
     finished unit. Pass it as ``on_event`` (``Run.live_progress()`` builds one)."""
 
-    def __init__(self, run: RunHandle, *, every_s: float = 0.5, **kwargs: Any) -> None:
+    def __init__(self, run: Run, *, every_s: float = 0.5, **kwargs: Any) -> None:
         super().__init__(run, **kwargs)
         self.every_s = every_s
         self._shown = float("-inf")

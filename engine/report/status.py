@@ -14,7 +14,7 @@ from keepstep.engine.run.gates import PendingApproval, pending_approvals
 from keepstep.storage import NotFound
 
 if TYPE_CHECKING:
-    from keepstep.engine.run.handle import RunHandle
+    from keepstep.engine.run.runtime import Run
     from keepstep.storage import Checkpoint
 
 VIEW_VERSION = "status-view-1"
@@ -105,7 +105,7 @@ def executors_of(leases: Any, now: float) -> list[dict[str, Any]]:
     return sorted(by.values(), key=lambda e: -e["heartbeat_at"])
 
 
-def _alerts(run: RunHandle, facts: Any, last_commit_ts: float | None,
+def _alerts(run: Run, facts: Any, last_commit_ts: float | None,
             decision_kind: str) -> list[dict]:
     policy = run.project.files.config.policy
     out: list[dict[str, Any]] = []
@@ -140,7 +140,7 @@ def _alert_message(alert: dict[str, Any]) -> str:
     return details or alert["kind"].replace("_", " ")
 
 
-def recovery_stop(run: RunHandle) -> str | None:
+def recovery_stop(run: Run) -> str | None:
     """Why the newest recovery stopped (failed, blocked, breaker open), unless a later one
     finished or a person reset it: a run whose recovery stopped must not read "resume"."""
     evs = run.store.events(run.run_id, branch_id=run.branch_id, kinds=[
@@ -151,7 +151,7 @@ def recovery_stop(run: RunHandle) -> str | None:
     return str(evs[0].payload.get("reason") or "recovery stopped")
 
 
-def run_status(run: RunHandle) -> RunStatus:
+def run_status(run: Run) -> RunStatus:
     from keepstep.engine.report.next_action import next_action
 
     store = run.store

@@ -15,12 +15,12 @@ from keepstep.engine.core.plan import UnitKind
 from keepstep.storage.hashing import file_sha256
 
 if TYPE_CHECKING:
-    from keepstep.engine.run.handle import RunHandle, Workspace
+    from keepstep.engine.run.runtime import Project, Run
 
 DELIVERABLE_KINDS = (UnitKind.render, UnitKind.notes)
 
 
-def input_snapshots(project: Workspace) -> dict[str, dict[str, Any]]:
+def input_snapshots(project: Project) -> dict[str, dict[str, Any]]:
     """run id -> the input snapshot its main branch is at ({"label", "sources": {id: sha256}})."""
     out = {}
     for run_id in project.runs():
@@ -94,7 +94,7 @@ class CompensationPreview(BaseModel):
         return "\n".join(lines)
 
 
-def current_deliverables(run: RunHandle) -> list[Deliverable]:
+def current_deliverables(run: Run) -> list[Deliverable]:
     """The committed outputs of the run's current render and notes units, in plan order."""
     records = run.facts_records()
     rows = []
@@ -112,7 +112,7 @@ def current_deliverables(run: RunHandle) -> list[Deliverable]:
     return rows
 
 
-def unit_outputs(run: RunHandle, unit_id: str) -> list[OutputInfo]:
+def unit_outputs(run: Run, unit_id: str) -> list[OutputInfo]:
     """The outputs of ``unit_id``'s committed record (empty when it never succeeded)."""
     rec = run.facts_records().get(unit_id)
     if rec is None:
@@ -132,7 +132,7 @@ EFFECT_FIELDS = ("key", "unit", "attempt", "action", "adapter", "status", "remot
                  "updated_at")
 
 
-def effect_rows(run: RunHandle) -> list[EffectRow]:
+def effect_rows(run: Run) -> list[EffectRow]:
     """The side-effect ledger of the run's branch, oldest first: one row per external action
     (idempotency key, unit, attempt, action, adapter, status, remote id, last change).
     ``status`` is intent, committed, unknown, failed, compensated or compensation-intent;

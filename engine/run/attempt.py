@@ -317,7 +317,7 @@ class AttemptContext:
 
     def call_model(self, call: StepCall, *, check: Any) -> CheckedAnswer:
         # Lazy on purpose (start-up): the client module is loaded by the first model call,
-        # or in the background from the first claim (RunHandle.preload_model_client).
+        # or in the background from the first claim (Run.preload_model_client).
         from keepstep.engine.gateway.client import CallContext, ModelRequest, request_hash
 
         self.safe_point()

@@ -22,7 +22,7 @@ from keepstep.storage.hashing import file_sha256
 
 if TYPE_CHECKING:
     from keepstep.engine.core.plan import Plan
-    from keepstep.engine.run.handle import RunHandle, Workspace
+    from keepstep.engine.run.runtime import Project, Run
 
 PRODUCER_VERSION = "keepstep-0.1.0"
 PROMPT_VERSION = "prompts-1"
@@ -96,7 +96,7 @@ def inputs_state(n: int, snapshot: InputSnapshot) -> dict[str, Any]:
             "groups": snapshot.groups, "headers": snapshot.headers, "bodies": snapshot.bodies}
 
 
-def create_run(workspace: Workspace, run_id: str, *, branch_id: str = "main") -> None:
+def create_run(workspace: Project, run_id: str, *, branch_id: str = "main") -> None:
     """Commit the first checkpoint of a new run at plan-v1 / in-v1 from the files as they are.
 
     Raises storage's error when the run exists (``open_or_start`` handles the race of two
@@ -140,7 +140,7 @@ class Detected(BaseModel):
     source_groups: dict[str, str]
 
 
-def detect(run: RunHandle, *, sources: Any = None, plan: Plan | None = None) -> Detected:
+def detect(run: Run, *, sources: Any = None, plan: Plan | None = None) -> Detected:
     """Re-read the project files, re-hash the sources, and list the typed changes.
 
     ``sources`` (a SourcesFile) and ``plan`` stand in for sources.toml and plan.toml — a

@@ -9,13 +9,13 @@ from keepstep.engine.gateway.call_ledger import StoreCallLedger
 from keepstep.storage import Budget, BudgetLimitReached, EventIn
 
 if TYPE_CHECKING:
-    from keepstep.engine.run.handle import RunHandle
+    from keepstep.engine.run.runtime import Run
 
 KNOWN = ("calls", "tool_calls", "tokens", "cost", "wall_time_s", "retries", "recoveries",
          "storage_bytes")
 
 
-def charge_retry(run: RunHandle, unit: str) -> BudgetExhausted | None:
+def charge_retry(run: Run, unit: str) -> BudgetExhausted | None:
     """Charge one unit retry to the ``retries`` budget; the BudgetExhausted to block the unit
     with when that would pass the limit (nothing is charged then)."""
 
@@ -27,7 +27,7 @@ def charge_retry(run: RunHandle, unit: str) -> BudgetExhausted | None:
     return None
 
 
-def raise_budget(run: RunHandle, *, reason: str, who: str,
+def raise_budget(run: Run, *, reason: str, who: str,
                  limits: dict[str, float | None]) -> Budget:
     """Raise limits with a decision event; release units that the budget blocked.
 

@@ -28,7 +28,8 @@ from keepstep.storage import (
 
 if TYPE_CHECKING:
     from keepstep.engine.core.plan import Plan
-    from keepstep.engine.run.handle import FactsCache, RunHandle
+    from keepstep.engine.run.facts_cache import FactsCache
+    from keepstep.engine.run.runtime import Run
     from keepstep.storage import ArtifactEntry
 
 # How often a unit's commit is built again on a head another executor moved.
@@ -72,7 +73,7 @@ class UnitCommitter:
     this process's claims and commits never race; another executor's commit is caught up
     with and rebased on when what the attempt consumed is unchanged."""
 
-    def __init__(self, run: RunHandle, cache: FactsCache,
+    def __init__(self, run: Run, cache: FactsCache,
                  plan: Callable[[], Plan]) -> None:
         self.run = run
         self.store = run.store

@@ -36,7 +36,7 @@ from keepstep.storage.hashing import canonical_json
 
 if TYPE_CHECKING:
     from keepstep.engine.core.plan import Gate
-    from keepstep.engine.run.handle import RunHandle
+    from keepstep.engine.run.runtime import Run
     from keepstep.storage import ApprovalRecord
 
 
@@ -86,7 +86,7 @@ def _legacy(gate: Gate) -> str | None:
     return None
 
 
-def _deliver_held(run: RunHandle, gate: Gate) -> list[Any]:
+def _deliver_held(run: Run, gate: Gate) -> list[Any]:
     units = run.plan.unit_map()
     return [units[u] for u in gate.held_units()
             if u in units and units[u].kind.value == "deliver"]
@@ -120,7 +120,7 @@ def audits_of(plan: Any, unit_id: str) -> list[str]:
             and any(d.unit == unit_id for d in u.depends_on)]
 
 
-def _bytes_of(run: RunHandle, unit_id: str, name: str, sha256: str,
+def _bytes_of(run: Run, unit_id: str, name: str, sha256: str,
               path: str | None = None) -> str | None:
     """The text of ``unit_id``'s ``name`` with that sha256 (any attempt), or None."""
     root = run.store.artifacts.root
@@ -134,7 +134,7 @@ def _bytes_of(run: RunHandle, unit_id: str, name: str, sha256: str,
     return None
 
 
-def release_audits(run: RunHandle, gate: Gate, facts: RunFacts) -> list[AuditOfBytes]:
+def release_audits(run: Run, gate: Gate, facts: RunFacts) -> list[AuditOfBytes]:
     """For each file the gate's deliver units deliver, each audit of it: did it pass on the
     exact bytes to be delivered? An audit that ran on other bytes counts for these only when
     the two differ in presentation alone (read back and compared, never assumed from how the
@@ -190,7 +190,7 @@ def audit_hold(audits: list[AuditOfBytes]) -> str:
     return "; ".join(f"{a.audit} must audit {a.file} first ({a.detail})" for a in waiting)
 
 
-def reaudit(run: RunHandle, facts: RunFacts, stale: list[AuditOfBytes]) -> list[str]:
+def reaudit(run: Run, facts: RunFacts, stale: list[AuditOfBytes]) -> list[str]:
     """The bytes each stale audit read changed in substance: one ``unit_output`` change (its
     content) per changed file, invalidating the audit and what depends on its verdict (one
     ``repair`` commit, explained), so the audit runs again on the new bytes before the gate
@@ -233,13 +233,11 @@ def reaudit(run: RunHandle, facts: RunFacts, stale: list[AuditOfBytes]) -> list[
                 "invalidated": explained, "reused": sorted(result.reused)})])
     except CheckpointConflict:
         return []
-    cache = getattr(run, "facts_cache", None)
-    if callable(cache):
-        cache().refresh()  # the loop's facts share the cache's records: they see it now
+    run.facts_cache().refresh()  # the loop's facts share the cache's records: they see it now
     return sorted(explained)
 
 
-def _value(run: RunHandle, ref: str, records: dict[str, Any], info: dict[str, Any]) -> Any:
+def _value(run: Run, ref: str, records: dict[str, Any], info: dict[str, Any]) -> Any:
     kind, _, name = ref.partition(":")
     if ref == "plan":
         return int(info.get("n", 1))
@@ -261,7 +259,7 @@ def _value(run: RunHandle, ref: str, records: dict[str, Any], info: dict[str, An
     return None
 
 
-def bound_object(run: RunHandle, gate: Gate, facts: RunFacts | None = None) -> dict[str, Any]:
+def bound_object(run: Run, gate: Gate, facts: RunFacts | None = None) -> dict[str, Any]:
     """What an approval of this gate binds to, as the run stands now."""
     records = facts.records if facts is not None else run.facts_records()
     info = facts.plan_info if facts is not None else run.plan_info
@@ -288,7 +286,7 @@ def bound_object(run: RunHandle, gate: Gate, facts: RunFacts | None = None) -> d
     return {"binds": binds}
 
 
-def _shown(run: RunHandle, ref: str, value: Any, records: dict[str, Any]) -> Binding:
+def _shown(run: Run, ref: str, value: Any, records: dict[str, Any]) -> Binding:
     kind, _, name = ref.partition(":")
     if ref in ("plan", "contract"):
         n = value["plan_n"] if isinstance(value, dict) else value
@@ -338,7 +336,7 @@ def _shown(run: RunHandle, ref: str, value: Any, records: dict[str, Any]) -> Bin
     return Binding(ref=ref, kind=kind or ref, shown=str(value))
 
 
-def last_decided(run: RunHandle, gate: Gate) -> dict[str, Any] | None:
+def last_decided(run: Run, gate: Gate) -> dict[str, Any] | None:
     """The bound object of the gate's last decision in this run and branch (None: never
     decided)."""
     rows = [r for r in run.store.approvals(run.run_id, branch_id=run.branch_id, gate_id=gate.id)
@@ -346,7 +344,7 @@ def last_decided(run: RunHandle, gate: Gate) -> dict[str, Any] | None:
     return rows[-1].bound_object if rows else None
 
 
-def bindings(run: RunHandle, gate: Gate, facts: RunFacts | None = None,
+def bindings(run: Run, gate: Gate, facts: RunFacts | None = None,
              asked: dict[str, Any] | None = None) -> list[Binding]:
     """What the gate's decision binds, each with its value and verdict now; ``changed`` when
     it differs from ``asked`` (the bound object of the gate's last decision)."""
@@ -372,7 +370,7 @@ def bindings(run: RunHandle, gate: Gate, facts: RunFacts | None = None,
     return out
 
 
-def release_hold(run: RunHandle, gate: Gate, facts: RunFacts) -> str:
+def release_hold(run: Run, gate: Gate, facts: RunFacts) -> str:
     """Why the deliver units this gate holds could not run even if approved ("" when they
     could): an upstream unit's failed validators (DESIGN §8, safe release)."""
     from keepstep.engine.core.decide import failed_upstream
@@ -384,7 +382,7 @@ def release_hold(run: RunHandle, gate: Gate, facts: RunFacts) -> str:
     return "; ".join(dict.fromkeys(reasons))
 
 
-def option_estimates(run: RunHandle, gate: Gate, facts: RunFacts) -> list[ApprovalOption]:
+def option_estimates(run: Run, gate: Gate, facts: RunFacts) -> list[ApprovalOption]:
     """Per option: what it reuses, what it redoes, and the estimated cost (from the ledger)."""
     from keepstep.engine.core.invalidation import downstream_of
 
@@ -432,7 +430,7 @@ def option_estimates(run: RunHandle, gate: Gate, facts: RunFacts) -> list[Approv
     return out
 
 
-def _waiting_units(run: RunHandle, gate: Gate, facts: RunFacts,
+def _waiting_units(run: Run, gate: Gate, facts: RunFacts,
                    out: dict[str, bool]) -> list[str]:
     units = run.plan.unit_map()
     held = [u for u in gate.held_units() if u in units]
@@ -443,7 +441,7 @@ def _waiting_units(run: RunHandle, gate: Gate, facts: RunFacts,
     return waiting
 
 
-def open_gates(run: RunHandle, facts: RunFacts) -> dict[str, bool]:
+def open_gates(run: Run, facts: RunFacts) -> dict[str, bool]:
     """unit id -> whether its gate currently has an applying approval. Reads only."""
     out: dict[str, bool] = {}
     for gate in run.plan.gates:
@@ -454,7 +452,7 @@ def open_gates(run: RunHandle, facts: RunFacts) -> dict[str, bool]:
     return out
 
 
-def request_gates(run: RunHandle, facts: RunFacts, *,
+def request_gates(run: Run, facts: RunFacts, *,
                   approve: dict[str, str] | None = None) -> dict[str, bool]:
     """Like ``open_gates``, and ask: a gate whose units are otherwise ready gets an approval
     request (a new one when the old decision no longer applies), and an ``approve`` answer
@@ -495,7 +493,7 @@ def request_gates(run: RunHandle, facts: RunFacts, *,
     return out
 
 
-def _answer_once(run: RunHandle, gate: Gate, obj: dict[str, Any], answer: str,
+def _answer_once(run: Run, gate: Gate, obj: dict[str, Any], answer: str,
                  facts: RunFacts) -> None:
     """Record an ``--approve`` answer. Another executor on the run may answer the same
     request between our status read and our answer (the gate is then open: nothing to do),
@@ -513,15 +511,14 @@ def _answer_once(run: RunHandle, gate: Gate, obj: dict[str, Any], answer: str,
                 raise
 
 
-def keep_token(run: RunHandle, gate_id: str, token: str | None) -> None:
+def keep_token(run: Run, gate_id: str, token: str | None) -> None:
     """Hand a newly issued resume token to the run object that asked (``Run.resume_tokens``,
     in memory only): the database keeps its sha256, so this is the one chance to show it."""
-    tokens = getattr(run, "resume_tokens", None)
-    if token and isinstance(tokens, dict):
-        tokens[gate_id] = token
+    if token:
+        run.resume_tokens[gate_id] = token
 
 
-def issue_resume_token(run: RunHandle, gate: Gate) -> str:
+def issue_resume_token(run: Run, gate: Gate) -> str:
     """Ask ``gate`` again about the same object and return the new request's resume token.
 
     The open request is superseded (a token issued with it stops working); the options are
@@ -540,7 +537,7 @@ def issue_resume_token(run: RunHandle, gate: Gate) -> str:
     return request.resume_token
 
 
-def record_choice(run: RunHandle, gate: Gate, answer: str, *, who: str, token: str | None = None,
+def record_choice(run: Run, gate: Gate, answer: str, *, who: str, token: str | None = None,
                   facts: RunFacts | None = None) -> ApprovalRecord:
     """Record a person's answer to ``gate`` (an ``approval.decided`` decision event).
 
@@ -563,7 +560,7 @@ def record_choice(run: RunHandle, gate: Gate, answer: str, *, who: str, token: s
                             expires_days=gate.expires_days, token=token)
 
 
-def revoke_choice(run: RunHandle, gate: Gate, *, who: str, reason: str) -> ApprovalRecord:
+def revoke_choice(run: Run, gate: Gate, *, who: str, reason: str) -> ApprovalRecord:
     """Revoke the gate's current decision (an ``approval.revoked`` decision event).
 
     The gate then asks again the next time the run reaches it (a new request on resume)
@@ -575,7 +572,7 @@ def revoke_choice(run: RunHandle, gate: Gate, *, who: str, reason: str) -> Appro
     return approvals.revoke(run.store, run.run_id, gate.id, who, reason)
 
 
-def pending_approvals(run: RunHandle, facts: RunFacts | None = None) -> list[PendingApproval]:
+def pending_approvals(run: Run, facts: RunFacts | None = None) -> list[PendingApproval]:
     """Open approval requests, oldest first, with each option recomputed from the facts now."""
     out = []
     gates = {g.id: g for g in run.plan.gates}

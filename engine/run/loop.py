@@ -17,7 +17,7 @@ only the checkpoints since its version, the attempt's consumed dependencies and 
 checked against them, and the commit is made again on the moved head (the rebase); a changed
 dependency fences the attempt (its output is an orphan, never promoted).
 
-Scheduling is flat: the committed records live in memory (``RunHandle.facts_cache``), each
+Scheduling is flat: the committed records live in memory (``Run.facts_cache``), each
 commit's own delta is applied to them, and a ready set (``core.decide.ReadySet``) is updated
 from each changed unit's dependents; leases, statuses and the budget (sized by what is in
 flight or blocked) are read per decision. Only when nothing is ready and nothing of ours is in
@@ -73,8 +73,8 @@ from keepstep.engine.run.attempt import AttemptResult
 from keepstep.engine.run.commit import UnitCommitter
 from keepstep.engine.run.ending import AttemptOutcome
 from keepstep.engine.run.gates import request_gates
-from keepstep.engine.run.handle import RunHandle
 from keepstep.engine.run.runner import AttemptRunner, LoopSettings
+from keepstep.engine.run.runtime import Run
 from keepstep.storage import CheckpointConflict, Claim, LeaseHeld
 
 # How often the scheduler looks at the cancel flag and other executors' commits while it waits.
@@ -93,7 +93,7 @@ class RunLoop:
     """The scheduler of one run: ``RunLoop(run, settings).loop()`` (or keyword arguments,
     each a field of LoopSettings)."""
 
-    def __init__(self, run: RunHandle, settings: LoopSettings | None = None,
+    def __init__(self, run: Run, settings: LoopSettings | None = None,
                  **fields: Any) -> None:
         if settings is None:
             fields["approve"] = dict(fields.get("approve") or {})

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 from keepstep.storage import BackupReport, GcReport, RestoreReport, backup, gc, restore
 
 if TYPE_CHECKING:
-    from keepstep.engine.run.handle import Workspace
+    from keepstep.engine.run.runtime import Project
 
 
-def backup_project(project: Workspace, out: str | Path) -> BackupReport:
+def backup_project(project: Project, out: str | Path) -> BackupReport:
     """Back up the project's state (database + committed artifacts) to a folder or a .zip.
 
     Safe while a run is going: the database is copied through SQLite's online backup API.
@@ -34,7 +34,7 @@ def restore_project(path: str | Path, into: str | Path, *, force: bool = False) 
     return restore(Path(path), Path(into), force=force)
 
 
-def gc_project(project: Workspace, older_than_days: float, *,
+def gc_project(project: Project, older_than_days: float, *,
                now: float | None = None) -> GcReport:
     """Delete attempt folders past the window that nothing needs; strip old event payloads."""
     return gc(project.root, older_than_days, project.clock() if now is None else now,

@@ -1,6 +1,6 @@
 """The worker pool that runs unit attempts: daemon threads, created on demand and reused.
 
-One pool per project (``Workspace.worker_pool``), closed with the project. Threads, not
+One pool per project (``Project.worker_pool``), closed with the project. Threads, not
 asyncio: litellm's completion is synchronous and the store keeps one SQLite connection per
 thread, which a reused thread keeps. A thread stuck in a provider call never blocks the
 process's exit.

@@ -37,7 +37,7 @@ from keepstep.storage import (
 from keepstep.storage.hashing import file_sha256
 
 if TYPE_CHECKING:
-    from keepstep.engine.run.handle import RunHandle
+    from keepstep.engine.run.runtime import Run
 
 
 class RecoveryState(StrEnum):
@@ -103,7 +103,7 @@ def _sealed(directory: str) -> bool:
 
 
 class Recovery:
-    def __init__(self, run: RunHandle, on_event: Callable[[dict[str, Any]], None] | None = None):
+    def __init__(self, run: Run, on_event: Callable[[dict[str, Any]], None] | None = None):
         self.run = run
         self.store = run.store
         self.on_event = on_event
@@ -223,15 +223,21 @@ class Recovery:
             return False
         # Current artifacts must still be what was committed.
         lost: list[tuple[str, str]] = []
-        root = self.store.artifacts.root
+        artifacts = self.store.artifacts
+        root = artifacts.root
         for uid, rec in sorted(run.facts_records().items()):
             if rec.state != UnitState.succeeded:
                 continue
+            # A small committed file is staged without a sync (its bytes ride in the
+            # commit): one that a restart of the machine tore or lost is rewritten from the
+            # store, not redone. Damage found in the boot that committed it is a change.
             for _name, ref in sorted(rec.outputs.items()):
                 p = root / ref.path
                 if not p.is_file():
-                    lost.append((uid, f"{ref.path} is missing"))
-                elif file_sha256(str(p)) != ref.sha256:
+                    if not artifacts.restore_committed(ref.path, ref.sha256):
+                        lost.append((uid, f"{ref.path} is missing"))
+                elif file_sha256(str(p)) != ref.sha256 \
+                        and not artifacts.restore_committed(ref.path, ref.sha256):
                     lost.append((uid, f"{ref.path} changed (sha256 differs from the manifest)"))
             # The attempt's recorded model responses are read back by retries and replays:
             # an altered one is as untrustworthy as an altered output (a removed one — gc
@@ -240,7 +246,8 @@ class Recovery:
                 if not entry.name.startswith("calls/"):
                     continue
                 p = root / entry.path
-                if p.is_file() and file_sha256(str(p)) != entry.sha256:
+                if p.is_file() and file_sha256(str(p)) != entry.sha256 \
+                        and not artifacts.restore_committed(entry.path, entry.sha256):
                     lost.append((uid, f"{entry.path} changed (a recorded model response no "
                                       "longer matches its manifest hash)"))
         self._lost = lost
@@ -373,7 +380,7 @@ class Recovery:
         return [artifact_lost(uid, what) for uid, what in getattr(self, "_lost", [])]
 
 
-def reconcile_effects(run: RunHandle) -> list[str]:
+def reconcile_effects(run: Run) -> list[str]:
     """Ask the adapters about intents without receipts (see ``engine.run.effects``)."""
     results = reconcile(run.store, run.project.effect_adapters, run.run_id)
     settled = settle_waiting(run.store, run.project.effect_adapters, run.run_id)
@@ -381,7 +388,7 @@ def reconcile_effects(run: RunHandle) -> list[str]:
         f"{r.key}: settled as {r.outcome} by lookup" for r in settled if r.by == "lookup"]
 
 
-def recover(run: RunHandle,
+def recover(run: Run,
             on_event: Callable[[dict[str, Any]], None] | None = None) -> RecoveryReport:
     return Recovery(run, on_event).execute()
 

@@ -16,10 +16,10 @@ from keepstep.engine.run.recovery import recover
 from keepstep.storage.hashing import sha256_hex
 
 if TYPE_CHECKING:
-    from keepstep.engine.run.handle import RunHandle
+    from keepstep.engine.run.runtime import Run
 
 
-def recorded_responses(run: RunHandle) -> dict[str, str]:
+def recorded_responses(run: Run) -> dict[str, str]:
     """request hash -> the recorded response, from the committed ``calls/*.json`` artifacts.
 
     Raises KeepstepError naming the file when a recorded response no longer matches its
@@ -44,7 +44,7 @@ def recorded_responses(run: RunHandle) -> dict[str, str]:
     return out
 
 
-def replay_run(source: RunHandle, new_run_id: str, **kwargs: Any) -> RunHandle:
+def replay_run(source: Run, new_run_id: str, **kwargs: Any) -> Run:
 
     responses = recorded_responses(source)
     project = source.project
@@ -58,7 +58,7 @@ def replay_run(source: RunHandle, new_run_id: str, **kwargs: Any) -> RunHandle:
     return new
 
 
-def _recorded_choices(run: RunHandle) -> dict[str, str]:
+def _recorded_choices(run: Run) -> dict[str, str]:
     choices: dict[str, str] = {}
     for ev in run.store.events(run.run_id, kinds=["approval.decided"]):
         gate = ev.payload.get("gate") or ev.payload.get("gate_id")

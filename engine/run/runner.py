@@ -51,7 +51,7 @@ from keepstep.storage.hashing import canonical_json, file_sha256
 
 if TYPE_CHECKING:
     from keepstep.engine.kinds.model_step import CheckedAnswer, StepCall
-    from keepstep.engine.run.handle import RunHandle
+    from keepstep.engine.run.runtime import Run
 
 Emit = Callable[..., None]
 
@@ -135,7 +135,7 @@ class _Attempt(AttemptContext):
 class AttemptRunner:
     """Runs claimed units of one run (any number of threads at once)."""
 
-    def __init__(self, run: RunHandle, settings: LoopSettings, *, stop: threading.Event,
+    def __init__(self, run: Run, settings: LoopSettings, *, stop: threading.Event,
                  plan: Callable[[], Plan], committer: UnitCommitter, emit: Emit) -> None:
         self.run = run
         self.store = run.store

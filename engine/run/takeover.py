@@ -23,14 +23,14 @@ from keepstep.storage import CommitRequest, EventIn
 
 if TYPE_CHECKING:
     from keepstep.engine.core.plan import Plan
-    from keepstep.engine.run.handle import RunHandle
+    from keepstep.engine.run.runtime import Run
 
 TAKEOVER_ACTIONS = ("resume", "narrow_scope", "rerun", "branch", "cancel", "mark_for_expert")
 EXPERT_REASON = "marked for an expert"
 OUT_OF_SCOPE_REASON = "out of scope (narrowed at a takeover)"
 
 
-def record_takeover(run: RunHandle, action: str, *, who: str = "user", unit: str | None = None,
+def record_takeover(run: Run, action: str, *, who: str = "user", unit: str | None = None,
                     **details: Any) -> int:
     """Append one ``decision.takeover`` event naming the action and who chose it.
 
@@ -63,7 +63,7 @@ def scope_of(plan: Plan, units: Iterable[str]) -> set[str]:
     return keep
 
 
-def out_of_scope(run: RunHandle, units: Iterable[str]) -> list[str]:
+def out_of_scope(run: Run, units: Iterable[str]) -> list[str]:
     """Units (plan order) that narrowing to ``units`` would hold back: outside the scope and
     not current. Current units outside the scope are kept as they are."""
     plan = run.plan
@@ -73,7 +73,7 @@ def out_of_scope(run: RunHandle, units: Iterable[str]) -> list[str]:
             not (u.id in records and records[u.id].state.value == "succeeded")]
 
 
-def narrow_scope(run: RunHandle, units: Iterable[str], *, who: str = "user",
+def narrow_scope(run: Run, units: Iterable[str], *, who: str = "user",
                  note: str = "") -> list[str]:
     """Keep only ``units`` (and what they depend on) in the run: record the decision, then
     block every other unit that is not current with reason OUT_OF_SCOPE_REASON.
@@ -89,7 +89,7 @@ def narrow_scope(run: RunHandle, units: Iterable[str], *, who: str = "user",
     return dropped
 
 
-def mark_for_expert(run: RunHandle, unit: str, note: str = "", *, who: str = "user") -> None:
+def mark_for_expert(run: Run, unit: str, note: str = "", *, who: str = "user") -> None:
     """Record that ``unit`` needs an expert and hold it (blocked, EXPERT_REASON) until a
     recorded retry releases it; its dependents wait behind it."""
     check_units(run.plan, [unit])
@@ -100,7 +100,7 @@ def mark_for_expert(run: RunHandle, unit: str, note: str = "", *, who: str = "us
 
 # -- narrowed scope as the engine sees it -------------------------------------------------------
 
-def narrowed_scope(run: RunHandle) -> tuple[set[str], set[str]]:
+def narrowed_scope(run: Run) -> tuple[set[str], set[str]]:
     """(kept, dropped) from the branch's ``narrow_scope`` decisions, applied oldest first.
 
     ``dropped``: units a narrowing held back, less any a later retry or rerun released;
@@ -122,12 +122,7 @@ def narrowed_scope(run: RunHandle) -> tuple[set[str], set[str]]:
     return kept, dropped
 
 
-def dropped_units(run: RunHandle) -> set[str]:
-    """Units a takeover dropped from the run's required scope (see ``narrowed_scope``)."""
-    return narrowed_scope(run)[1]
-
-
-def scoped_plan(run: RunHandle, plan: Plan) -> Plan:
+def scoped_plan(run: Run, plan: Plan) -> Plan:
     """``plan`` with the run's narrowed scope applied: a dropped unit is not required final,
     a kept unit is. The same plan when the scope was never narrowed, so change detection —
     which compares the plan as recorded — never sees a narrowing as a plan edit."""
@@ -152,7 +147,7 @@ def rerun_change(unit: str, who: str, note: str = "") -> Change:
                   detail=detail, plan_level=False)
 
 
-def rerun_invalidation(run: RunHandle, unit: str, *, who: str = "user",
+def rerun_invalidation(run: Run, unit: str, *, who: str = "user",
                        note: str = "") -> InvalidationResult:
     """What a rerun of ``unit`` invalidates (nothing is written). Explanations are labelled
     ``rerun``: origin unit → edges → unit."""
@@ -166,7 +161,7 @@ def rerun_invalidation(run: RunHandle, unit: str, *, who: str = "user",
     return result.model_copy(update={"affected": relabel, "pending_affected": pending})
 
 
-def rerun_unit(run: RunHandle, unit: str, *, who: str = "user", note: str = "") -> list[str]:
+def rerun_unit(run: Run, unit: str, *, who: str = "user", note: str = "") -> list[str]:
     """Run ``unit`` again at the next resume; returns the units invalidated.
 
     A current unit is invalidated with what uses its content, in one checkpoint commit (kind
@@ -214,6 +209,6 @@ def rerun_unit(run: RunHandle, unit: str, *, who: str = "user", note: str = "") 
 
 
 __all__ = ["EXPERT_REASON", "OUT_OF_SCOPE_REASON", "RERUN", "TAKEOVER_ACTIONS",
-           "dropped_units", "mark_for_expert", "narrow_scope", "narrowed_scope",
+           "mark_for_expert", "narrow_scope", "narrowed_scope",
            "out_of_scope", "record_takeover", "rerun_change", "rerun_invalidation",
            "rerun_unit", "scope_of", "scoped_plan"]

@@ -31,7 +31,7 @@ from keepstep.engine.run.takeover import (
 
 if TYPE_CHECKING:
     from keepstep.engine.core.plan import Plan
-    from keepstep.engine.run.handle import RunHandle
+    from keepstep.engine.run.runtime import Run
 
 
 class TakeoverPreview(BaseModel):
@@ -59,7 +59,7 @@ def _in_plan_order(plan: Plan, ids: Iterable[str]) -> list[str]:
     return [u.id for u in plan.units if u.id in wanted]
 
 
-def _estimate(run: RunHandle, plan: Plan, units: list[str],
+def _estimate(run: Run, plan: Plan, units: list[str],
               records: dict[str, UnitRecord]) -> tuple[UnitCost, list[str]]:
     """(summed estimate, units without figures)."""
     per_unit = estimate_costs(plan, units, records, run.calls())
@@ -98,7 +98,7 @@ def keep_for_drop(plan: Plan, drop: Iterable[str]) -> list[str]:
     return [u for u in remaining if not any(d in left for d in g.successors(u))]
 
 
-def preview_narrow(run: RunHandle, keep: Iterable[str]) -> TakeoverPreview:
+def preview_narrow(run: Run, keep: Iterable[str]) -> TakeoverPreview:
     """Narrowing to ``keep`` (and what it depends on): which units are held back and no
     longer required, which stay and still have to run. Nothing is invalidated."""
     plan = run.plan
@@ -136,7 +136,7 @@ def preview_narrow(run: RunHandle, keep: Iterable[str]) -> TakeoverPreview:
 
 # -- rerun -------------------------------------------------------------------------------------
 
-def preview_rerun(run: RunHandle, unit: str, *, who: str = "user") -> TakeoverPreview:
+def preview_rerun(run: Run, unit: str, *, who: str = "user") -> TakeoverPreview:
     """Rerunning ``unit``: what is invalidated (the unit and what uses its content, with
     paths), what is reused, the estimated cost."""
     plan = run.plan
@@ -183,7 +183,7 @@ def preview_rerun(run: RunHandle, unit: str, *, who: str = "user") -> TakeoverPr
 
 # -- branch ------------------------------------------------------------------------------------
 
-def records_at(run: RunHandle, version: int) -> dict[str, UnitRecord]:
+def records_at(run: Run, version: int) -> dict[str, UnitRecord]:
     """The unit records of the run's branch as they stood at checkpoint ``version``."""
     state: dict[str, object] = {}
     for cp in run.store.list_checkpoints(run.run_id, run.branch_id):
@@ -197,7 +197,7 @@ def records_at(run: RunHandle, version: int) -> dict[str, UnitRecord]:
     return records_from_state(state)
 
 
-def preview_branch(run: RunHandle, at: int, name: str) -> TakeoverPreview:
+def preview_branch(run: Run, at: int, name: str) -> TakeoverPreview:
     """Forking at checkpoint ``at`` as branch ``name``: what the branch starts with, what
     it would have to run again, what the current branch keeps."""
     head = run.head().version
@@ -235,7 +235,7 @@ def preview_branch(run: RunHandle, at: int, name: str) -> TakeoverPreview:
 
 # -- cancel ------------------------------------------------------------------------------------
 
-def preview_cancel(run: RunHandle) -> TakeoverPreview:
+def preview_cancel(run: Run) -> TakeoverPreview:
     """Cancelling: what stops, what stays; nothing is invalidated, deleted or undone."""
 
     plan = run.plan
@@ -262,7 +262,7 @@ def preview_cancel(run: RunHandle) -> TakeoverPreview:
 
 # -- mark for an expert ------------------------------------------------------------------------
 
-def preview_expert(run: RunHandle, unit: str) -> TakeoverPreview:
+def preview_expert(run: Run, unit: str) -> TakeoverPreview:
     """Marking ``unit`` for an expert: it is held (blocked) and what depends on it waits."""
     plan = run.plan
     _check(plan, [unit])

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from keepstep.engine.errors import ProjectError
 from keepstep.engine.files.project import CONFIG_FILE, STATE_DIR, load_config
-from keepstep.engine.run.handle import store_password
+from keepstep.engine.run.runtime import store_password
 from keepstep.storage.selection import (
     ENV_URL,
     StoreChoice,

@@ -294,7 +294,7 @@ def validate_project(root: Path, *, models: bool = True) -> ValidationReport:
                                    + (f" — {c.hint}" if c.hint else ""))
     # The store: a server is reached and its schema version read, without writing.
     # Lazy: the handle module loads the run machinery, which a validation needs only here.
-    from keepstep.engine.run.handle import store_password
+    from keepstep.engine.run.runtime import store_password
     from keepstep.storage.selection import check_store, choose_store
 
     try:

@@ -30,10 +30,6 @@ def redacted(url: str) -> str:
     return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
 
 
-def has_password(url: str) -> bool:
-    return urlsplit(url).password is not None
-
-
 def connect_once(url: str, password: str | None = None, *,
                  timeout: float = 10) -> psycopg.Connection[Any]:
     """One autocommit connection (validate, migrate). StorageBusy when unreachable."""

@@ -196,6 +196,7 @@ class Checkpoints(ChainChecks):
             delta_json = canonical_json(dict(delta))
             values = {k: None if v is None else canonical_json(v)
                       for k, v in json.loads(delta_json).items()}
+        kept = self._kept_bytes(manifest)
         crash_point("commit.before_begin")
         with self._write() as db:
             conn = db.conn
@@ -246,6 +247,8 @@ class Checkpoints(ChainChecks):
                     "DO UPDATE SET n = n + 1", [run_id, branch_id, kind])
             if manifest:
                 insert_manifest(conn, run_id, branch_id, version, manifest)
+            if kept:
+                self._keep_bytes(conn, kept)
             if current:
                 write_current(conn, run_id, branch_id, version, current)
             if usage:
@@ -272,6 +275,16 @@ class Checkpoints(ChainChecks):
             crash_point("commit.before_commit")
         crash_point("commit.after_commit")
         return version
+
+    def _kept_bytes(self, manifest: list[ArtifactEntry]) -> list[tuple[str, int, bytes]]:
+        """(sha256, size, bytes) of the committed files whose bytes this commit keeps in
+        its own transaction (read before the transaction starts; written by
+        ``_keep_bytes``). None here; SQLiteStore keeps the small files it staged without a
+        sync."""
+        return []
+
+    def _keep_bytes(self, conn: Any, kept: list[tuple[str, int, bytes]]) -> None:
+        """Write ``_kept_bytes``'s rows inside the commit's transaction."""
 
     def commit(self, request: CommitRequest) -> int:
         # Through commit_checkpoint, so one method holds the SQL (and a test that stands in

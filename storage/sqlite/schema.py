@@ -370,6 +370,25 @@ def m004_current_pointers_and_verified_chain(db: Database) -> None:
     db.execute("PRAGMA user_version = 4")
 
 
+@migrations()
+def m005_committed_file_bytes(db: Database) -> None:
+    """The bytes of small committed files, by sha256, written in the commit's own
+    transaction: the commit's one WAL sync makes them durable, so staging such a file needs
+    no fsync of its own, and recovery rewrites from here a committed file that a restart of
+    the machine (``boot_id``: the operating system's boot the bytes were last committed in)
+    tore or lost. (sha256, size, data are the PostgreSQL store's ``blobs`` columns.)"""
+    db.execute(
+        """
+        CREATE TABLE blobs (
+            sha256 TEXT PRIMARY KEY,
+            size INTEGER NOT NULL,
+            data BLOB NOT NULL,
+            boot_id TEXT NOT NULL
+        )
+        """)
+    db.execute("PRAGMA user_version = 5")
+
+
 # Bumped with every appended migration; each migration stamps PRAGMA user_version
 # with its own number. tests/test_storage_schema.py checks the two agree.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5

@@ -118,7 +118,7 @@ def test_a_failed_commit_stores_no_blob(tmp_path: Path, pg_url: str) -> None:
 
 def test_move_a_project_to_postgres_and_home_again(tmp_path: Path, pg_url: str,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from keepstep.engine import move_store
+    from keepstep.engine.store import move_store
 
     monkeypatch.delenv("KEEPSTEP_STORE_URL", raising=False)
     root = make_small_project(tmp_path / "small")

@@ -15,6 +15,7 @@ with the new SourceEntry, or None when cancelled.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -25,7 +26,10 @@ from textual.widgets import Button, Footer, Input, Label, Static
 
 from keepstep.app.tui.format import error_text
 from keepstep.app.tui.widgets.tick import Tick
-from keepstep.engine import SourceEntry, add_source, inspect_file
+from keepstep.engine.sources import SourceEntry, add_source, inspect_file
+
+if TYPE_CHECKING:
+    from textual.timer import Timer
 
 PREVIEW_DELAY_S = 0.4  # after the last keystroke in the path field
 PREVIEW_LINES = 6
@@ -49,7 +53,7 @@ class AddSourceModal(ModalScreen[SourceEntry | None]):
         super().__init__()
         self.root = root
         self.previewed: str = ""  # the path the preview shows
-        self._timer = None
+        self._timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="add-source-box", classes="dialog") as box:

@@ -25,7 +25,8 @@ from textual.widgets.option_list import Option
 from keepstep.app.tui.format import bound_text, option_line
 
 if TYPE_CHECKING:
-    from keepstep.engine import Gate, PendingApproval
+    from keepstep.engine.plan import Gate
+    from keepstep.engine.views import PendingApproval
 
 
 class ApprovalModal(ModalScreen[str | None]):

@@ -28,7 +28,7 @@ class ConflictsScreen(Screen[None]):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        from keepstep.engine import conflicts_text, run_conflicts
+        from keepstep.engine.views import conflicts_text, run_conflicts
 
         run = self.app.active_run
         found = None if run is None else self.app.guarded(

@@ -47,11 +47,13 @@ from keepstep.app.tui.screens.sources import SourcesScreen
 from keepstep.app.tui.screens.takeover import TakeoverScreen
 from keepstep.app.tui.widgets.budget_bars import BudgetBars
 from keepstep.app.tui.widgets.unit_table import UnitTable
-from keepstep.engine import KeepstepError, LeaseLost, RunCancelled, fmt_duration
+from keepstep.engine import KeepstepError, LeaseLost, RunCancelled
+from keepstep.engine.views import fmt_duration
 
 if TYPE_CHECKING:
     from keepstep.app.tui.app import KeepstepApp
-    from keepstep.engine import Need, ProgressTracker, Run, RunStatus
+    from keepstep.engine import Run
+    from keepstep.engine.views import Need, ProgressTracker, RunStatus
 
 # action(run, cancel, on_event) -> RunStatus: Run.run, Run.retry… with the worker's Event.
 EngineAction = Callable[["Run", threading.Event, Callable[[dict[str, Any]], None]], Any]

@@ -24,7 +24,7 @@ from textual.widgets import DataTable, Footer, Markdown, Static
 
 if TYPE_CHECKING:
     from keepstep.app.tui.app import KeepstepApp
-    from keepstep.engine import Deliverable
+    from keepstep.engine.views import Deliverable
 
 
 def viewer_command(path: Path, *, editor: bool = True) -> list[str]:

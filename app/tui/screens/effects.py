@@ -23,7 +23,11 @@ from keepstep.app.tui.screens.form import FormModal
 
 if TYPE_CHECKING:
     from keepstep.app.tui.app import KeepstepApp
-    from keepstep.engine import EffectRow, Run
+    from keepstep.engine import Run
+    from keepstep.engine.views import (
+        EffectRow,
+        SettleResult,  # noqa: F401 - named in a string base
+    )
 
 COLUMNS = ("unit", "action", "adapter", "status", "remote id", "needs you", "key")
 

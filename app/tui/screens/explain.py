@@ -35,7 +35,7 @@ class ExplainScreen(Screen[None]):
 
     def on_mount(self) -> None:
         run = self.app.active_run
-        text = "no run yet" if run is None else None
+        text = "no run yet"
         if run is not None:
             found = self.app.guarded(f"Could not explain {self.unit}", run.explain, self.unit)
             text = found.render() if found is not None else f"no explanation for {self.unit}"

@@ -17,16 +17,28 @@ from keepstep.app.tui.screens.form import FormModal
 from keepstep.app.tui.widgets.unit_table import UnitTable
 
 if TYPE_CHECKING:
+    from textual.screen import Screen
+
     from keepstep.app.tui.app import KeepstepApp
-    from keepstep.engine import Need, PendingApproval, Run, RunStatus
+    from keepstep.engine import Run
+    from keepstep.engine.views import Need, PendingApproval, RunStatus
+
+    # To the type checker the mixin is the screen it is mixed into (notify, query_one).
+    _MixedInto = Screen[None]
+else:
+    _MixedInto = object
 
 
-class NeedsYouActions:
+class NeedsYouActions(_MixedInto):
     """The actions of the Needs-you panel (mixed into DashboardScreen)."""
 
     app: KeepstepApp
     status: RunStatus | None
     needs: list[Need]
+
+    if TYPE_CHECKING:  # DashboardScreen's own, which these actions call
+        def action_run(self) -> None: ...
+        def refresh_status(self) -> None: ...
 
     # -- approvals -------------------------------------------------------------------------
     def open_approval(self, request: PendingApproval) -> None:

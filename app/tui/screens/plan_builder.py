@@ -25,7 +25,7 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static, Tree
 from keepstep.app.tui.format import plan_changes, preview_lines
 from keepstep.app.tui.screens.confirm import ConfirmModal
 from keepstep.app.tui.widgets.tick import Tick
-from keepstep.engine import (
+from keepstep.engine.plan import (
     PLAN_FILE,
     EdgeType,
     Gate,

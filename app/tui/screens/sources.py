@@ -25,8 +25,8 @@ from textual.widgets import DataTable, Footer, Static
 from keepstep.app.tui.format import ids, preview_lines
 from keepstep.app.tui.screens.add_source import AddSourceModal
 from keepstep.app.tui.screens.confirm import ConfirmModal
-from keepstep.engine import (
-    KeepstepError,
+from keepstep.engine import KeepstepError
+from keepstep.engine.sources import (
     detect_format,
     file_sha256,
     inspect_file,
@@ -36,7 +36,7 @@ from keepstep.engine import (
 
 if TYPE_CHECKING:
     from keepstep.app.tui.app import KeepstepApp
-    from keepstep.engine import SourceEntry
+    from keepstep.engine.sources import SourceEntry
 
 COLUMNS = ("", "id", "type", "group", "approved", "sha256", "snapshot", "title")
 
@@ -44,7 +44,7 @@ COLUMNS = ("", "id", "type", "group", "approved", "sha256", "snapshot", "title")
 class SourcesScreen(Screen[None]):
     BINDINGS = [
         Binding("escape", "app.pop_screen", "back"),
-        Binding("space", "toggle", "approve/revoke"),
+        Binding("space", "toggle_approved", "approve/revoke"),
         Binding("a", "approve", "approve"),
         Binding("d", "revoke", "revoke (asks)"),
         Binding("ctrl+n", "add", "new source"),
@@ -128,10 +128,10 @@ class SourcesScreen(Screen[None]):
             table.move_cursor(row=table.get_row_index(select))
         elif sources.sources:
             table.move_cursor(row=min(max(row, 0), len(sources.sources) - 1))
-        approved = sum(1 for s in sources.sources if s.approved)
+        n_approved = sum(1 for s in sources.sources if s.approved)
         where = f" · run {self.app.run_id} at {label}" if label else ""
         self.query_one("#sources-title", Static).update(
-            f"Sources · {len(sources.sources)} in sources.toml, {approved} approved{where}")
+            f"Sources · {len(sources.sources)} in sources.toml, {n_approved} approved{where}")
         self._show_detail()
 
     # -- detail ------------------------------------------------------------------------------
@@ -241,7 +241,7 @@ class SourcesScreen(Screen[None]):
                     "(sources.toml updated; a run takes it in on its next resume)")
         self.reload()
 
-    def action_toggle(self) -> None:
+    def action_toggle_approved(self) -> None:
         self._set_approved(None)
 
     def action_approve(self) -> None:

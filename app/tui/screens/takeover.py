@@ -9,7 +9,7 @@ Dismisses with ("resume" | "cancel", unit) when the dashboard must act, else Non
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from textual import on
 from textual.app import ComposeResult
@@ -22,10 +22,10 @@ from textual.widgets.option_list import Option
 from keepstep.app.tui.format import ids, preview_lines, takeover_lines, tokens
 from keepstep.app.tui.screens.confirm import ConfirmModal
 from keepstep.app.tui.screens.narrative import export_bundle
-from keepstep.engine import (
-    KeepstepError,
+from keepstep.engine import KeepstepError
+from keepstep.engine.plan import estimate_costs
+from keepstep.engine.takeover import (
     TakeoverPreview,
-    estimate_costs,
     mark_for_expert,
     narrow_scope,
     preview_branch,
@@ -213,7 +213,7 @@ class TakeoverScreen(Screen[tuple[str, str] | None]):
         self.app.push_screen(ConfirmModal(f"{label}: record this decision?", lines,
                                           yes="Record it"), decided)
 
-    def _confirm(self, run: Run) -> tuple[str, str] | None | bool:
+    def _confirm(self, run: Run) -> tuple[str, str] | None | Literal[False]:
         """Record the highlighted choice through the engine; False keeps the page open."""
         who, note = self.app.who, self.query_one("#takeover-note", Input).value.strip()
         if self.action in ("resume", "rerun") and self.app.dashboard.running:

@@ -8,7 +8,6 @@ Typical use by the engine::
     conv.text                      # Markdown: headings, "- " items, pipe tables
     conv.locator_at(offset)        # "p. 4", "Prices!A3:D3", "slide 2", "Pricing > Tiers"
     find_quote(conv, quote)        # where a quote occurs (None: nowhere)
-    locate_quote(conv, quote, start=a, end=b)  # the part holding its whole occurrence
     quote_at(conv, locator, quote) # does a citation's quote occur at its locator
     for row in iter_table_rows(conv): row.locator, row.header, row.cells, row.quote
     converter_versions()           # {"pdf": "pypdf-7.1.1+keepstep-1", ...}
@@ -56,7 +55,6 @@ from keepstep.engine.files.convert.model import (
 from keepstep.engine.files.convert.quotes import (
     find_occurrence,
     find_quote,
-    locate_quote,
     quote_at,
 )
 from keepstep.engine.files.convert.tables import iter_table_rows, table_rows
@@ -69,6 +67,6 @@ __all__ = [
     "UnreadableSourceError", "UnsupportedFormatError", "check_file", "convert",
     "converter_name", "converter_version", "converter_versions", "detect_format",
     "file_sha256", "find_occurrence", "find_quote", "from_markdown", "inspect_source",
-    "iter_table_rows", "locate_quote", "quote_at", "summarize",
+    "iter_table_rows", "quote_at", "summarize",
     "table_rows",
 ]

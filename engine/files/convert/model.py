@@ -61,17 +61,6 @@ class Segment(BaseModel):
     line_locator: str | None = None
     first_number: int = 1
 
-    def line_locators(self, text: str) -> list[tuple[str, int, int]]:
-        """(locator, start, end) of each line of a line run (the segment itself otherwise)."""
-        if self.line_locator is None:
-            return [(self.locator, self.start, self.end)]
-        out: list[tuple[str, int, int]] = []
-        pos = self.start
-        for k, line in enumerate(text[self.start:self.end].split("\n")):
-            out.append((self.line_locator.format(n=self.first_number + k), pos, pos + len(line)))
-            pos += len(line) + 1
-        return out
-
 
 class TableRow(BaseModel):
     """One data row of a Markdown table in a converted source.

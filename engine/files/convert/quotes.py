@@ -199,18 +199,6 @@ def find_occurrence(conv: ConvertedSource, quote: str, *, start: int = 0,
     return None if matcher is None else matcher.search(conv.text, start, end)
 
 
-def locate_quote(conv: ConvertedSource, quote: str, *, start: int = 0,
-                 end: int | None = None) -> str | None:
-    """Where ``quote`` first occurs within ``text[start:end]``: the locator of the innermost
-    part holding the whole occurrence (a table row, a page, a section...), ``""`` when no
-    located part holds it, None when it does not occur there at all."""
-    found = find_occurrence(conv, quote, start=start, end=end)
-    if found is None:
-        return None
-    locator = conv.locator_of(*found)
-    return "" if locator is None else locator
-
-
 def quote_at(conv: ConvertedSource, locator: str, quote: str) -> bool:
     """True when ``quote`` occurs within the part ``locator`` names (``""`` = anywhere).
 
@@ -228,5 +216,5 @@ def quote_at(conv: ConvertedSource, locator: str, quote: str) -> bool:
     return matcher.search(conv.text, span[0], span[1]) is not None
 
 
-__all__ = ["QuoteMatcher", "find_occurrence", "find_quote", "locate_quote", "quote_at",
+__all__ = ["QuoteMatcher", "find_occurrence", "find_quote", "quote_at",
            "quote_matcher", "quote_pattern", "verbatim_matcher"]
