@@ -171,15 +171,19 @@ def _prose(ctx: UnitContext, src: Sources, document: str,
     risks; each sentence cites the quotes that hold its figures (the real quotes of the ids
     it names)."""
     findings = [{"title": s.get("title", ""), "question": s.get("question", ""),
-                 "claims": [{"text": c.get("text", ""), "evidence_ids": c.get("evidence_ids", [])}
+                 "claims": [{"text": c.get("text", ""), "evidence_ids": c.get("evidence_ids", []),
+                             **({"conflict_ids": c["conflict_ids"]} if c.get("conflict_ids")
+                                else {})}
                             for c in s.get("claims", [])]} for s in src.syntheses]
     risks = [{"title": r["title"], "score": r["score"], "evidence_ids": r["evidence_ids"]}
              for r in src.risks()[:TOP_RISKS]]
     cited = {str(i) for f in findings for c in f["claims"] for i in c["evidence_ids"]} | {
         str(i) for r in risks for i in r["evidence_ids"]}
     quotes = {i: src.quotes[i] for i in cited if i in src.quotes}
+    # A finding resting on a settled disagreement may be restated with it (kinds.citable).
     return _sentences_step(ctx, src, document, section,
-                           {"findings": findings, "risks": risks}, quotes)
+                           {"findings": findings, "risks": risks}, quotes,
+                           (citable_conflicts(src.conflicts), conflict_evidence(src.conflicts)))
 
 
 def _written_section(ctx: UnitContext, src: Sources, document: str, section: str,

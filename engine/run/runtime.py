@@ -623,6 +623,7 @@ class Run:
             # Current, but its final validator did not pass (e.g. the audit's check was fixed
             # since): clearing a status would leave nothing to run, so the unit is rerun —
             # invalidated with what uses its content, a recorded decision — and tried again.
+            # Lazy (start-up): takeover imports networkx, as in recorded_plan's scope.
             from keepstep.engine.run.takeover import rerun_unit
 
             rerun_unit(self, unit_id, who=who,
