@@ -96,11 +96,12 @@ class KeyringUnavailable(KeepstepError):
 class BudgetExhausted(KeepstepError):
     """A budget limit would be exceeded; the unit is blocked, not failed."""
 
-    def __init__(self, message: str, *, figures: dict[str, Any] | None = None):
+    def __init__(self, message: str, *, figures: dict[str, Any] | None = None,
+                 hint: str | None = None):
         super().__init__(
             message,
-            hint="record a decision raising the limit (`keepstep budget raise DIR --run RUN "
-            "--calls N --reason ...`), then resume",
+            hint=hint or "record a decision raising the limit (`keepstep status` suggests the "
+            "new limit and the `keepstep budget raise` command), then resume",
         )
         self.figures = figures or {}
 

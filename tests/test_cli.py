@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import tomllib
 from pathlib import Path
 
@@ -106,7 +107,8 @@ def test_validate_names_an_unapproved_source(project: Path) -> None:
     result = invoke("validate", project)
     assert_clean_failure(result, 2)
     assert "unit U10" in result.output and "'B2' is not approved" in result.output
-    assert "sources DIR approve B2" in result.output
+    # Issue 23: no DIR placeholder; outside the project, its real path.
+    assert f"`keepstep sources approve {shlex.quote(str(project))} B2`" in result.output
 
 
 def test_validate_reports_every_problem_at_once(project: Path) -> None:

@@ -5,7 +5,13 @@ timestamped lines outside a terminal."""
 
 from __future__ import annotations
 
+import json
+import os
+import pty
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -134,3 +140,71 @@ def test_completion_install_writes_the_shell_script(tmp_path: Path, monkeypatch)
     assert shown.exit_code == 0 and "compdef keepstep" in shown.output
     unknown = invoke("completion", "install", "tcsh")
     assert unknown.exit_code == 2 and "name it" in unknown.output
+
+
+def test_the_block_and_the_status_suggest_one_limit_with_the_quoted_project_path(
+        tmp_path: Path) -> None:
+    """Issue 23: the run that stops on the budget and the status afterwards suggest the same
+    new limit (one function computes it), in a command holding the real project path quoted
+    for the shell, never a DIR placeholder."""
+    root = tmp_path / "my pack"
+    assert invoke("init", root).exit_code == 0
+    config = root / "keepstep.toml"
+    config.write_text(config.read_text().replace("calls = 50", "calls = 3"))
+    run = invoke("run", root)
+    assert run.exit_code == 3, run.output
+    status = invoke("status", root, "--run", "R1").output
+    said = set(re.findall(r"--calls (\d+)", run.output))
+    assert len(said) == 1 and said == set(re.findall(r"--calls (\d+)", status)), (run.output,
+                                                                                   status)
+    [n] = said
+    assert f"raise the calls limit to {n} (" in status
+    assert f"keepstep budget raise {shlex.quote(str(root))} --run R1 --calls {n}" in run.output
+    assert "DIR" not in run.output and "DIR" not in status
+
+
+def test_an_approvals_estimate_counts_the_model_calls_of_units_not_run_yet(
+        project: Path) -> None:
+    """Issue 23: the gate holds U5 (synthesize) before any unit of its kind has run; its
+    option still estimates U5's own model call (the preview's estimate), not ~0 calls."""
+    (project / "plan.toml").write_text((project / "plan.toml").read_text() + GATE)
+    assert invoke("run", project, "--quiet").exit_code == 3
+    shown = invoke("approvals", project, "--json")
+    assert shown.exit_code == 0, shown.output
+    [request] = json.loads(shown.stdout)
+    [option] = request["options"]
+    assert "U5" in option["redo"] and option["estimate"]["calls"] >= 1
+    text = invoke("approvals", project).output
+    assert "~0 call" not in text and re.search(r"~[1-9]\d* call", text), text
+
+
+def _in_a_terminal(args: list[str], env: dict[str, str]) -> bytes:
+    """What ``keepstep ARGS`` writes to a pseudo-terminal (so it sees a TTY)."""
+    main, child = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "keepstep.app.cli", *args], stdin=child,
+                            stdout=child, stderr=child, env=env, close_fds=True)
+    os.close(child)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(main)
+    assert proc.wait(timeout=120) == 0, out.decode(errors="replace")
+    return out
+
+
+def test_colour_on_a_terminal_and_none_when_no_color_is_set(project: Path) -> None:
+    """Issue 23: on a terminal the live display is coloured; NO_COLOR removes the colours
+    (bold may stay: NO_COLOR is about colour)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+    env |= {"TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"}
+    colour = re.compile(rb"\x1b\[(?:\d+;)*(?:3\d|9\d)(?:;\d+)*m")
+    coloured = _in_a_terminal(["run", str(project)], env)
+    assert colour.search(coloured), coloured[-400:]
+    plain = _in_a_terminal(["run", str(project), "--run", "R2", "--new"], env | {"NO_COLOR": "1"})
+    assert b"done" in plain and not colour.search(plain), plain[-400:]

@@ -75,3 +75,61 @@ def test_a_pack_from_init_with_the_users_own_sources_runs_to_done_offline(
     assert exported.exit_code == 0, exported.output
     table = next((root / "deliverables").rglob("evidence-table.csv")).read_text(encoding="utf-8")
     assert table.splitlines()[0].split(",")[:3] == ["id", "source_id", "locator"]
+
+
+RISKS = """[[risk]]
+key = "commuters"
+title = "Demand rests on urban commuters"
+keywords = ["commuters"]
+impact = 4
+"""
+
+
+def test_a_failed_rank_unit_runs_again_on_resume_once_its_data_file_is_added(
+        tmp_path: Path) -> None:
+    """Issue 23: the init pack on the user's own sources without data/risks.toml. validate
+    names the missing file (declared input) or the missing risk words (implicit one) before
+    the run; the run fails U6; once the file is there, preview says U6 runs again (with
+    figures, not ~0 calls) and resume runs it: the preview and the run agree."""
+    root = tmp_path / "ebikes"
+    assert invoke("init", root).exit_code == 0
+    for sid in ("A1", "A2", "B1", "B2"):
+        assert invoke("sources", "remove", root, sid, "--delete-file", "--yes").exit_code == 0
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "market.md").write_text(MARKET, encoding="utf-8")
+    (mine / "dealers.csv").write_text(DEALERS, encoding="utf-8")
+    for sid, group, name in (("A1", "A", "market.md"), ("B1", "B", "dealers.csv")):
+        added = invoke("sources", "add", root, mine / name, "--id", sid, "--group", group,
+                       "--approve")
+        assert added.exit_code == 0, added.output
+    (root / "data" / "risks.toml").unlink()
+
+    check = invoke("validate", root)
+    assert check.exit_code == 2, check.output
+    assert "unit U6" in check.output and "data file data/risks.toml is missing" in check.output
+    assert "add the file or remove the input" in check.output and "line" in check.output
+
+    plan = root / "plan.toml"
+    plan.write_text(plan.read_text(encoding="utf-8").replace(
+        'inputs = ["contract:audience", "data:risks"]', 'inputs = ["contract:audience"]'),
+        encoding="utf-8")
+    check = invoke("validate", root)
+    assert check.exit_code == 2, check.output
+    assert "unit U6" in check.output and "write data/risks.toml" in check.output
+
+    first = invoke("run", root, "--quiet", "--json")
+    assert first.exit_code == 4, first.output
+    assert json.loads(first.stdout)["units"]["U6"]["state"] == "failed"
+
+    (root / "data" / "risks.toml").write_text(RISKS, encoding="utf-8")
+    assert invoke("validate", root).exit_code == 0
+    dry = invoke("preview", root)
+    assert dry.exit_code == 0, dry.output
+    assert "then run U6" in dry.output and "~0 calls" not in dry.output
+    assert "U6 failed before; the change reaches it, so it runs again." in dry.output
+    again = invoke("resume", root, "--quiet", "--json")
+    assert again.exit_code == 0, again.output
+    status = json.loads(again.stdout)
+    assert status["units"]["U6"]["state"] == "succeeded" and status["counts"]["failed"] == 0
+    assert status["counts"]["current"] == len(status["units"])

@@ -11,7 +11,13 @@ import pytest
 from typer.testing import CliRunner
 
 from keepstep.app.cli.main import app
-from keepstep.engine.report.charts import likelihood_impact, price_points
+from keepstep.engine.report.charts import (
+    ChartData,
+    likelihood_impact,
+    make_charts,
+    placement,
+    price_points,
+)
 
 RUNNER = CliRunner()
 
@@ -74,6 +80,36 @@ def test_likelihood_and_impact_put_a_risk_on_its_score_cell() -> None:
     assert likelihood_impact({"score": 12, "evidence_ids": ["a", "b", "c"]}) == (3, 4)
     assert likelihood_impact({"score": 25, "evidence_ids": list("abcdefg")}) == (5, 5)
     assert likelihood_impact({"score": 3, "evidence_ids": []}) == (1, 3)
+
+
+def test_a_risk_is_placed_by_its_own_figures_else_its_score_else_its_rank() -> None:
+    """Issue 23: given likelihood and impact come first; a score is split as before; a
+    ranking that gives neither (or a score that is no number) is placed by rank, top highest."""
+    assert placement({"likelihood": 2, "impact": 4, "score": 8}, 0, 3) == (2, 4, "given")
+    assert placement({"score": 12, "evidence_ids": list("abc")}, 0, 3) == (
+        3, 4, "derived from score")
+    assert [placement({"title": "x", "score": "high"}, i, 3) for i in range(3)] == [
+        (5, 5, "derived from rank"), (3, 3, "derived from rank"), (1, 1, "derived from rank")]
+    assert placement({"title": "only one"}, 0, 1) == (5, 5, "derived from rank")
+
+
+def test_the_risk_matrix_of_a_ranking_without_likelihood_impact_or_score(
+        tmp_path: Path) -> None:
+    """Issue 23: a ranking that only orders its risks still gets its matrix (not nothing, not
+    an error), each risk labelled as derived from rank, in the caption and on the chart."""
+    risks = [{"id": "R1", "title": "Importers delay stock"},
+             {"id": "R2", "title": "A chain cuts prices", "score": None},
+             {"id": "R3", "title": "Rents rise", "likelihood": 2, "impact": 3}]
+    charts = make_charts(ChartData(risks=risks), tmp_path)
+    [matrix] = [c for c in charts if c.name == "risk-matrix"]
+    assert "R1: Importers delay stock (likelihood 5, impact 5, derived from rank)" in \
+        matrix.caption
+    assert "R2: A chain cuts prices (likelihood 3, impact 3, derived from rank)" in \
+        matrix.caption
+    assert "R3: Rents rise (likelihood 2, impact 3)" in matrix.caption
+    svg = (tmp_path / matrix.svg).read_text(encoding="utf-8")
+    assert svg.lstrip().startswith("<?xml") and "derived from rank" in svg
+    assert (tmp_path / matrix.png).read_bytes()[:4] == b"\x89PNG"
 
 
 def test_the_price_ladder_reads_the_figure_a_price_word_leads_to() -> None:

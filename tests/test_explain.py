@@ -7,8 +7,15 @@ from typing import Any
 import pytest
 
 from keepstep.engine.core.changes import Change, ChangeKind
-from keepstep.engine.core.explain import compact_ids, explain_unit, preview
-from keepstep.engine.core.invalidation import invalidate
+from keepstep.engine.core.explain import (
+    compact_ids,
+    estimate_costs,
+    expected_calls,
+    explain_unit,
+    preview,
+)
+from keepstep.engine.core.invalidation import invalidate, released_by_change
+from keepstep.engine.core.plan import Plan
 from keepstep.engine.core.state import RunFacts, UnitRecord, UnitState
 from keepstep.storage.models import Budget, Lease, ModelCall, UnitStatus
 from tests.test_invalidation import AUDIENCE, built_me042, make_plan, me042, succeeded, units
@@ -61,8 +68,14 @@ def test_preview_of_the_audience_change_matches_the_ledger(which: str) -> None:
                                 f"redo U27–U30 (~9 calls, ~{round(p.estimate.redo.tokens / 1000)}k"
                                 " tokens, $0.04) · then run ")
     assert "under the new plan" in p.summary
-    assert p.summary.endswith(
-        "under the new plan (no figures yet: no unit of their kinds has run).")
+    # Issue 23: a first-run unit that calls the model (the sample plan's render units that
+    # write prose) is estimated at its kind's steps, never "~0 calls".
+    least = sum(expected_calls(plan.unit_map()[u]) for u in p.will_run)
+    if least:
+        assert f"under the new plan (~{least} calls, " in p.summary
+    else:
+        assert p.summary.endswith(
+            "under the new plan (no figures yet: no unit of their kinds has run).")
 
 
 def test_preview_estimates_first_runs_from_units_of_the_same_kind() -> None:
@@ -191,3 +204,68 @@ def test_explain_a_unit_kept_by_cutoff() -> None:
         "cutoff_note": "kept current: U28's output is byte-identical to what it consumed"})
     assert explain_unit(plan, facts(plan, records), "U31").why.endswith(
         "; kept current: U28's output is byte-identical to what it consumed")
+
+
+def test_a_unit_that_calls_the_model_is_never_estimated_at_zero_calls() -> None:
+    """Issue 23: with no ledger figures of its own or of its kind, a model unit is estimated
+    at its kind's steps (an extract one call per source it reads, a rank a ranking and a
+    check, a render one per section a model writes); its own earlier attempts come first;
+    a unit that makes no calls stays 0 ("unknown")."""
+    plan = Plan.model_validate({"unit": [
+        {"id": "E1", "title": "E1", "phase": "p", "kind": "extract", "inputs": ["group:A"],
+         "outputs": ["evidence.json"]},
+        {"id": "V1", "title": "V1", "phase": "p", "kind": "verify", "outputs": ["verified.json"],
+         "depends_on": [{"unit": "E1"}]},
+        {"id": "K1", "title": "K1", "phase": "p", "kind": "rank", "outputs": ["ranking.json"],
+         "depends_on": [{"unit": "V1"}]},
+        {"id": "R1", "title": "R1", "phase": "p", "kind": "render",
+         "inputs": ["template:report"], "outputs": ["report.md"], "depends_on": [{"unit": "K1"}],
+         "params": {"document": "report", "template": "report", "prose": "summary"}},
+        {"id": "A1", "title": "A1", "phase": "p", "kind": "audit", "outputs": ["audit.json"],
+         "depends_on": [{"unit": "R1"}]},
+    ]})
+    groups = {"S1": "A", "S2": "A", "S3": "A", "T1": "B"}
+    ids = ["E1", "V1", "K1", "R1", "A1"]
+    rows = {c.unit: c for c in estimate_costs(plan, ids, {}, [], source_groups=groups)}
+    assert [rows[u].calls for u in ids] == [3, 1, 2, 1, 0]
+    assert rows["E1"].basis == "its kind's steps: 3 calls"
+    assert rows["A1"].basis == "unknown"
+    offline = {c.unit: c for c in estimate_costs(plan, ["R1"], {}, [], writers=[])}
+    assert offline["R1"].calls == 0  # its model fills the template: no written section
+    # The rank unit failed twice, two calls each: its own mean comes first.
+    earlier = [call("K1", f"K1/a{a}", n, tokens=(400, 100)) for a in (1, 2) for n in range(2)]
+    own = estimate_costs(plan, ["K1"], {}, earlier)[0]
+    assert (own.calls, own.tokens, own.basis) == (2, 1000, "mean of its 2 earlier attempts")
+    # A committed attempt whose calls were all reused settled none: still its kind's two.
+    reused = estimate_costs(plan, ["K1"], succeeded(plan, ["K1"]), [])[0]
+    assert reused.calls == 2 and reused.basis == "ledger K1/a1, at least its kind's 2"
+    p = preview(plan, [Change(kind=ChangeKind.source_content, origin="source:S1",
+                              detail="S1 changed")], {}, [], source_groups=groups)
+    assert "~0 calls" not in p.summary and p.estimate.first_run.calls == 3 + 1 + 2 + 1
+
+
+def test_a_change_that_reaches_a_failed_unit_releases_it_and_the_preview_says_so() -> None:
+    """Issue 23: the preview and a resume follow one rule (released_by_change): a failed unit
+    the change reaches runs again; a blocked one stays held and is not in will_run."""
+    plan = make_plan([{"id": "S1", "inputs": ["source:X"]}, {"id": "S2", "inputs": ["source:X"]},
+                      {"id": "S3", "inputs": ["source:Y"]}])
+    change = Change(kind=ChangeKind.source_content, origin="source:X", detail="X changed")
+    statuses = {"S1": status("S1", "failed", "validators failed: structure"),
+                "S2": status("S2", "blocked", "budget: calls 3/3"),
+                "S3": status("S3", "failed", "validators failed: structure")}
+    result = invalidate(plan, [change], {})
+    assert released_by_change(result, statuses) == ["S1"]  # S3: the change does not reach it
+    p = preview(plan, [change], {}, [], statuses=statuses)
+    assert p.will_run == ["S1"]
+    assert "S1 failed before; the change reaches it, so it runs again." in p.summary
+    assert "S2 stays blocked until that is settled (budget: calls 3/3)." in p.summary
+
+
+def test_explain_a_cost_block_shows_money_with_a_dollar_sign() -> None:
+    """Issue 23: cost figures are money: `$` and four decimals, never a bare 0.00595185."""
+    plan = built_me042()
+    st = status("U21", "blocked", "budget: cost", kind="budget",
+                figures={"cost": {"used": 0.00595185, "limit": 0.006, "requested": 0.0004}})
+    ex = explain_unit(plan, facts(plan, succeeded(plan, units(1, 20)), statuses={"U21": st}),
+                      "U21")
+    assert "figures: cost used $0.0060, limit $0.0060, requested $0.0004" in ex.render()

@@ -64,10 +64,13 @@ def test_bundle_holds_the_promised_files(bundle):
     """Contract, plan, state files, deliverables, DAG, index, narrative and manifest are there,
     and the manifest lists every other file with its sha256 and size."""
     files = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()}
-    assert files == EXPECTED
+    # Issue 23: the engine's default bundle holds the cited excerpts, as the CLI's does.
+    pages = {f for f in files if f.startswith("sources/")}
+    assert pages and all(re.fullmatch(r"sources/[A-Z]\d+\.html", f) for f in pages)
+    assert files - pages == EXPECTED
     manifest = _json(bundle, "manifest.json")
     listed = {f["path"]: f for f in manifest["files"]}
-    assert set(listed) == EXPECTED - {"manifest.json"}
+    assert set(listed) == (EXPECTED | pages) - {"manifest.json"}
     for rel, entry in listed.items():
         data = (bundle / rel).read_bytes()
         assert entry == {"path": rel, "sha256": hashlib.sha256(data).hexdigest(),
@@ -185,7 +188,8 @@ def test_folder_bundle_verifies_and_reports_changes(bundle, tmp_path):
 def test_zip_bundle_verifies_and_reports_changes(run, tmp_path):
     """A .zip bundle holds the same files, verifies, and a changed entry is reported."""
     out = export_handover(run, tmp_path / "ME-042.zip")
-    assert out.suffix == ".zip" and set(bundle_files(out)) == EXPECTED
+    assert out.suffix == ".zip"
+    assert {f for f in bundle_files(out) if not f.startswith("sources/")} == EXPECTED
     assert verify_bundle(out).ok
     tampered = tmp_path / "tampered.zip"
     with zipfile.ZipFile(out) as src, zipfile.ZipFile(tampered, "w") as dst:
@@ -230,8 +234,8 @@ def test_index_links_bundle_files_and_loads_nothing_external(bundle):
     parser.feed(html)
     assert not parser.tags & {"script", "link", "iframe", "img"}
     files = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()}
-    for ref in parser.refs:
-        assert ref.startswith("#") or ref in files, ref
+    for ref in parser.refs:  # a citation links to its excerpt: sources/A1.html#A1-e1
+        assert ref.startswith("#") or ref.split("#")[0] in files, ref
     assert {"narrative.md", "manifest.json", "contract.md", "plan.toml", "dag.svg",
             "deliverables/report.md"} <= set(parser.refs)
     assert not re.search(r"(?:href|src)=\"https?:", html)
@@ -338,3 +342,17 @@ def test_cli_errors_are_one_line(story_dir, tmp_path):
     assert res.exit_code == 2 and "holds the pack itself" in res.output
     res = runner.invoke(app, ["verify-bundle", str(tmp_path / "missing.zip")])
     assert res.exit_code == 2
+
+
+def test_the_engine_default_holds_the_cited_excerpts_and_the_setting_changes_it(run, tmp_path):
+    """Issue 23: Run.handover(out) bundles what `keepstep handover` does by default, the
+    cited excerpts; sources="files" adds the source files, sources="none" leaves them out."""
+    default = {f for f in bundle_files(run.handover(tmp_path / "default")) if
+               f.startswith("sources/")}
+    assert default and all(f.endswith(".html") for f in default)
+    assert not any(f.startswith("sources/") for f in
+                   bundle_files(run.handover(tmp_path / "none", sources="none")))
+    files = set(bundle_files(run.handover(tmp_path / "files", sources="files")))
+    assert default < files and any(f.startswith("sources/files/") for f in files)
+    with pytest.raises(KeepstepError, match="unknown sources mode"):
+        run.handover(tmp_path / "bad", sources="all")

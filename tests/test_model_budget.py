@@ -36,18 +36,21 @@ def test_a_cost_limit_blocks_before_the_call_that_would_pass_it(tmp_path: Path) 
     assert status.decision == "blocked"
     [blocked] = [u for u, v in status.units.items() if v.state == "blocked"]
     reason = status.units[blocked].reason or ""
-    assert "cost" in reason and f"/{COST_LIMIT:.4f}" in reason and "this call needs" in reason
-    assert f"keepstep budget raise DIR --run {RUN} --cost " in reason
+    # Issue 23: money with $, and one suggested limit (the status's), with no DIR placeholder.
+    assert "cost" in reason and f"/${COST_LIMIT:.4f}" in reason and "this call needs" in reason
     assert "--calls" not in reason and "tokens 0/" not in reason
-    assert f"`keepstep budget raise DIR --run {RUN} --cost" in status.next_action
+    assert "keepstep budget raise" not in reason and "DIR" not in status.next_action
+    assert f"`keepstep budget raise --run {RUN} --cost" in status.next_action
+    [need] = [n for n in status.needs if n.kind == "budget"]
+    assert need.action.startswith("raise the cost limit to $")
     assert used["cost"] <= COST_LIMIT
     assert len(calls) == len(server.log)  # the refused call reached no server
     assert 0 < len(calls) < 8
 
 
 def test_raising_by_the_suggested_command_lets_the_run_go_on(tmp_path: Path) -> None:
-    """The suggested limit is enough for the refused call: after that decision the blocked
-    unit runs."""
+    """The suggested limit (the status's, issue 23) is enough for the refused call: after that
+    decision the blocked unit runs."""
     with running_server("clean") as server:
         root = make_small_project(tmp_path / "small", default_model=MODEL,
                                   api_base=server.api_base, budget={"cost": COST_LIMIT})
@@ -55,7 +58,7 @@ def test_raising_by_the_suggested_command_lets_the_run_go_on(tmp_path: Path) -> 
             run = p.start_run(RUN)
             first = run.run()
             [blocked] = [u for u, v in first.units.items() if v.state == "blocked"]
-            suggested = float(first.units[blocked].reason.split("--cost ")[1].split()[0])
+            suggested = float(first.next_action.split("--cost ")[1].split()[0])
             run.raise_budget(cost=suggested, reason="the client agreed")
             second = run.run()
     assert second.units[blocked].state == "succeeded"
@@ -78,7 +81,9 @@ def test_unit_retries_never_pass_the_retries_budget(tmp_path: Path) -> None:
             used = p.store.get_budget(RUN).used
     u03 = status.units["U03"]
     assert u03.state == "blocked" and "retries 1/1" in (u03.reason or ""), u03.reason
-    assert "--retries " in (u03.reason or "")
+    # Issue 23: the new limit is suggested once, by the status (its next action), not in the
+    # reason as well.
+    assert "--retries " in status.next_action and "DIR" not in status.next_action
     assert used["retries"] == 1
     assert attempts == ["failed", "failed"]
 

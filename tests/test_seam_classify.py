@@ -41,7 +41,8 @@ def test_a_budget_block_says_its_figures_without_parsing_the_message() -> None:
     ending = classify(exc, "U07", "/tmp")
     assert ending is not None and ending.kind == EndingKind.block
     old = "budget: " + str(exc).split(" — ")[0].split(": ", 1)[-1]
-    assert ending.message.startswith(old + "; raise with `keepstep budget raise")
+    # Issue 23: no raise command in the reason (the status suggests the one new limit).
+    assert ending.message == old
     assert ending.unit_status is not None
     assert ending.unit_status.status == UnitStatusKind.blocked
     assert ending.unit_status.details["kind"] == "budget"

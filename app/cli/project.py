@@ -133,7 +133,9 @@ def validate(root: DirArg = None, as_json: JsonOpt = False) -> None:
         typer.echo(f"error: {problem.where}: {problem.message}{hint}")
     if plan:
         _print_models(report.models)
-        raise PlanValidationError([p.located() for p in plan], problems=plan)
+        # A command a problem names gets the project's path when you are outside it.
+        raise PlanValidationError([out.commands_for(p.located(), root) for p in plan],
+                                  problems=plan)
     if sources:
         _print_models(report.models)
         raise UsageProblem(f"{len(sources)} source problem(s) above",

@@ -204,7 +204,8 @@ def decide(plan: Plan, facts: RunFacts) -> Decision:
         reasons.append(f"{uid} waits for approval of gate {gate.id!r}" if gate else uid)
     spent = exhausted_budgets(facts)
     if spent:
-        figures = ", ".join(f"{k} {u:g}/{lim:g}" for k, (u, lim) in sorted(spent.items()))
+        figures = ", ".join(f"{k} ${u:.4f}/${lim:.4f}" if k == "cost" else f"{k} {u:g}/{lim:g}"
+                            for k, (u, lim) in sorted(spent.items()))
         reasons.append(f"budget exhausted ({figures}): units that call models wait for a "
                        "recorded budget decision")
     for uid in plan.required_units():

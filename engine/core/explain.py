@@ -8,31 +8,34 @@ same sentences, and tests need no database.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, overload
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from pydantic import BaseModel, Field, field_serializer
 
 from keepstep.engine.core.changes import Change, natural_key
+from keepstep.engine.core.estimates import (
+    Calls,
+    UnitCost,
+    estimate_costs,
+    expected_calls,
+    group_calls,
+    settled_cost,
+    unit_costs,
+    unit_sources,
+)
 from keepstep.engine.core.invalidation import (
     HighRiskRule,
     InvalidationResult,
     PlanIndex,
+    held_despite_change,
     invalidate,
+    released_by_change,
 )
 from keepstep.engine.core.plan import Plan
 from keepstep.engine.core.state import CallRow, Explanation, RunFacts, UnitRecord, UnitState
 
 # -- preview ---------------------------------------------------------------------------------
-
-class UnitCost(BaseModel):
-    unit: str
-    calls: int = 0
-    tokens: int = 0
-    cost: float = 0.0
-    seconds: float = 0.0
-    basis: str = "ledger"  # "ledger <attempt>", "mean of N <kind> units", "unknown"
-
 
 class Estimate(BaseModel):
     total: UnitCost
@@ -72,143 +75,6 @@ class Preview(BaseModel):
         return preview_html(self)
 
 
-Figures = tuple[int, int, float, float]  # calls, tokens, cost, seconds
-
-
-class _UnitCosts(Sequence[UnitCost]):
-    """Per-unit estimates kept as plain columns of numbers and strings, which the garbage
-    collector does not track; the ``UnitCost`` rows are built when first read, then kept."""
-
-    __slots__ = ("unit", "calls", "tokens", "cost", "seconds", "basis", "_rows")
-
-    def __init__(self) -> None:
-        self.unit: list[str] = []
-        self.calls: list[int] = []
-        self.tokens: list[int] = []
-        self.cost: list[float] = []
-        self.seconds: list[float] = []
-        self.basis: list[str] = []
-        self._rows: list[UnitCost] | None = None
-
-    def add(self, uid: str, figures: Figures, basis: str) -> None:
-        self.unit.append(uid)
-        self.calls.append(figures[0])
-        self.tokens.append(figures[1])
-        self.cost.append(figures[2])
-        self.seconds.append(figures[3])
-        self.basis.append(basis)
-
-    def total(self, label: str, start: int = 0, stop: int | None = None) -> UnitCost:
-        """The sum of rows ``start:stop`` (in row order; cost and seconds rounded)."""
-        cut = slice(start, stop)
-        return UnitCost(unit=label, calls=sum(self.calls[cut]), tokens=sum(self.tokens[cut]),
-                        cost=round(sum(self.cost[cut]), 6),
-                        seconds=round(sum(self.seconds[cut]), 3), basis="sum")
-
-    def rows(self) -> list[UnitCost]:
-        if self._rows is None:
-            self._rows = [
-                UnitCost(unit=uid, basis=basis) if basis == "unknown" else
-                UnitCost(unit=uid, calls=n, tokens=tokens, cost=cost, seconds=seconds,
-                         basis=basis)
-                for uid, n, tokens, cost, seconds, basis in zip(
-                    self.unit, self.calls, self.tokens, self.cost, self.seconds, self.basis,
-                    strict=True)]
-        return self._rows
-
-    @overload
-    def __getitem__(self, i: int) -> UnitCost: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[UnitCost]: ...
-    def __getitem__(self, i: int | slice) -> UnitCost | list[UnitCost]:
-        return self.rows()[i]
-
-    def __len__(self) -> int:
-        return len(self.unit)
-
-    def __iter__(self) -> Iterator[UnitCost]:
-        return iter(self.rows())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence) and not isinstance(other, str):
-            return self.rows() == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value like a list
-
-    def __repr__(self) -> str:
-        return repr(self.rows())
-
-
-Calls = Iterable[CallRow] | Mapping[str, list[CallRow]]
-
-
-def group_calls(calls: Iterable[CallRow]) -> dict[str, list[CallRow]]:
-    """The call ledger grouped by unit; pass it to ``preview`` to look up only the units it
-    needs (a caller that previews repeatedly groups once)."""
-    out: dict[str, list[CallRow]] = {}
-    for c in calls:
-        out.setdefault(c.unit, []).append(c)
-    return out
-
-
-def _ledger_figures(calls: Iterable[CallRow], attempt: str | None) -> Figures:
-    n = tokens = latency_ms = 0
-    cost = 0.0
-    for c in calls:
-        if c.status == "settled" and (attempt is None or c.attempt_id == attempt):
-            n += 1
-            tokens += c.tokens_in + c.tokens_out
-            cost += c.cost
-            latency_ms += c.latency_ms
-    return n, tokens, cost, latency_ms / 1000.0
-
-
-def _settled(uid: str, calls: Iterable[CallRow], attempt: str | None, basis: str) -> UnitCost:
-    n, tokens, cost, seconds = _ledger_figures(calls, attempt)
-    return UnitCost(unit=uid, calls=n, tokens=tokens, cost=cost, seconds=seconds, basis=basis)
-
-
-def _unit_costs(ix: PlanIndex, unit_ids: Iterable[str], records: Mapping[str, UnitRecord],
-                calls: Calls) -> _UnitCosts:
-    by_unit = calls if isinstance(calls, Mapping) else group_calls(calls)
-    means: dict[str, tuple[Figures, str] | None] = {}
-    out = _UnitCosts()
-
-    def known(uid: str) -> Figures | None:
-        rec = records.get(uid)
-        return None if rec is None else _ledger_figures(by_unit.get(uid, ()), rec.attempt)
-
-    def mean(kind: str) -> tuple[Figures, str] | None:
-        if kind not in means:
-            seen = [c for uid in ix.ids if ix.kinds[uid] == kind and (c := known(uid))]
-            k = len(seen)
-            means[kind] = None if not seen else (
-                (round(sum(c[0] for c in seen) / k), round(sum(c[1] for c in seen) / k),
-                 sum(c[2] for c in seen) / k, sum(c[3] for c in seen) / k),
-                f"mean of {k} {kind} units")
-        return means[kind]
-
-    for uid in unit_ids:
-        rec = records.get(uid)
-        if rec is not None:
-            figures, basis = _ledger_figures(by_unit.get(uid, ()), rec.attempt), \
-                f"ledger {rec.attempt}"
-        elif (m := mean(ix.kinds.get(uid, ""))) is not None:
-            figures, basis = m
-        else:
-            figures, basis = (0, 0, 0.0, 0.0), "unknown"
-        out.add(uid, figures, basis)
-    return out
-
-
-def estimate_costs(plan: Plan, unit_ids: list[str], records: Mapping[str, UnitRecord],
-                   calls: Calls, *, index: PlanIndex | None = None) -> list[UnitCost]:
-    """Per unit: its latest committed attempt's settled calls, else the mean of the units of
-    the same kind that have one, else zeros marked ``unknown``."""
-    return _unit_costs(index or PlanIndex(plan), unit_ids, records, calls).rows()
-
-
 def compact_ids(ids: Iterable[str]) -> str:
     """'U27–U30, U33' for U27, U28, U29, U30, U33 (runs of three or more become a range)."""
     parsed, others = [], []
@@ -245,7 +111,8 @@ def _figures(c: UnitCost) -> str:
     return f"~{c.calls} calls, ~{_tokens(c.tokens)} tokens, ${c.cost:.2f}"
 
 
-def _summary(result: InvalidationResult, est: Estimate) -> str:
+def _summary(result: InvalidationResult, est: Estimate,
+             statuses: Mapping[str, Any] | None = None) -> str:
     real = [c for c in result.changes if not c.cosmetic]
     head = "; ".join(c.detail for c in real[:3]) + (f"; and {len(real) - 3} more" if
                                                     len(real) > 3 else "")
@@ -268,6 +135,12 @@ def _summary(result: InvalidationResult, est: Estimate) -> str:
     text = f"{head}: " + " · ".join(parts) + "."
     if unknown:
         text += f" No figures yet for {compact_ids(sorted(unknown))} (counted as 0)."
+    released = released_by_change(result, statuses or {})
+    if released:
+        text += (f" {compact_ids(released)} failed before; the change reaches "
+                 f"{'it, so it runs' if len(released) == 1 else 'them, so they run'} again.")
+    for uid, why in held_despite_change(result, statuses or {}).items():
+        text += f" {uid} stays blocked until that is settled ({why})."
     return text
 
 
@@ -275,17 +148,24 @@ def preview(plan: Plan, changes: list[Change], records: Mapping[str, UnitRecord]
             calls: Calls, *,
             high_risk_rules: Iterable[Mapping[str, Any] | HighRiskRule] = (),
             source_groups: Mapping[str, str] | None = None,
-            index: PlanIndex | None = None) -> Preview:
+            index: PlanIndex | None = None,
+            writers: Iterable[str] | None = None,
+            statuses: Mapping[str, Any] | None = None) -> Preview:
     """A dry run of ``invalidate`` with the estimated re-do cost from the call ledger.
 
     Redo figures are the settled calls of each invalidated unit's latest committed attempt, so
     they equal the ledger sums; units that will run for the first time are estimated from the
-    mean of their kind, or counted as 0 and listed in ``estimate.unknown``.
+    mean of their own earlier attempts or of their kind, never below their kind's own steps
+    (``expected_calls``; ``writers`` as in ``estimate_costs``), or counted as 0 and listed in
+    ``estimate.unknown``. ``statuses`` (unit -> runtime status) names the failed units the
+    change releases and the blocked ones it does not (``released_by_change``, the rule a
+    resume follows); a held unit is left out of ``will_run``.
     """
     ix = index or PlanIndex(plan)
     result = invalidate(plan, changes, records, high_risk_rules=high_risk_rules,
                         source_groups=source_groups, index=ix)
-    per_unit = _unit_costs(ix, result.redo, records, calls)
+    per_unit = unit_costs(ix, result.redo, records, calls, plan=plan,
+                           source_groups=source_groups, writers=writers)
     n_redo = len(result.affected)
     # model_construct: every value is built above from validated models, and the lazy
     # ``invalidated`` / ``units`` must not be copied (validation would build every row).
@@ -294,16 +174,18 @@ def preview(plan: Plan, changes: list[Change], records: Mapping[str, UnitRecord]
         first_run=per_unit.total("first run", n_redo), units=per_unit,
         unknown=[uid for uid, basis in zip(per_unit.unit, per_unit.basis, strict=True)
                  if basis == "unknown"])
+    held = held_despite_change(result, statuses or {})
     return Preview.model_construct(
         changes=list(changes), invalidated=result.affected,
-        will_run=list(result.pending_affected), reused=list(result.reused), estimate=est,
-        summary=_summary(result, est))
+        will_run=[u for u in result.pending_affected if u not in held],
+        reused=list(result.reused), estimate=est, summary=_summary(result, est, statuses))
 
 
 # -- one unit --------------------------------------------------------------------------------
 
 _BLOCKED_HINTS = {
-    "budget": "record a budget decision to raise the limit, then resume",
+    "budget": "record a budget decision to raise the limit (`keepstep status` suggests the new "
+              "limit and the command), then resume",
     "quota": "top up the provider account or switch model, then resume",
     "auth": "fix the provider key (`keepstep keys set PROVIDER`), then resume",
     "provider_outage": "check the provider's status or your network, then resume",
@@ -354,8 +236,10 @@ def _flat(figures: Mapping[str, Any]) -> str:
     parts = []
     for key, value in figures.items():
         if isinstance(value, Mapping):
-            parts.append(f"{key} " + ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
-                                               for k, v in value.items()))
+            money = key == "cost"  # money with $, as everywhere else
+            parts.append(f"{key} " + ", ".join(
+                f"{k} ${v:.4f}" if money and isinstance(v, int | float) else
+                f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in value.items()))
         else:
             parts.append(f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}")
     return "; ".join(parts)
@@ -436,9 +320,7 @@ def explain_unit(plan: Plan, facts: RunFacts, unit_id: str, *,
         why = f"blocked ({kind or 'needs a person'}): {status.reason}; retrying cannot help"
         if status.details.get("figures"):
             details.append("figures: " + _flat(status.details["figures"]))
-        if status.details.get("raise"):
-            details.append(f"to continue: `{status.details['raise']}`, then resume")
-        elif kind in _BLOCKED_HINTS:
+        if kind in _BLOCKED_HINTS:
             details.append(f"to continue: {_BLOCKED_HINTS[kind]}")
     elif state == UnitState.failed and status is not None:
         kind = status.details.get("kind", "error")
@@ -455,7 +337,7 @@ def explain_unit(plan: Plan, facts: RunFacts, unit_id: str, *,
         why = f"pending (never succeeded): {nxt}"
     ledger = None
     if calls is not None:
-        ledger = _settled(unit_id, own, None, "ledger, every attempt")
+        ledger = settled_cost(unit_id, own, None, "ledger, every attempt")
     return UnitExplanation(unit=unit_id, title=unit.title, kind=unit.kind.value, state=state,
                            why=why, explanations=explanations, details=details,
                            attempts=attempts, ledger=ledger,
@@ -464,4 +346,5 @@ def explain_unit(plan: Plan, facts: RunFacts, unit_id: str, *,
 
 
 __all__ = ["Estimate", "Preview", "UnitCost", "UnitExplanation", "compact_ids",
-           "estimate_costs", "explain_unit", "group_calls", "preview"]
+           "estimate_costs", "expected_calls", "explain_unit", "group_calls", "preview",
+           "unit_sources"]

@@ -517,5 +517,25 @@ def _still_consumed(rec: UnitRecord, dep: str, records: Mapping[str, UnitRecord]
             and rec.consumed.get(dep) == {n: o.sha256 for n, o in other.outputs.items()})
 
 
+def released_by_change(result: InvalidationResult, statuses: Mapping[str, Any]) -> list[str]:
+    """The units a change reaches that had failed: the failure was on the old inputs, so the
+    change releases them (their failed status is cleared in the change's commit) and they run
+    again. The one rule both a preview's "then run …" and a resume's recovery follow, so the
+    two agree. A blocked unit (budget, quota, a key, an unknown outcome) is not released: a
+    change does not settle what it waits for. ``statuses``: unit -> its runtime status (an
+    object with ``status``)."""
+    return [uid for uid in result.redo
+            if (st := statuses.get(uid)) is not None and str(st.status) == "failed"]
+
+
+def held_despite_change(result: InvalidationResult, statuses: Mapping[str, Any]
+                        ) -> dict[str, str]:
+    """The units a change reaches that stay held by a blocked status -> its reason (they
+    run once that is settled, not because of the change)."""
+    return {uid: str(st.reason) for uid in result.redo
+            if (st := statuses.get(uid)) is not None and str(st.status) == "blocked"}
+
+
 __all__ = ["HighRiskRule", "InvalidationResult", "PlanIndex", "cutoff", "cutoff_note",
-           "downstream_of", "invalidate", "parse_rules"]
+           "downstream_of", "held_despite_change", "invalidate", "parse_rules",
+           "released_by_change"]

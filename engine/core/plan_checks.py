@@ -104,8 +104,8 @@ def _input_problems(u: Unit, sources: dict[str, Any] | None, groups: set[str] | 
                                         "the id", code="source", say_field=False))
             elif not sources[name]:
                 out.append(unit_problem(u.id, "inputs", f"input source {name!r} is not "
-                                        "approved", f"approve it with `keepstep sources DIR "
-                                        f"approve {name}` or remove the input", code="source",
+                                        "approved", f"approve it with `keepstep sources approve "
+                                        f"{name}` or remove the input", code="source",
                                         say_field=False))
         elif prefix == "group" and groups is not None and name not in groups:
             out.append(unit_problem(u.id, "inputs", f"input group {name!r} has no approved "

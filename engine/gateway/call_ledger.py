@@ -9,7 +9,6 @@ tokens, cost 0). ``response_artifact`` is ``"<path> sha256:<hex>"`` of the recor
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -50,28 +49,12 @@ def parse_artifact_ref(ref: str | None) -> tuple[str, str] | None:
     return (path, digest) if path and len(digest) == 64 else None
 
 
-def _nice(counter: str, value: float) -> str:
-    if counter == "cost":
-        return f"{math.ceil(value * 100) / 100:.2f}" if value >= 0.01 else f"{value:.4f}"
-    return str(int(math.ceil(value)))
-
-
-def raise_line(run_id: str, branch_id: str, figures: dict[str, dict[str, float]]) -> str:
-    """The exact ``keepstep budget raise`` command that lets the refused call through
-    (each counter raised to what is used plus what the call needs, plus a margin)."""
-    flags = []
-    for counter, f in sorted(figures.items()):
-        need = f.get("used", 0) + f.get("requested", 0)
-        flags.append(f"--{counter.replace('_', '-')} {_nice(counter, need * 1.5)}")
-    branch = f" --branch {branch_id}" if branch_id != "main" else ""
-    return (f'keepstep budget raise DIR --run {run_id}{branch} {" ".join(flags)} '
-            '--reason "..."')
-
-
-def _figures_text(figures: dict[str, dict[str, float]]) -> str:
+def figures_text(figures: dict[str, dict[str, float]]) -> str:
+    """``calls 3/3 (this call needs ~1), cost $0.0040/$0.0040 (…)`` from a refusal's figures:
+    money with ``$``."""
     parts = []
     for counter, f in sorted(figures.items()):
-        fmt = (lambda v: f"{v:.4f}") if counter == "cost" else (lambda v: f"{v:g}")
+        fmt = (lambda v: f"${v:.4f}") if counter == "cost" else (lambda v: f"{v:g}")
         parts.append(f"{counter} {fmt(f['used'])}/{fmt(f['limit'])} (this call needs "
                      f"~{fmt(f['requested'])})")
     return ", ".join(parts)
@@ -98,13 +81,14 @@ class StoreCallLedger:
 
     def _exhausted(self, unit: str, exc: BudgetLimitReached, what: str) -> BudgetExhausted:
         figures = exc.figures
-        line = raise_line(self.run_id, self.branch_id, figures)
-        error = BudgetExhausted(
-            f"{unit}: budget limit reached: {_figures_text(figures)} — {what}",
-            figures=figures)
-        error.hint = f"record a decision raising the limit: `{line}`, then resume"
-        error.raise_command = line  # type: ignore[attr-defined]
-        return error
+        # No limit is suggested here: the status (``engine.report.next_action``) suggests
+        # one from the whole run's rate, and every face shows that one.
+        branch = f" --branch {self.branch_id}" if self.branch_id != "main" else ""
+        return BudgetExhausted(
+            f"{unit}: budget limit reached: {figures_text(figures)} — {what}",
+            figures=figures,
+            hint=f"`keepstep status --run {self.run_id}{branch}` suggests a new limit and the "
+                 "`keepstep budget raise` command that records it; then resume")
 
     def reserve(self, ctx: Any, *, model: str, request_hash: str, est_tokens: int,
                 est_cost: float = 0.0) -> str:

@@ -1,10 +1,12 @@
 """Charts of a run's findings, for the exported deliverables: where a reader would rather
 look than read.
 
-- ``risk-matrix``: each ranked risk on a likelihood x impact grid (1-5 each). A ranking
-  records the score (likelihood x impact) and the statements that show the risk; the
-  likelihood is read as the number of those statements (at most 5, the offline model's
-  rule) and the impact as score / likelihood, so the dot lands on the score's cell.
+- ``risk-matrix``: each ranked risk on a likelihood x impact grid (1-5 each). A risk that
+  gives its likelihood and impact is placed by them. Else, with a score (likelihood x
+  impact) the likelihood is read as the number of statements that show the risk (at most 5,
+  the offline model's rule) and the impact as score / likelihood, so the dot lands on the
+  score's cell. A risk with neither (a ranking that only orders) is placed by its rank, the
+  top one highest, drawn hollow and labelled "derived from rank".
 - ``evidence-by-group``: verified statements per source group.
 - ``price-ladder``: the figures of the statements that talk about a price or cost, from the
   lowest to the highest, each labelled with its evidence id.
@@ -66,16 +68,46 @@ def _save(plt: Any, fig: Any, folder: Path, name: str) -> tuple[str, str]:
 
 
 def likelihood_impact(risk: dict[str, Any]) -> tuple[int, int]:
-    """(likelihood, impact), each 1-5, of a ranked risk (see the module doc)."""
+    """(likelihood, impact), each 1-5, of a ranked risk from its score and statements (see
+    the module doc)."""
     likelihood = max(1, min(5, len(risk.get("evidence_ids") or [])))
-    score = int(risk.get("score") or 1)
+    score = round(_score(risk.get("score")) or 1)
     impact = max(1, min(5, round(score / likelihood)))
     return likelihood, impact
+
+
+def _one_to_five(value: Any) -> int | None:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return None
+    return number if 1 <= number <= 5 else None
+
+
+def _score(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number >= 1 else None
+
+
+def placement(risk: dict[str, Any], position: int, count: int) -> tuple[int, int, str]:
+    """(likelihood, impact, how) of the ``position``-th (0: top) of ``count`` ranked risks:
+    ``how`` is "given", "derived from score" or "derived from rank" (see the module doc)."""
+    likelihood, impact = _one_to_five(risk.get("likelihood")), _one_to_five(risk.get("impact"))
+    if likelihood is not None and impact is not None:
+        return likelihood, impact, "given"
+    if _score(risk.get("score")) is not None:
+        return (*likelihood_impact(risk), "derived from score")
+    level = 5 - (4 * position) // max(1, count - 1) if count > 1 else 5
+    return level, level, "derived from rank"
 
 
 def risk_matrix(plt: Any, risks: list[dict[str, Any]], folder: Path) -> Chart | None:
     if not risks:
         return None
+    placed_at = [placement(r, i, len(risks)) for i, r in enumerate(risks)]
     fig, ax = plt.subplots(figsize=(6, 5))
     for x in range(1, 6):
         for y in range(1, 6):
@@ -83,23 +115,32 @@ def risk_matrix(plt: Any, risks: list[dict[str, Any]], folder: Path) -> Chart | 
             colour = "#d9534f" if level >= 15 else "#f0ad4e" if level >= 6 else "#5cb85c"
             ax.add_patch(plt.Rectangle((x - 0.5, y - 0.5), 1, 1, color=colour, alpha=0.25))
     placed: Counter[tuple[int, int]] = Counter()
-    for risk in risks:
-        x, y = likelihood_impact(risk)
+    for risk, (x, y, how) in zip(risks, placed_at, strict=True):
         k = placed[(x, y)]
         placed[(x, y)] += 1
-        ax.plot(x, y + 0.25 - 0.2 * k, "o", color="#333333")
+        hollow = how == "derived from rank"
+        ax.plot(x, y + 0.25 - 0.2 * k, "o", color="#333333",
+                markerfacecolor="none" if hollow else "#333333")
         ax.annotate(str(risk.get("id", "")), (x, y + 0.25 - 0.2 * k), xytext=(6, -3),
                     textcoords="offset points", fontsize=8)
     ax.set_xlim(0.5, 5.5)
     ax.set_ylim(0.5, 5.5)
     ax.set_xticks(range(1, 6))
     ax.set_yticks(range(1, 6))
-    ax.set_xlabel("likelihood (statements that show it)")
+    hows = {how for _, _, how in placed_at}
+    ax.set_xlabel("likelihood (statements that show it)" if hows == {"derived from score"}
+                  else "likelihood")
     ax.set_ylabel("impact")
     ax.set_title("Risk matrix: likelihood × impact")
+    if "derived from rank" in hows:
+        ax.text(0.5, -0.18, "hollow: derived from rank (the ranking gives no likelihood, "
+                "impact or score)", transform=ax.transAxes, ha="center", fontsize=8)
     svg, png = _save(plt, fig, folder, "risk-matrix")
-    legend = "; ".join(f"{r.get('id')}: {r.get('title')} (score {r.get('score')})"
-                       for r in risks)
+    legend = "; ".join(
+        f"{r.get('id')}: {r.get('title')} ("
+        + (f"score {r.get('score')}" if how == "derived from score" else
+           f"likelihood {x}, impact {y}" + (", derived from rank" if how != "given" else ""))
+        + ")" for r, (x, y, how) in zip(risks, placed_at, strict=True))
     return Chart(name="risk-matrix", title="Risk matrix (likelihood × impact)",
                  caption=legend, svg=svg, png=png)
 
@@ -193,4 +234,4 @@ def charts_markdown(charts: list[Chart], prefix: str = "charts/") -> str:
 
 
 __all__ = ["Chart", "ChartData", "charts_markdown", "likelihood_impact", "make_charts",
-           "price_points"]
+           "placement", "price_points"]

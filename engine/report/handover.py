@@ -398,7 +398,7 @@ def _is_bundle_manifest(data: bytes) -> bool:
 
 
 def export_handover(run: Run, out: str | Path, *, require_verified: bool = False,
-                    sources: str = "none") -> Path:
+                    sources: str = "excerpts") -> Path:
     """Write the handover bundle of ``run`` to ``out`` (a folder, or a zip if it ends in
     ``.zip``) and return its path. An earlier bundle at ``out`` is replaced; anything else
     there is refused. The narrative is checked against the state before it is written.
@@ -412,8 +412,8 @@ def export_handover(run: Run, out: str | Path, *, require_verified: bool = False
 
     ``sources``: "excerpts" writes a page per cited source with each cited statement under
     its evidence id and locator, and index.html links every citation to it; "files" copies
-    the approved source files too; "none" (the default here; `keepstep handover` defaults to
-    "excerpts") leaves sources out.
+    the approved source files too; "none" leaves sources out. The default, "excerpts", is
+    `keepstep handover`'s too: a reader can check every citation.
     """
     if sources not in SOURCE_MODES:
         raise KeepstepError(f"unknown sources mode {sources!r}",
@@ -468,7 +468,7 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
-def _write_bundle(run: Run, out: Path, chain: ChainReport, sources: str = "none"
+def _write_bundle(run: Run, out: Path, chain: ChainReport, sources: str = "excerpts"
                   ) -> Path:
     from keepstep.engine.report.dag_svg import run_dag_svg
 

@@ -86,14 +86,21 @@ def needs(status: Any, recovery_stopped: str | None = None,
     budget = [u for u, v in units.items() if v.state == "blocked"
               and (v.reason or "").startswith("budget")]
     if budget:
-        reason = units[budget[0]].reason or ""
-        counter = next((k for k in ("calls", "tokens", "cost", "recoveries")
-                        if f"budget: {k}" in reason), "calls")
+        first = units[budget[0]]
+        reason = first.reason or ""
+        figures = getattr(first, "budget", None) or {}
+        over = [k for k, f in sorted(figures.items())
+                if f.get("used", 0) + f.get("requested", 0) > f.get("limit", 0)]
+        counter = next(iter(over or sorted(figures)), None) or next(
+            (k for k in ("calls", "tokens", "cost", "recoveries") if f"budget: {k}" in reason),
+            "calls")
         limit = (budget_limits or {}).get(counter)
-        new, why = suggested_limit(status, counter, limit)
+        requested = float((figures.get(counter) or {}).get("requested", 0))
+        new, why = suggested_limit(status, counter, limit, requested)
+        shown = f"${new}" if counter == "cost" else new
         out.append(Need(kind="budget", unit=budget[0], units=budget,
                         message=f"{', '.join(budget)} blocked: {reason}",
-                        action=f"raise the {counter} limit to {new} ({why}), then resume",
+                        action=f"raise the {counter} limit to {shown} ({why}), then resume",
                         command=cmd(status, "budget raise",
                                     f"--{counter} {new} --reason 'approved more {counter}'")))
     effect_units = {n.unit for n in out if n.kind == "effect"}
@@ -120,10 +127,13 @@ def needs(status: Any, recovery_stopped: str | None = None,
     return out
 
 
-def suggested_limit(status: Any, counter: str, limit: float | None) -> tuple[str, str]:
-    """A limit that lets the run finish, and why: what was used so far, plus this run's own
+def suggested_limit(status: Any, counter: str, limit: float | None,
+                    requested: float = 0.0) -> tuple[str, str]:
+    """The one suggested new limit (every face shows this number: the dashboard's Needs, the
+    next action, the TUI's budget form), and why: what was used so far, plus this run's own
     rate per finished unit times the units still to do (a quarter more for the unforeseen);
-    without a finished unit yet, half as much again as the limit."""
+    without a finished unit yet, half as much again as the limit. Never less than what lets
+    the refused call through (used + ``requested``)."""
     used = float(((getattr(status, "budget", None) or {}).get("used") or {}).get(counter, 0))
     views = list((getattr(status, "units", None) or {}).values())
     done = sum(1 for v in views if v.state in ("succeeded", "current"))
@@ -136,7 +146,8 @@ def suggested_limit(status: Any, counter: str, limit: float | None) -> tuple[str
     else:
         need = (limit or used or 1) * 1.5
         why = "half as much again"
-    need = max(need, (limit or 0) * 1.1, used + (0.01 if counter == "cost" else 1))
+    need = max(need, (limit or 0) * 1.1, used + (0.01 if counter == "cost" else 1),
+               used + requested)
     shown = f"{math.ceil(need * 100) / 100:.2f}" if counter == "cost" else str(math.ceil(need))
     return shown, why
 

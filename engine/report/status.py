@@ -33,6 +33,8 @@ class UnitView(BaseModel):
     title: str = ""
     phase: str = ""
     kind: str = ""
+    # A unit blocked by the budget: the refusal's figures, counter -> used, limit, requested.
+    budget: dict[str, dict[str, float]] = Field(default_factory=dict)
 
 
 class InFlightUnit(BaseModel):
@@ -178,6 +180,8 @@ def run_status(run: Run) -> RunStatus:
             problems=list((st.details.get("diagnosis") or {}).get("problems", [])) if st else [],
             answers=list((st.details.get("diagnosis") or {}).get("answers", [])) if st else [],
             title=u.title, phase=u.phase, kind=u.kind.value,
+            budget=dict(st.details.get("figures") or {})
+            if st and st.details.get("kind") == "budget" else {},
         )
     c = counts(facts, plan, ready)
     # An attempt that ended as an ordinary failure (validators, a timeout) keeps its files

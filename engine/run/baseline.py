@@ -14,9 +14,11 @@ from pydantic import BaseModel
 
 from keepstep.engine.core.changes import detect_changes
 from keepstep.engine.core.inputs import InputSnapshot
+from keepstep.engine.core.plan import UnitKind
 from keepstep.engine.core.templates import layout_hash
 from keepstep.engine.core.timefmt import iso_utc
 from keepstep.engine.files.project import ProjectFiles, snapshot_sources
+from keepstep.engine.gateway import offline_provider
 from keepstep.storage import ArtifactImmutable, EventIn
 from keepstep.storage.hashing import file_sha256
 
@@ -172,6 +174,15 @@ def detect(run: Run, *, sources: Any = None, plan: Plan | None = None) -> Detect
                     source_groups=groups)
 
 
+def prose_writers(files: Any, plan: Plan) -> list[str]:
+    """The render units whose model writes prose (any but the offline heuristic, which fills
+    a template's written sections from the template instead): their estimates count those
+    model steps (``engine.core.explain.expected_calls``)."""
+    offline = offline_provider.PROVIDER + "/"
+    return [u.id for u in plan.units if u.kind == UnitKind.render
+            and not files.config.model_for(u.id, u.kind.value).startswith(offline)]
+
+
 __all__ = ["PRODUCER_VERSION", "PROMPT_VERSION", "Detected", "create_run", "data_hashes",
-           "detect", "inputs_state", "plan_state", "template_fields", "template_hashes",
-           "template_headings", "template_layouts"]
+           "detect", "inputs_state", "plan_state", "prose_writers", "template_fields",
+           "template_hashes", "template_headings", "template_layouts"]

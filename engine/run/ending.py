@@ -27,6 +27,7 @@ from keepstep.engine.errors import (
     SideEffectError,
     UnitTimedOut,
 )
+from keepstep.engine.gateway.call_ledger import figures_text
 from keepstep.engine.gateway.redaction import redact
 from keepstep.storage import (
     AttemptStatus,
@@ -95,10 +96,8 @@ def blocked_status(exc: BaseException) -> UnitStatusChange:
     if isinstance(exc, BudgetExhausted):
         details: dict[str, Any] = {"kind": "budget", "figures": exc.figures}
         reason = "budget: " + (budget_text(exc.figures) if exc.figures else first_line(exc))
-        command = getattr(exc, "raise_command", None)
-        if command:
-            details["raise"] = command
-            reason += f"; raise with `{command}`"
+        # The new limit to suggest is the status's (engine.report.next_action.needs), from
+        # the whole run's rate: one number on every face, none written here.
         return UnitStatusChange(UnitStatusKind.blocked, reason, details)
     if isinstance(exc, QuotaExhausted) and exc.error_class != "quota_exhausted":
         # A provider outage past provider_outage_minutes: its own words say for how long.
@@ -116,13 +115,7 @@ def blocked_status(exc: BaseException) -> UnitStatusChange:
 
 def budget_text(figures: dict[str, dict[str, float]]) -> str:
     """``budget limit reached: calls 3/3 (this call needs ~1), …`` from a refusal's figures."""
-    parts = []
-    for counter, f in sorted(figures.items()):
-        def fmt(v: float, cost: bool = counter == "cost") -> str:
-            return f"{v:.4f}" if cost else f"{v:g}"
-        parts.append(f"{counter} {fmt(f['used'])}/{fmt(f['limit'])} (this call needs "
-                     f"~{fmt(f['requested'])})")
-    return "budget limit reached: " + ", ".join(parts)
+    return "budget limit reached: " + figures_text(figures)
 
 
 def classify(exc: BaseException, unit_id: str, root: Path | str) -> Ending | None:

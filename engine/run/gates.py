@@ -390,19 +390,11 @@ def option_estimates(run: Run, gate: Gate, facts: RunFacts) -> list[ApprovalOpti
     held = gate.held_units()
     redo = sorted(downstream_of(plan, held) | set(held))
     current = sorted(u for u in plan.unit_map() if facts.is_current(u))
-    calls = run.store.calls(run.run_id)
-    per_unit: dict[str, list[Any]] = {}
-    for c in calls:
-        per_unit.setdefault(c.unit, []).append(c)
-    kinds = {u.id: u.kind.value for u in plan.units}
-    by_kind: dict[str, list[int]] = {}
-    for uid, cs in per_unit.items():
-        by_kind.setdefault(kinds.get(uid, ""), []).append(len(cs))
-    est_calls = sum(
-        len(per_unit[u]) if u in per_unit else
-        round(sum(by_kind.get(kinds[u], [0])) / max(1, len(by_kind.get(kinds[u], [0]))))
-        for u in redo
-    )
+    # The same estimate as a preview's (engine.core.explain.estimate_costs): a unit that
+    # calls the model is never counted at ~0 calls.
+    per_unit = run.estimate(redo, plan, facts.records)
+    est_calls = sum(c.calls for c in per_unit)
+    est_cost = round(sum(c.cost for c in per_unit), 6)
     audience = run.project.files.contract.audience
     hold = release_hold(run, gate, facts)
     out = []
@@ -425,7 +417,8 @@ def option_estimates(run: Run, gate: Gate, facts: RunFacts) -> list[ApprovalOpti
                     "is delivered (revoke the decision to be asked again)")
         out.append(ApprovalOption(
             label=label, reuse=current, redo=redo if runs else [],
-            estimate={"calls": est_calls if runs else 0, "cost": 0.0}, note=note,
+            estimate={"calls": est_calls if runs else 0, "cost": est_cost if runs else 0.0},
+            note=note,
             available=available))
     return out
 

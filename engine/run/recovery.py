@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from keepstep.engine.core.changes import artifact_lost
-from keepstep.engine.core.invalidation import invalidate
+from keepstep.engine.core.invalidation import invalidate, released_by_change
 from keepstep.engine.core.state import UnitState, unit_key
 from keepstep.engine.core.timefmt import iso_utc, parse_iso
 from keepstep.engine.errors import KeepstepError, PlanValidationError, RecoveryError
@@ -370,9 +370,14 @@ class Recovery:
         elif not input_level:
             kind = "repair"  # only lost or changed artifacts: same plan, same inputs
         delta["budget"] = store.get_budget(run.run_id, run.branch_id).used
+        # A unit that failed on the old inputs runs again on the new ones (the same rule the
+        # preview states its "then run …" by).
+        released = released_by_change(result, store.unit_statuses(run.run_id, run.branch_id))
+        if released:
+            event_payload["released"] = released
         return CommitRequest(
             run_id=run.run_id, branch_id=run.branch_id, expected_version=head.version,
-            delta=delta, kind=kind, current=current,
+            delta=delta, kind=kind, current=current, clear_unit_status=tuple(released),
             events=(EventIn(kind=f"decision.{kind.replace('-', '_')}", payload=event_payload),))
 
     def _artifact_changes(self) -> list[Any]:

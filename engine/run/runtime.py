@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from keepstep.engine.core.estimates import UnitCost, estimate_costs
 from keepstep.engine.core.explain import Preview, UnitExplanation, explain_unit, preview
 from keepstep.engine.core.inputs import InputSnapshot
 from keepstep.engine.core.plan import MODEL_KINDS, Plan, Unit, parse_plan
@@ -49,7 +50,13 @@ from keepstep.engine.report.views import (
 )
 from keepstep.engine.run.adapters import EffectAdapter, adapters_from_config
 from keepstep.engine.run.approvals import approval_applies
-from keepstep.engine.run.baseline import PRODUCER_VERSION, PROMPT_VERSION, create_run, detect
+from keepstep.engine.run.baseline import (
+    PRODUCER_VERSION,
+    PROMPT_VERSION,
+    create_run,
+    detect,
+    prose_writers,
+)
 from keepstep.engine.run.budget import raise_budget
 from keepstep.engine.run.effects import SettleResult, compensate, compensation_key, settle_effect
 from keepstep.engine.run.facts_cache import FactsCache
@@ -435,6 +442,18 @@ class Run:
             cache.refresh()
             return dict(cache.records)
 
+    def estimate(self, unit_ids: list[str], plan: Plan | None = None,
+                 records: Mapping[str, UnitRecord] | None = None) -> list[UnitCost]:
+        """Per unit, what running it is expected to cost: the one estimate a preview, an
+        approval's options, a takeover and the TUI show (``engine.core.estimates``
+        with the project's approved sources and the render units whose model writes prose)."""
+        files = self.project.files
+        plan = plan or self.plan
+        groups = {sid: s.group or "" for sid, s in files.approved_sources().items()}
+        return estimate_costs(plan, unit_ids, self.facts_records() if records is None else records,
+                              self.calls(), source_groups=groups,
+                              writers=prose_writers(files, plan))
+
     def facts(self) -> RunFacts:
         """Everything ``decide`` needs, read in one go. A plain read: it writes nothing
         (gate requests are written by the run loop, ``run.gates.request_gates``)."""
@@ -720,7 +739,9 @@ class Run:
         found = detect(self)
         return preview(found.files.plan, found.changes, self.facts_records(), self.calls(),
                        high_risk_rules=found.files.config.high_risk_rules,
-                       source_groups=found.source_groups)
+                       source_groups=found.source_groups,
+                       writers=prose_writers(found.files, found.files.plan),
+                       statuses=self.store.unit_statuses(self.run_id, self.branch_id))
 
     def explain(self, unit_id: str) -> UnitExplanation:
         """Why a unit is current, invalidated, blocked or pending — from stored facts: this
@@ -860,10 +881,12 @@ class Run:
         if unknown:
             raise KeepstepError(f"no source {', '.join(unknown)} in sources.toml")
         found = detect(self, sources=sources, plan=plan)
-        return preview(found.files.plan if plan is None else plan, found.changes,
-                       self.facts_records(), self.calls(),
+        new_plan = found.files.plan if plan is None else plan
+        return preview(new_plan, found.changes, self.facts_records(), self.calls(),
                        high_risk_rules=files.config.high_risk_rules,
-                       source_groups=found.source_groups)
+                       source_groups=found.source_groups,
+                       writers=prose_writers(found.files, new_plan),
+                       statuses=self.store.unit_statuses(self.run_id, self.branch_id))
 
     def progress(self, **kwargs: Any) -> ProgressTracker:
         """A live-progress tracker to pass as ``on_event`` (see ``report.progress``)."""
@@ -887,12 +910,15 @@ class Run:
 
         return run_dag_svg(self)
 
-    def handover(self, out: str | Path) -> Path:
-        """Export the handover bundle (a folder, or a .zip when ``out`` ends so)."""
+    def handover(self, out: str | Path, *, sources: str = "excerpts") -> Path:
+        """Export the handover bundle (a folder, or a .zip when ``out`` ends so).
+        ``sources``: "excerpts" (the default, as `keepstep handover`'s: each cited statement
+        under its evidence id and locator, linked from index.html), "files" (the approved
+        source files too) or "none"."""
         # Lazy (start-up): loaded when asked for; a status never needs it.
         from keepstep.engine.report.handover import export_handover
 
-        return export_handover(self, out)
+        return export_handover(self, out, sources=sources)
 
     def narrative(self) -> str:
         """The handover narrative, generated from stored state only."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import networkx as nx
 from pydantic import BaseModel, Field
 
-from keepstep.engine.core.explain import UnitCost, compact_ids, estimate_costs
+from keepstep.engine.core.explain import UnitCost, compact_ids
 from keepstep.engine.core.invalidation import downstream_of
 from keepstep.engine.core.state import Explanation, UnitRecord, UnitState, records_from_state
 from keepstep.engine.errors import KeepstepError
@@ -62,7 +62,7 @@ def _in_plan_order(plan: Plan, ids: Iterable[str]) -> list[str]:
 def _estimate(run: Run, plan: Plan, units: list[str],
               records: dict[str, UnitRecord]) -> tuple[UnitCost, list[str]]:
     """(summed estimate, units without figures)."""
-    per_unit = estimate_costs(plan, units, records, run.calls())
+    per_unit = run.estimate(units, plan, records)
     total = UnitCost(unit="total", basis="sum", calls=sum(c.calls for c in per_unit),
                      tokens=sum(c.tokens for c in per_unit),
                      cost=round(sum(c.cost for c in per_unit), 6),

@@ -23,7 +23,6 @@ from keepstep.app.tui.format import ids, preview_lines, takeover_lines, tokens
 from keepstep.app.tui.screens.confirm import ConfirmModal
 from keepstep.app.tui.screens.narrative import export_bundle
 from keepstep.engine import KeepstepError
-from keepstep.engine.plan import estimate_costs
 from keepstep.engine.takeover import (
     TakeoverPreview,
     mark_for_expert,
@@ -160,7 +159,7 @@ class TakeoverScreen(Screen[tuple[str, str] | None]):
                 f"(by {self.app.who})"]
 
     def _first_run_cost(self, run: Run, units: list[str]) -> str:
-        est = estimate_costs(run.plan, units, run.facts_records(), run.calls())
+        est = run.estimate(units)
         return (f"~{sum(c.calls for c in est)} calls, ~{tokens(sum(c.tokens for c in est))} "
                 f"tokens, ${sum(c.cost for c in est):.2f} (estimate)")
 
