@@ -9,7 +9,10 @@ calls over loopback, usage priced by litellm):
   invalid (no JSON, wrong keys, or cut off), one 429.
 
 It prints, for each: calls paid (answers the server gave), revise rounds, rejected answers,
-tokens, cost, and the ratio paid(mixed) / minimum (goal ≤ 1.15).
+tokens, cost, and the ratio paid(mixed) / minimum (goal ≤ 1.15). Then the prompt tokens per
+kind of request (extract, verify, synthesize, rank, check, render, support) of the pack run
+offline (the default model), read from the call ledger and each call's recorded prompt name,
+and of the clean run (the server's reported prompt tokens per INPUT task).
 
     python bench/real_model.py [--every 9] [--keep DIR]
 
@@ -19,6 +22,7 @@ Not a test: it prints figures and the ratio against the goal.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -35,6 +39,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")
 
 from keepstep.engine.api import open_project  # noqa: E402
+from keepstep.engine.gateway.call_ledger import parse_artifact_ref  # noqa: E402
+from keepstep.engine.gateway.prompts import read_input_block  # noqa: E402
 from tests.support.model_server import running_server  # noqa: E402
 from tests.support.small_project import write_config  # noqa: E402
 
@@ -58,6 +64,7 @@ def run_pack(workdir: Path, mode: str, every: int) -> dict[str, Any]:
                             for r in run.facts_records().values())
         seconds = time.perf_counter() - started
         hows = Counter(e["how"] for e in server.log)
+        by_task = server_tokens_by_task(server.log)
     outcomes = Counter(c.outcome for c in calls)
     return {
         "mode": mode, "decision": status.decision, "paid": len(server.answered()),
@@ -65,7 +72,34 @@ def run_pack(workdir: Path, mode: str, every: int) -> dict[str, Any]:
         "rate_limited": outcomes["rate_limited"], "reused": outcomes["reused"],
         "revise_rounds": revisions, "tokens": int(budget.get("tokens", 0)),
         "cost": float(budget.get("cost", 0.0)), "seconds": seconds, "hows": dict(hows),
+        "by_task": by_task,
     }
+
+
+def offline_tokens_by_kind(workdir: Path) -> tuple[dict[str, int], dict[str, int], str]:
+    """The offline ME-042 run: prompt tokens and calls per request kind (the prompt each
+    ledger row's recorded answer names), and the run's decision."""
+    root = workdir / "offline"
+    shutil.copytree(PACK, root, ignore=shutil.ignore_patterns(".keepstep"))
+    tokens: Counter[str] = Counter()
+    calls: Counter[str] = Counter()
+    with open_project(root) as project:
+        status = project.start_run("ME-042").run(approve={"audience": "product team"})
+        artifacts = project.store.artifacts.root
+        for c in project.get_run("ME-042").calls():
+            ref = parse_artifact_ref(c.response_artifact)
+            kind = json.loads((artifacts / ref[0]).read_text())["prompt"] if ref else "?"
+            tokens[kind] += c.tokens_in
+            calls[kind] += 1
+    return dict(tokens), dict(calls), status.decision
+
+
+def server_tokens_by_task(log: list[dict[str, Any]]) -> dict[str, int]:
+    out: Counter[str] = Counter()
+    for e in log:
+        payload = read_input_block(e["messages"]) or {}
+        out[str(payload.get("task", "?"))] += int(e.get("prompt_tokens") or 0)
+    return dict(out)
 
 
 def main() -> int:
@@ -79,6 +113,7 @@ def main() -> int:
     try:
         clean = run_pack(workdir, "clean", args.every)
         mixed = run_pack(workdir, "mixed", args.every)
+        offline, offline_calls, offline_decision = offline_tokens_by_kind(workdir)
     finally:
         if args.keep is None:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -92,6 +127,15 @@ def main() -> int:
               f"{r['revise_rounds']:>6} {r['rate_limited']:>4} {r['tokens']:>8} "
               f"{r['cost']:>9.5f} {r['seconds']:>8.1f}")
     print(f"mixed answers written as: {mixed['hows']}")
+    kinds = sorted(set(offline) | set(clean["by_task"]))
+    print(f"prompt tokens per kind (offline run: {offline_decision}; clean run against the "
+          "server):")
+    print(f"{'kind':<11} {'offline':>9} {'calls':>6} {'clean':>9}")
+    for k in kinds:
+        print(f"{k:<11} {offline.get(k, 0):>9} {offline_calls.get(k, 0):>6} "
+              f"{clean['by_task'].get(k, 0):>9}")
+    print(f"{'total':<11} {sum(offline.values()):>9} {sum(offline_calls.values()):>6} "
+          f"{sum(clean['by_task'].values()):>9}")
     ratio = mixed["paid"] / clean["paid"] if clean["paid"] else float("inf")
     verdict = "meets" if ratio <= GOAL and mixed["decision"] == "done" else "MISSES"
     print(f"calls paid / minimum = {mixed['paid']} / {clean['paid']} = {ratio:.3f} "

@@ -59,22 +59,22 @@ def test_a_disagreement_record_names_sides_dates_class_value_and_reason() -> Non
 
 
 def test_a_claim_citing_the_settled_disagreement_passes_and_cites_its_sides() -> None:
-    """Citing only the newer quote, the claim's dates are in no quote (the figure rule sends
-    it back, as it did to the real model); citing the disagreement K1, its dates and value
-    are in the record, the support check sees the record and passes it, and the synthesis
-    cites the sides' evidence with the disagreement kept beside it."""
+    """Citing only the newer quote, nothing the claim cites says which list holds (the support
+    check sends it back, as the real model's did, remark 0015); citing the disagreement K1,
+    its dates, value and reason are in the record, the support check sees the record and
+    passes it, and the synthesis cites the sides' evidence with the disagreement beside it."""
     quote_only = {"claims": [{"text": HOLDS, "evidence_ids": ["B1-e2"]}]}
     with_record = {"claims": [{"text": HOLDS, "evidence_ids": ["B1-e2", "K1"]}]}
     script = Script(synthesize=[quote_only, with_record])
     ctx = _ctx("S1", _verified([SETTLED]),
                lambda p: _record_backed(p) if p["task"] == "support" else script(p))
     assert _run(ctx).passed
-    assert [c["task"] for c in ctx.calls] == ["synthesize", "synthesize", "support"]
+    assert [c["task"] for c in ctx.calls] == ["synthesize", "support", "synthesize", "support"]
     first = ctx.calls[0]["payload"]
     assert first["conflicts"][0]["id"] == "K1"
-    revise = ctx.calls[1]["messages"][-1]["content"]
-    assert "cited_figure" in revise and "2023" in revise
-    [claim] = ctx.calls[2]["payload"]["claims"]
+    revise = ctx.calls[2]["messages"][-1]["content"]
+    assert "support:does_not_address" in revise and "no quote says which holds" in revise
+    [claim] = ctx.calls[3]["payload"]["claims"]
     assert [q["id"] for q in claim["quotes"]] == ["B1-e2", "K1"]
     doc = ctx.json_output("synthesis.json")
     [finding] = doc["claims"]

@@ -5,6 +5,8 @@ prices."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 from typing import Any
@@ -226,6 +228,71 @@ def test_a_claim_its_quotes_do_not_support_is_revised() -> None:
     assert doc["claims"][0]["support"] == "supports" and doc["models"] == [MODEL]
 
 
+def test_an_offline_run_asks_the_support_check_of_the_heuristic() -> None:
+    """One code path: offline, every synthesis's claims go to the support check, answered by
+    the heuristic's own rule, and its verdicts are recorded with the claims."""
+    pack = PackRunner()
+    pack.run_all(until="U30")
+    synth = [u.id for u in pack.plan.units if u.kind.value == "synthesize"]
+    assert synth
+    for uid in synth:
+        tasks = [c["task"] for c in pack.contexts[uid].calls]
+        assert tasks == ["synthesize", "support"], (uid, tasks)
+        doc = json.loads(pack.artifacts[uid]["synthesis.json"])
+        assert doc["claims"] and {c["support"] for c in doc["claims"]} == {"supports"}
+        assert pack.outcomes[uid].passed
+
+
+def test_the_offline_heuristic_finds_an_unsupported_claim_and_it_is_revised() -> None:
+    """The heuristic's support rule finds a claim whose quotes do not address it; the claim
+    goes back named, and the heuristic's own revise answer (reading the same feedback a model
+    reads) is what the synthesis keeps."""
+    from keepstep.engine.gateway.offline_model import respond
+
+    bad = {"claims": [{"text": "The pilot cut billing complaints.", "evidence_ids": ["A1-e1"]}]}
+    answered: list[str] = []
+
+    def model(payload: dict[str, Any]) -> dict[str, Any]:
+        answered.append(payload["task"])
+        if payload["task"] == "synthesize" and answered.count("synthesize") == 1:
+            return bad  # a first answer like a careless model's
+        return respond(payload)
+
+    ctx = _ctx("S1", _verified(), model, profile=None)
+    outcome = _run(ctx)
+    assert outcome.passed
+    assert [c["task"] for c in ctx.calls] == ["synthesize", "support", "synthesize", "support"]
+    assert "support:does_not_address" in ctx.calls[2]["messages"][-1]["content"]
+    doc = ctx.json_output("synthesis.json")
+    assert "complaints" not in json.dumps(doc["claims"])
+    assert doc["claims"] and {c["support"] for c in doc["claims"]} == {"supports"}
+
+
+def test_the_offline_heuristic_revises_the_claims_feedback_names() -> None:
+    """A revise round's feedback reaches the heuristic as it reaches a model (the
+    conversation): a claim named once is restated in its quote's own words, citing the quote;
+    named again, it is dropped."""
+    from keepstep.engine.gateway.offline_provider import build_response_content
+    from keepstep.engine.gateway.prompts import load_prompt, render_messages, revise_messages
+
+    inputs = {"task": "synthesize", "question": "q", "audience": "board",
+              "evidence": EVIDENCE[:2] + [{**EVIDENCE[2], "topic": "u"}],
+              "topics": [{"name": "t", "keywords": []}, {"name": "u", "keywords": []}]}
+    messages = render_messages(load_prompt("synthesize"), inputs=inputs, contract={},
+                               unit={"id": "S1", "title": "t", "question": ""}, schema=None)
+    first = json.loads(build_response_content(messages))["claims"]
+    assert len(first) >= 2 and all(len(c["evidence_ids"]) == 1 for c in first)
+    line = "claims[0].text [support:does_not_address]: its cited quotes do not address it"
+    again = revise_messages(load_prompt("revise"), messages, json.dumps(first), [line])
+    second = json.loads(build_response_content(again))["claims"]
+    quote = {e["id"]: e["quote"] for e in EVIDENCE}[first[0]["evidence_ids"][0]]
+    assert second[0] == {"text": quote, "evidence_ids": first[0]["evidence_ids"]}
+    assert second[1:] == first[1:]
+    third = json.loads(build_response_content(revise_messages(
+        load_prompt("revise"), again, json.dumps(second), [line])))["claims"]
+    assert third == first[1:]
+
+
 def test_a_correct_calculation_passes_and_a_wrong_one_fails() -> None:
     """A derived figure passes when its calculation uses cited figures and code gets the
     figure the text states; a wrong result, an uncited operand or a non-arithmetic
@@ -246,6 +313,44 @@ def test_a_correct_calculation_passes_and_a_wrong_one_fails() -> None:
     for bad in ("__import__('os')", "2 ** 10", "abs(-1)", "x + 1"):
         with pytest.raises(CalculationError):
             evaluate(bad)
+
+
+def test_labels_versions_and_dates_are_not_figures_a_quote_must_hold() -> None:
+    """What a real model named behind the relay: a release or version number, a standard's
+    number, a priority label, a day and a year name something and need no quote holding
+    them; a quantity still does."""
+    from keepstep.engine.kinds.claims import stated_figures
+
+    quotes = {e["id"]: e["quote"] for e in EVIDENCE}
+    text = ("Release 12.4, due 30 June 2025 and certified to ISO/IEC 27001, SOC 2 and TLS 1.2, "
+            "kept P1 readings on time for 97% of meters.")
+    assert stated_figures(text) == ["97%"]
+    assert figure_problems("c", text, ["A1-e1"], quotes) == []
+    wrong = figure_problems("c", text.replace("97%", "95%"), ["A1-e1"], quotes)
+    assert [(p.rule, p.value) for p in wrong] == [("cited_figure", "95%")]
+    assert stated_figures("Version 3.0 costs AMC 40 million, 1,250 users, in 2023.") == [
+        "40", "1,250"]
+
+
+def test_a_statement_no_topic_fits_may_say_so() -> None:
+    """The extraction schema a model is sent has no catch-all topic: a statement no topic
+    fits is null, which the strict schema allows (an enum lists null too) and the rules
+    accept."""
+    import jsonschema
+
+    from keepstep.engine.gateway.answers import strict_schema
+    from keepstep.engine.kinds.extract import answer_schema
+
+    schema = strict_schema(answer_schema(None, ["pricing", "operations"]))
+    topic = schema["properties"]["evidence"]["items"]["properties"]["topic"]
+    assert None in topic["enum"] and "general" not in topic["enum"]
+    item = {"id": "A1-e1", "source_id": "A1", "quote": "The report is confidential.",
+            "kind": "caveat", "relevance": "low", "figures": [], "quantities": [],
+            "qualifies": [], "topic": None}
+    item = {k: item.get(k) for k in schema["properties"]["evidence"]["items"]["properties"]}
+    jsonschema.validate({"evidence": [item]}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"evidence": [{**item, "topic": "general"}]}, schema)
 
 
 def test_a_calculation_may_convert_periods_read_word_numbers_and_hold_several_parts() -> None:
@@ -363,6 +468,62 @@ def test_citations_point_at_the_quote_that_holds_the_figure() -> None:
     assert cited_evidence_ids(line) == {"A1-e1"}
 
 
+def test_a_finding_cites_only_the_quotes_that_hold_its_figures() -> None:
+    """A finding that rests on several ids is cited, in the document, at the quotes holding
+    the figures it states (or its calculation's operands), not at every id; a finding that
+    states no figure keeps all its ids. Model-written sentences are cited the same way."""
+    artifacts = _verified()
+    all_ids = ["A1-e1", "A1-e2", "B1-e1"]
+    synth = Script(synthesize=[{"claims": [
+        {"text": "Readings arrived on time for 97% of meters.", "evidence_ids": all_ids},
+        {"text": "About 1,164 of the pilot's meters reported on time.", "evidence_ids": all_ids,
+         "calculation": "1,200 * 97% = 1,164"},
+        {"text": "The pilot reported readings and priced meters.", "evidence_ids": all_ids}]}])
+    assert _run(_ctx("S1", artifacts, lambda p: _all_supported(p) if p["task"] == "support"
+                     else synth(p))).passed
+    _run(_ctx("R1", artifacts, Script(rank=[{"risks": [
+        {"id": "R1", "title": "Annual subscription", "score": 20, "evidence_ids": ["B1-e1"],
+         "criteria": {"price per meter": "NVK 40", "fit": "good"}}]}], check=[{"problems": []}])))
+    ctx = _ctx("D2", artifacts, lambda p: {}, profile=None)
+    ctx.templates["brief"] = "# Brief\n\n{{ findings }}\n"
+    assert _run(ctx).passed
+    memo = expand_footnotes(ctx.outputs["brief.md"].decode())
+
+    def cited(start: str) -> set[str]:
+        return cited_evidence_ids(next(x for x in memo.splitlines() if start in x))
+
+    assert cited("1. Readings arrived") == {"A1-e1"}
+    assert cited("2. About 1,164") == {"A1-e1", "A1-e2"}
+    assert cited("3. The pilot reported") == set(all_ids)
+
+    script = Script(render=[{"sentences": [
+        {"text": "Readings arrived on time for 97% of meters.", "evidence_ids": all_ids}]}])
+    written = _ctx("D2", artifacts, lambda p: _all_supported(p) if p["task"] == "support"
+                   else script(p))
+    assert _run(written).passed
+    brief = expand_footnotes(written.outputs["brief.md"].decode())
+    line = next(x for x in brief.splitlines() if x.startswith("- Readings arrived"))
+    assert cited_evidence_ids(line) == {"A1-e1"}
+
+
+def test_the_offline_heuristic_cites_one_quote_per_finding() -> None:
+    """The offline heuristic's findings state their lead statement and cite that quote only,
+    never several sources where one holds the figure."""
+    from keepstep.engine.kinds.claims import figure_holders
+
+    pack = PackRunner()
+    pack.run_all(until="U30")
+    claims = [c for u in pack.plan.units if u.kind.value == "synthesize"
+              for c in json.loads(pack.artifacts[u.id]["synthesis.json"])["claims"]]
+    assert claims
+    for c in claims:
+        assert len(c["evidence_ids"]) == 1 and len(c["source_ids"]) == 1, c
+    quotes = {k: v for u in pack.plan.units if u.kind.value == "synthesize"
+              for k, v in json.loads(pack.artifacts[u.id]["synthesis.json"])["quotes"].items()}
+    assert all(figure_holders(c["text"], c["evidence_ids"], quotes) == c["evidence_ids"]
+               for c in claims)
+
+
 def test_provenance_names_the_answering_model_and_the_offline_notice_comes_first() -> None:
     """Every document names the models that answered (recorded by the units that called
     them), not a notice read from an answer; an offline heuristic's document says so in its
@@ -386,6 +547,32 @@ def test_provenance_names_the_answering_model_and_the_offline_notice_comes_first
         assert text.startswith("> **Written by keepstep's offline heuristic model")
         assert "Models that answered: local/keepstep-offline" in text
         assert "Research pack" not in text
+
+
+def test_every_csv_names_the_models_that_answered_and_offline_says_so_first() -> None:
+    """A CSV gets a models column whatever its template lists: the model the units recorded
+    for their calls, the offline heuristic named as such; an offline run's Markdown documents
+    open with the offline notice."""
+    artifacts = _synthesis_and_ranking()
+    table = _ctx("T1", artifacts, lambda p: {}, profile=None)
+    table.templates["table"] = "- id\n- quote\n"
+    assert _run(table).passed
+    rows = list(csv.DictReader(io.StringIO(table.outputs["table.csv"].decode())))
+    assert list(rows[0]) == ["id", "quote", "models"] and {r["models"] for r in rows} == {MODEL}
+
+    pack = PackRunner()
+    pack.run_all()
+    deliverables = [u.id for u in pack.plan.units if u.kind.value == "render"]
+    assert deliverables
+    for uid in deliverables:
+        for name, data in pack.artifacts[uid].items():
+            text = data.decode()
+            if name.endswith(".csv"):
+                models = {r["models"] for r in csv.DictReader(io.StringIO(text))}
+                assert models == {"local/keepstep-offline (offline heuristic: rules, no "
+                                  "language model)"}, (uid, models)
+            elif name.endswith(".md"):
+                assert text.startswith("> **Written by keepstep's offline heuristic"), uid
 
 
 def test_a_derived_figure_reaches_the_document_as_a_checked_calculation() -> None:

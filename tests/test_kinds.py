@@ -257,7 +257,9 @@ def test_verify_rules_reject_before_one_model_call_and_keep_passages_out() -> No
     outcome = _run(ctx)
     assert len(ctx.calls) == 1
     assert [c["id"] for c in ctx.calls[0]["payload"]["claims"]] == ["X1-e1", "X1-e2"]
-    assert ctx.calls[0]["payload"]["claims"][0]["passage"] == TEXT_X1.split("\n\n")[1].strip()
+    sent = ctx.calls[0]["payload"]
+    # Each passage is sent once, by id (issue 20: the claims of one paragraph share it).
+    assert sent["passages"][sent["claims"][0]["passage"]] == TEXT_X1.split("\n\n")[1].strip()
     doc = ctx.json_output("verified.json")
     assert [e["id"] for e in doc["evidence"]] == ["X1-e1", "X1-e2"]
     assert {r["id"]: r["stage"] for r in doc["rejected"]} == {"X1-e9": "rule", "Y1-e1": "rule"}
@@ -304,7 +306,9 @@ def test_synthesize_audience_changes_only_audience_units() -> None:
 def test_synthesize_flags_an_unknown_evidence_id() -> None:
     """A claim citing an id that was not in the given evidence fails the citations check."""
     def inventive(payload: dict[str, Any]) -> dict[str, Any]:
-        out = respond(payload)
+        # A model that invents the id again whatever the feedback says (the heuristic would
+        # act on the revise round's feedback, so it does not see it here).
+        out = respond({k: v for k, v in payload.items() if k != "revise"})
         out["claims"][0]["evidence_ids"].append("Q7-e1")
         return out
 
@@ -356,11 +360,12 @@ def test_an_unconverged_loop_goes_forward_flagged_when_the_plan_says_so() -> Non
 
 # --- render ----------------------------------------------------------------------------
 def test_render_evidence_table_has_a_row_per_verified_statement(pack: PackRunner) -> None:
-    """A02 is CSV with the template's header and 163 rows carrying locator, group and
-    figures (A1 is a PDF: its first statement is on a page)."""
+    """A02 is CSV with the template's header (and the models column every CSV gets) and 163
+    rows carrying locator, group and figures (A1 is a PDF: its first statement is on a page)."""
     text = pack.artifacts["U32"]["evidence-table.csv"].decode()
     rows = list(csv.reader(io.StringIO(text)))
-    assert rows[0] == ["id", "source_id", "locator", "group", "topic", "figures", "quote"]
+    assert rows[0] == ["id", "source_id", "locator", "group", "topic", "figures", "quote",
+                       "models"]
     assert len(rows) == 164
     first = dict(zip(rows[0], rows[1], strict=True))
     assert first["id"] == "A1-e1" and first["group"] == "A" and "22%" in first["figures"]
@@ -368,12 +373,14 @@ def test_render_evidence_table_has_a_row_per_verified_statement(pack: PackRunner
 
 
 def test_render_evidence_table_follows_the_template_columns() -> None:
-    """The evidence-table template's list items choose the CSV columns; unknown ones fail."""
+    """The evidence-table template's list items choose the CSV columns (the models column
+    follows them); unknown ones fail."""
     runner = PackRunner()
     runner.templates["evidence-table"] = "# Columns\n\n- quote\n- `id`\n"
     outcome = runner.run_all(until="U32")["U32"]
     assert outcome.passed
-    assert runner.artifacts["U32"]["evidence-table.csv"].decode().splitlines()[0] == "quote,id"
+    assert runner.artifacts["U32"]["evidence-table.csv"].decode().splitlines()[0] == \
+        "quote,id,models"
     runner.templates["evidence-table"] += "- margin\n"
     _, outcome = runner.run("U32")
     assert "margin" in _failed(outcome)["structure"]
@@ -490,13 +497,14 @@ def test_pack_runs_clean_and_writes_declared_outputs(pack: PackRunner) -> None:
 
 
 def test_pack_model_calls_per_unit(pack: PackRunner) -> None:
-    """Offline, the pack makes 65 calls: 4 per extraction, 1 per verify/synthesis, 4 for S04."""
+    """Offline, the pack makes 70 calls: 4 per extraction, 1 per verify, 2 per synthesis (the
+    synthesis and its support check, asked of the heuristic too), 4 for S04."""
     calls = pack.calls_per_unit()
     expected = {u.id: 0 for u in pack.plan.units}
     expected |= {u: 4 for u in EXTRACT_UNITS} | {u: 1 for u in VERIFY_UNITS}
-    expected |= {"U25": 1, "U26": 1, "U27": 1, "U28": 4, "U29": 1, "U30": 1}
+    expected |= {"U25": 2, "U26": 2, "U27": 2, "U28": 4, "U29": 2, "U30": 2}
     assert calls == expected
-    assert sum(calls.values()) == 65
+    assert sum(calls.values()) == 70
     assert sum(calls[f"U{n:02d}"] for n in range(1, 21)) == 52  # spent before U21's call
 
 
@@ -548,3 +556,48 @@ def test_verify_records_conflicting_figures_between_sources() -> None:
     assert conflict["ids"] == ["X1-e1", "X2-e1"] and conflict["values"] == ["46%", "41%"]
     assert conflict["status"] == "conflict-resolved" and conflict["reason"]
     assert outcome.facts["conflicts"] == 1
+
+
+TABLE_X1 = ("# Customers\n\nReference customers by site count.\n\n"
+            "| Customer | Sites | Users |\n|---|---|---|\n| Aldermere | 17 | 240 |\n"
+            "| Brook | 4 | 60 |\n")
+
+
+def test_a_table_row_keeps_its_header_through_verify_synthesis_and_the_support_check(
+        ) -> None:
+    """A row quoted on its own ("Aldermere | 17 | 240") says nothing of what its cells count:
+    verify stores its table's header row with it, and the synthesis and the support check
+    send the header beside the row (what a real model behind the relay could not read)."""
+    extract = _tiny_ctx("X1")
+    extract.texts["X1"] = TABLE_X1
+    _run(extract)
+    verify = _tiny_ctx("X2")
+    verify.texts["X1"] = TABLE_X1
+    verify.artifacts["X1"] = extract.outputs
+    assert _run(verify).passed
+    evidence = verify.json_output("verified.json")["evidence"]
+    rows = {e["quote"]: e for e in evidence}
+    assert rows["Aldermere | 17 | 240"]["table_header"] == "Customer | Sites | Users"
+    assert "table_header" not in rows["The tender covers 40,000 meters."]
+
+    synth = _tiny_ctx("X3")
+    synth.artifacts["X2"] = verify.outputs
+    assert _run(synth).passed
+    sent = {e["id"]: e for e in synth.calls[0]["payload"]["evidence"]}
+    row_id = rows["Aldermere | 17 | 240"]["id"]
+    assert sent[row_id]["table_header"] == "Customer | Sites | Users"
+    support = next(c["payload"] for c in synth.calls if c["task"] == "support")
+    quoted = [q for c in support["claims"] for q in c["quotes"] if q["id"] == row_id]
+    assert quoted and all(q["table_header"] == "Customer | Sites | Users" for q in quoted)
+
+
+def test_the_checks_ask_for_a_reviewers_reading_of_a_models_own_work() -> None:
+    """The remarks of a model checking its own extractions and claims: the verify and support
+    prompts tell it to judge as a reviewer who did not write them, and to read a table row
+    under its header."""
+    from keepstep.engine.gateway.prompts import load_prompt
+
+    for name in ("verify", "support"):
+        prompt = load_prompt(name)
+        assert "a reviewer who did not" in prompt.system, name
+        assert "table_header" in prompt.system, name

@@ -106,3 +106,67 @@ def test_a_429_is_waited_for_without_using_the_retries_budget(tmp_path: Path) ->
     assert "failed" not in attempts  # the wait used up no attempt
     assert server.log[0]["status"] == 429 and server.log[1]["status"] == 200
     assert server.log[1]["messages"] == server.log[0]["messages"]  # the same call, sent again
+
+
+UNPRICED = "openai/keepstep-unpriced-test-model"
+
+
+def test_a_price_in_keepstep_toml_lets_an_unpriced_model_run_under_a_cost_budget(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model litellm has no price for, called at its provider's address under a cost
+    budget, is blocked before any call with a message naming where to give its price; with
+    ``[model_settings."<model>"]`` prices in keepstep.toml the same run goes on, each call
+    costing its tokens at that price; and at the project's own server (api_base) with no cost
+    budget, no price is needed."""
+    from tests.support.small_project import extract_only_units
+
+    with running_server("clean") as server:
+        # The provider's address from the environment, as litellm reads it: not an api_base
+        # of the project, so the price is keepstep's to keep.
+        monkeypatch.setenv("OPENAI_API_BASE", server.api_base)
+        unpriced = make_small_project(tmp_path / "unpriced", default_model=UNPRICED,
+                                      budget={"cost": 5.0}, units=extract_only_units(1))
+        with open_project(unpriced) as p:
+            status = p.start_run(RUN).run()
+        assert status.units["E01"].state == "blocked"
+        reason = status.units["E01"].reason or ""
+        assert "no known price" in reason and f'[model_settings."{UNPRICED}"]' in reason
+        assert "raise" not in status.next_action and "price" in status.next_action
+        assert server.log == []
+
+        priced = make_small_project(
+            tmp_path / "priced", default_model=UNPRICED, budget={"cost": 5.0},
+            units=extract_only_units(1),
+            model_settings={UNPRICED: {"input_per_mtok": 2.0, "output_per_mtok": 8.0}})
+        with open_project(priced) as p:
+            run = p.start_run(RUN)
+            status = run.run()
+            calls = run.calls()
+            used = p.store.get_budget(RUN).used
+        assert status.units["E01"].state == "succeeded"
+        assert calls and len(server.log) == len(calls)
+        for c in calls:
+            assert c.cost == pytest.approx(c.tokens_in * 2e-6 + c.tokens_out * 8e-6)
+        assert used["cost"] == pytest.approx(sum(c.cost for c in calls))
+
+        monkeypatch.delenv("OPENAI_API_BASE")
+        own = make_small_project(tmp_path / "own", default_model=UNPRICED,
+                                 api_base=server.api_base, units=extract_only_units(1))
+        with open_project(own) as p:
+            status = p.start_run(RUN).run()
+        assert status.units["E01"].state == "succeeded"
+
+
+def test_a_price_of_zero_in_keepstep_toml_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    """A zero price, or half a price, would keep no cost budget: keepstep.toml is refused
+    naming the model's settings and what to give instead."""
+    from keepstep.engine.errors import ConfigError
+    from keepstep.engine.files.project import load_config
+
+    for settings, words in (({"input_per_mtok": 0.0, "output_per_mtok": 0.0}, "price of 0"),
+                            ({"input_per_mtok": 1.0}, "give both")):
+        root = make_small_project(tmp_path / words.replace(" ", "-"),
+                                  model_settings={UNPRICED: settings})
+        with pytest.raises(ConfigError) as info:
+            load_config(root)
+        assert words in str(info.value) and "model_settings" in str(info.value)

@@ -116,3 +116,54 @@ def test_a_source_whose_bytes_fit_is_sent_whole_without_counting_it_first(
     requests = server.requests_for(source_id="A1")
     assert len(requests) == 1 and marker in read_input_block(requests[0]["messages"])["text"]
     assert len(counted) == counts
+
+
+def test_max_tokens_is_sized_per_request_from_the_expected_answer(tmp_path: Path) -> None:
+    """Each request's max_tokens comes from its expected answer (claims × a verdict, claims ×
+    a support verdict, a source's statements quoted), within the model's output limit; a
+    request with no estimate sends the configured max_tokens. With a small output limit in
+    keepstep.toml's model settings, the claim check is split into batches whose expected
+    answers fit it, and no request asks for more."""
+    from keepstep.engine.gateway.profile import model_profile
+    from keepstep.engine.kinds.extract import expected_answer
+    from keepstep.engine.kinds.synthesize import SUPPORT_ANSWER_TOKENS
+    from keepstep.engine.kinds.verify import expected_answer as verify_answer
+
+    model = "openai/gpt-4o-mini"
+    profile = model_profile(model, max_tokens=4096)
+    with running_server("clean") as server:
+        root = make_small_project(tmp_path / "sized", default_model=model,
+                                  api_base=server.api_base)
+        with open_project(root) as p:
+            assert p.start_run(RUN).run().decision == "done"
+        sent = [(read_input_block(e["messages"]) or {}, e["max_tokens"]) for e in server.log]
+    by_task: dict[str, list[tuple[dict, int]]] = {}
+    for payload, max_tokens in sent:
+        by_task.setdefault(payload["task"], []).append((payload, max_tokens))
+    assert {"extract", "verify", "support", "synthesize"} <= set(by_task)
+    for payload, max_tokens in by_task["extract"]:
+        assert max_tokens == profile.max_tokens_for(expected_answer(payload["text"]))
+    for payload, max_tokens in by_task["verify"]:
+        expected = verify_answer(payload["claims"], payload["candidates"])
+        assert max_tokens == profile.max_tokens_for(expected)
+    for payload, max_tokens in by_task["support"]:
+        assert max_tokens == profile.max_tokens_for(
+            SUPPORT_ANSWER_TOKENS * len(payload["claims"]))
+    assert {m for _, m in by_task["synthesize"]} == {4096}
+    assert len({m for _, m in sent}) > 3 and max(m for _, m in sent) <= profile.answer_limit
+
+    limit = 700
+    with running_server("clean") as server:
+        root = make_small_project(tmp_path / "capped", default_model=model,
+                                  api_base=server.api_base,
+                                  model_settings={model: {"max_output_tokens": limit}})
+        with open_project(root) as p:
+            assert p.start_run(RUN).run().decision == "done"
+        checks = [(read_input_block(e["messages"]), e["max_tokens"])
+                  for e in server.requests_for(task="verify")]
+        assert all(e["max_tokens"] <= limit for e in server.log)
+    assert len(checks) > 1  # split: one request's answer would not fit 700 tokens
+    assert sum(len(c["claims"]) for c, _ in checks) == sum(
+        len(c["claims"]) for c, _ in by_task["verify"])
+    for payload, _ in checks:
+        assert verify_answer(payload["claims"], payload["candidates"]) <= limit * 0.8

@@ -172,3 +172,42 @@ def test_a_run_refuses_an_unrunnable_plan_before_any_call_or_lease(project: Path
         open_project(project)
     assert any(p.code == "unit_id" for p in err.value.problems)
     assert not (project / ".keepstep" / "state.db").exists()
+
+
+def test_validate_names_the_steps_that_will_not_fit_the_models_window(project: Path) -> None:
+    """On a model with a small window (Ollama with context_tokens 6000), `keepstep validate`
+    names each synthesis or ranking whose one request (the evidence of the sources it reaches,
+    estimated from their text) will not fit, with what to do, and an extract unit whose
+    source has a paragraph too long to send; on a large window, none."""
+    cfg = project / "keepstep.toml"
+    edit(cfg, 'default_model = "local/keepstep-offline"',
+         'default_model = "ollama_chat/llama3.1"\ncontext_tokens = 6000')
+    report = validate_project(project)
+    windows = [m for m in report.models if "will need ~" in m["message"]]
+    assert windows, report.models
+    units = {u for m in windows for u in m["units"]}
+    from keepstep.engine.files.project import load_project_files
+
+    kinds = {u.id: u.kind.value for u in load_project_files(project).plan.units}
+    assert units and {kinds[u] for u in units} <= {"synthesize", "rank", "model"}
+    for m in windows:
+        assert m["level"] == "warning" and "ollama_chat/llama3.1 takes at most" in m["message"]
+        assert "Split it into smaller units" in m["message"] and "larger window" in m["message"]
+
+    # One paragraph of a source longer than the whole window: its extract unit is named.
+    source = next(p for p in sorted((project / "sources").glob("*.md")))
+    source.write_text(source.read_text(encoding="utf-8") + "\n\n" + "word " * 8000,
+                      encoding="utf-8")
+    report = validate_project(project)
+    long = [m for m in report.models if "cannot be split further" in m["message"]]
+    assert long and kinds[long[0]["units"][0]] == "extract"
+    assert "Break that paragraph up" in long[0]["message"]
+
+    cfg.write_text(cfg.read_text(encoding="utf-8").replace("context_tokens = 6000",
+                                                           "context_tokens = 2000000"),
+                   encoding="utf-8")
+    source.write_text(source.read_text(encoding="utf-8").split("\n\nword ")[0],
+                      encoding="utf-8")
+    report = validate_project(project)
+    assert not [m for m in report.models if "will need ~" in m["message"]
+                or "cannot be split further" in m["message"]]

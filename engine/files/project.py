@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from keepstep.engine.core.inputs import Contract, InputSnapshot, SourceEntry, source_hashes
 from keepstep.engine.core.plan import Plan, PlanProblem, locate_lines
@@ -42,6 +50,38 @@ STATE_DIR = ".keepstep"
 CONVERTED_DIR = "converted"  # under STATE_DIR: the conversion cache (derived, never copied)
 FRONT_MATTER = "+++"  # TOML front matter (what keepstep writes)
 YAML_FRONT_MATTER = "---"  # YAML front matter (most Markdown tools' convention), also read
+
+
+class ModelSettings(BaseModel):
+    """What keepstep.toml says of one model (``[model_settings."provider/model"]``), for what
+    litellm's model information does not know or knows wrong (docs/config.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+    # The price in the currency of [budget] cost per million tokens, in and out: with it, an
+    # unpriced model's calls count against a cost budget instead of being refused.
+    input_per_mtok: float | None = Field(default=None, ge=0)
+    output_per_mtok: float | None = Field(default=None, ge=0)
+    # The model's own cap on one answer (litellm's, when it knows one, otherwise none).
+    max_output_tokens: int | None = Field(default=None, gt=0)
+    # The model's window; wins over the project-wide context_tokens.
+    context_tokens: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _price_is_a_pair(self) -> ModelSettings:
+        given = (self.input_per_mtok, self.output_per_mtok)
+        if (given[0] is None) != (given[1] is None):
+            raise ValueError("give both input_per_mtok and output_per_mtok (the price per "
+                             "million input and output tokens)")
+        if given[0] is not None and given[1] is not None and given[0] + given[1] <= 0:
+            raise ValueError("a price of 0 keeps no cost budget: give the model's real price, "
+                             "call a free local model through api_base, or remove [budget] cost")
+        return self
+
+    def price_per_token(self) -> tuple[float, float] | None:
+        """(input, output) price per token, or None when keepstep.toml gives none."""
+        if self.input_per_mtok is None or self.output_per_mtok is None:
+            return None
+        return self.input_per_mtok / 1e6, self.output_per_mtok / 1e6
 
 
 class BudgetLimits(BaseModel):
@@ -212,6 +252,8 @@ class ProjectConfig(BaseModel):
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(default=4096, gt=0)  # an answer's cap, reserved before each call
     context_tokens: int | None = Field(default=None, gt=0)  # window when litellm does not know
+    # Per model name: its price, output cap and window where litellm does not know them.
+    model_settings: dict[str, ModelSettings] = Field(default_factory=dict)
     revise_rounds: int = Field(default=2, ge=0, le=5)  # re-asks with feedback per model step
     request_timeout_s: float = Field(default=120.0, gt=0)
     budget: BudgetLimits = Field(default_factory=BudgetLimits)
@@ -241,6 +283,10 @@ class ProjectConfig(BaseModel):
         """The model a unit calls: ``unit_models[unit]``, else ``models[kind]``, else
         ``default_model``."""
         return self.unit_models.get(unit_id) or self.models.get(kind) or self.default_model
+
+    def settings_for(self, model: str) -> ModelSettings:
+        """``model_settings[model]``, or empty settings."""
+        return self.model_settings.get(model) or ModelSettings()
 
     def api_base_for(self, model: str) -> str | None:
         """Where ``model`` is called: ``api_bases[<provider prefix>]``, else ``api_base``,

@@ -252,6 +252,10 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
 
 
 def _nullable(prop: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(prop.get("enum"), list) and None not in prop["enum"]:
+        # An enum restricts the value whatever the type says: null must be one of it (a
+        # topic no name fits is null, never forced into a topic).
+        prop = {**prop, "enum": [*prop["enum"], None]}
     kind = prop.get("type")
     if isinstance(kind, str):
         return {**prop, "type": [kind, "null"]}

@@ -19,6 +19,8 @@ OUTCOME_REUSED = "reused"
 OUTCOME_INVALID = "invalid_output"
 # Providers that run on the person's own machine: no price, and none is owed.
 FREE_PROVIDERS = ("local", "ollama", "ollama_chat")
+# The words of an UnpricedModel's message that tell it from a limit reached.
+UNPRICED_WORDS = "has no known price"
 
 
 class UnpricedModel(BudgetExhausted):
@@ -28,11 +30,15 @@ class UnpricedModel(BudgetExhausted):
 
 def unpriced_error(unit: str, model: str) -> UnpricedModel:
     error = UnpricedModel(
-        f"{unit}: {model} has no known price (litellm's price map has none, or 0), so the "
-        "run's cost budget could not be kept; the call was not made")
-    error.hint = ("use a model litellm prices, call it through your own server (api_base: "
-                  "its price is then yours to watch), or remove `cost` from [budget] in "
-                  "keepstep.toml (the calls and tokens limits still apply); then resume")
+        f"{unit}: {model} {UNPRICED_WORDS} (litellm's price map has none, or 0), so the "
+        "run's cost budget could not be kept; the call was not made. Give its price in "
+        f'keepstep.toml ([model_settings."{model}"] input_per_mtok and output_per_mtok), '
+        "call it through your own server (api_base), or remove [budget] cost; then resume")
+    error.hint = (f'give its price in keepstep.toml ([model_settings."{model}"] '
+                  "input_per_mtok and output_per_mtok, per million tokens), use a model "
+                  "litellm prices, call it through your own server (api_base: its price is "
+                  "then yours to watch), or remove `cost` from [budget] in keepstep.toml (the "
+                  "calls and tokens limits still apply); then resume")
     return error
 
 

@@ -79,6 +79,10 @@ class ModelRequest(BaseModel):
     expect_json: bool = False
     response_format: dict[str, Any] | None = None
     options: dict[str, Any] = Field(default_factory=dict)
+    # keepstep.toml's price per (input, output) token for the model: a call's cost is its
+    # tokens at this price instead of litellm's (which has none for the model, or another).
+    # Not part of the request hash: it does not change the answer.
+    price_per_token: tuple[float, float] | None = None
 
 
 class ModelResult(BaseModel):
@@ -437,7 +441,8 @@ class ModelGateway:
                                 latency_ms=latency_ms, outcome=error.error_class,
                                 error_class=type(error).__name__, safe_message=_message_of(error))
             raise error from None
-        cost = _cost_of(response)
+        cost = (tokens_in * request.price_per_token[0] + tokens_out * request.price_per_token[1]
+                if request.price_per_token else _cost_of(response))
         if request.expect_json and not _is_json(content):
             error = InvalidOutput(
                 f"{request.model}: expected JSON, got {len(content)} characters holding no "

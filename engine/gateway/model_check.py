@@ -96,8 +96,10 @@ def check_project_models(config: object, units: list[tuple[str, str]],
             out.append(ModelFinding(
                 level="warning", model=model, units=used_by,
                 message=f"{model}: no known price, and keepstep.toml sets a cost budget: its "
-                "calls will be blocked (the budget could not be kept); use a priced model, "
-                "call it through your own server (api_base), or remove [budget] cost"))
+                "calls will be blocked (the budget could not be kept); give its price in "
+                f'keepstep.toml ([model_settings."{model}"] input_per_mtok and '
+                "output_per_mtok), use a priced model, call it through your own server "
+                "(api_base), or remove [budget] cost"))
     order = {"error": 0, "warning": 1, "ok": 2}
     return sorted(out, key=lambda f: order[f.level])
 
@@ -112,6 +114,9 @@ def _unpriced_under_budget(config: object, model: str) -> bool:
         return False
     if config.api_base_for(model):  # type: ignore[attr-defined]
         return False
+    settings_for = getattr(config, "settings_for", None)
+    if settings_for is not None and settings_for(model).price_per_token() is not None:
+        return False  # keepstep.toml prices it
     try:
         profile = model_profile(model)
     except Exception:  # noqa: BLE001 - an unknown name has its own finding already

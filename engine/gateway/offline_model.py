@@ -125,8 +125,13 @@ def _task_verify(payload: dict) -> dict:
     reads from the quotes (the older request)."""
     results = []
     claims = _dicts(payload, "claims")
+    raw = payload.get("passages")
+    passages = raw if isinstance(raw, dict) else {}
     for claim in claims:
-        ok, reason = verify_claim(str(claim.get("quote", "")), str(claim.get("passage", "")))
+        # A claim names its passage by id in INPUT "passages" (or, in an older request,
+        # carries the passage itself).
+        named = str(claim.get("passage", ""))
+        ok, reason = verify_claim(str(claim.get("quote", "")), str(passages.get(named, named)))
         results.append({"id": claim.get("id"), "supported": ok, "reason": reason})
     if "candidates" in payload:
         return {"results": results,
@@ -143,7 +148,7 @@ def _strength(item: dict, keywords: tuple[str, ...]) -> tuple[int, int, int, str
     # the id makes the order total and therefore stable.
     quote = str(item.get("quote", ""))
     return (-rules.keyword_hits(quote, keywords), 0 if rules.reads_standalone(quote) else 1,
-            -len(item.get("figures") or []), str(item["id"]))
+            -len(item.get("figures") or rules.figures(quote)), str(item["id"]))
 
 
 def _reading(payload: dict, topics: rules.Topics) -> tuple[list[str], dict[str, str]]:
@@ -162,7 +167,7 @@ def _task_synthesize(payload: dict) -> dict:
     question = str(payload.get("question", "")).strip()
     audience = _audience_key(payload.get("audience"))
     evidence = _unique_evidence(_require(payload, "evidence", list))
-    topics = rules.topic_list(payload.get("topics"))
+    topics = rules.topic_list(payload.get("topics"), payload.get("offline_hints"))
     order, labels = _reading(payload, topics)
     keywords = dict(topics)
     by_topic: dict[str, list[dict]] = {t: [] for t in order}
@@ -194,19 +199,43 @@ def _task_synthesize(payload: dict) -> dict:
     lines = [f"## Findings for the {audience_label}", ""]
     if question:
         lines += [f"Question: {question}", ""]
-    claims = []
-    for n, (topic, items) in enumerate(groups, start=1):
-        ids = [str(i["id"]) for i in items]
+    claims: list[dict[str, Any]] = []
+    times = _revised(payload, "claims", len(groups))
+    for n, (topic, items) in enumerate(groups):
+        if n not in times:
+            continue  # flagged twice: dropped, the heuristic has no other way to say it
+        # The claim states its lead statement, so it cites the quote that holds its figures
+        # and not the topic's other statements (a reader would look for them there).
+        lead_id = str(items[0]["id"])
         lead = str(items[0].get("quote", "")).strip()
         label = labels.get(topic) or topic.capitalize()
-        more = f" ({len(items) - 1} more supporting statement(s))" if len(items) > 1 else ""
-        cites = "".join(f"[{i}]" for i in ids)
-        lines.append(f"{n}. **{label}**: {lead}{more} {cites}")
-        claims.append({"text": f"{label}: {lead}", "evidence_ids": ids})
-    if not groups:
+        # Revised once: it says only what the quote says, in the quote's words.
+        text = lead if times[n] else f"{label}: {lead}"
+        lines.append(f"{len(claims) + 1}. **{label}**: {lead} [{lead_id}]")
+        claims.append({"text": text, "evidence_ids": [lead_id]})
+    if not claims:
         lines.append("No verified evidence was given, so no findings are stated.")
     lines += ["", f"_{HEURISTIC_NOTICE}; findings are selected and ordered by rules._"]
     return {"summary": "\n".join(lines), "claims": claims}
+
+
+def _revised(payload: dict, field: str, count: int) -> dict[int, int]:
+    """The items (of ``count`` first made) still answered after INPUT's revise rounds, each
+    with how often feedback named it: once, it is restated; twice, it is dropped.
+
+    The heuristic answers a revise round by answering the same INPUT again and amending what
+    each round's feedback names (``claims[2].text [rule]: ...``, an index into that round's
+    answer); being deterministic, it replays the rounds in order to know those indices."""
+    alive = list(range(count))
+    times = dict.fromkeys(alive, 0)
+    for round_problems in payload.get("revise") or []:
+        named = {int(m.group(1)) for p in round_problems if isinstance(p, dict)
+                 for m in [re.match(rf"{field}\[(\d+)\]", str(p.get("field", "")))] if m}
+        for k in named:
+            if k < len(alive):
+                times[alive[k]] += 1
+        alive = [n for n in alive if times[n] < 2]
+    return {n: times[n] for n in alive}
 
 
 # --- rank ------------------------------------------------------------------------------

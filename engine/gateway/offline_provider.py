@@ -1,7 +1,9 @@
 """The offline default model as a provider: ``local/keepstep-offline``.
 
 It answers the prompts every model gets: it reads the INPUT block of the rendered user
-message (``prompts.read_input_block``), runs ``offline_model.respond`` on it and answers with
+message (``prompts.read_input_block``; in a revise round also the problems each round's
+feedback names, ``read_revise_problems``, under ``"revise"``, as a model reads them), runs
+``offline_model.respond`` on it and answers with
 the result as sorted JSON. A message without an INPUT block (a bare JSON payload, say) is
 refused: there is no second payload format.
 
@@ -23,7 +25,7 @@ import threading
 from typing import Any
 
 from keepstep.engine.gateway import offline_model
-from keepstep.engine.gateway.prompts import message_text, read_input_block
+from keepstep.engine.gateway.prompts import message_text, read_input_block, read_revise_problems
 
 PROVIDER = "local"
 MODEL = f"{PROVIDER}/{offline_model.MODEL_NAME}"
@@ -49,6 +51,9 @@ def build_response_content(messages: list[dict[str, Any]]) -> str:
         raise OfflinePayloadError(
             "the offline model answers keepstep prompts: no user message carries an INPUT "
             "block (a line 'INPUT' then a ```json fence)")
+    revise = read_revise_problems(messages)
+    if revise:
+        payload["revise"] = revise
     try:
         result = offline_model.respond(payload)
     except ValueError as exc:

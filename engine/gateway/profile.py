@@ -6,9 +6,12 @@ know — nothing here calls a model.
 Callers may rely on:
 - ``ModelProfile.count`` counting a request's tokens with litellm's counter for the model
   (the offline model counts like its provider reports: ``ceil(chars / 4)``);
-- ``input_tokens`` being what one request's messages may use, ``output_tokens`` what is
-  reserved (and sent as ``max_tokens``) for the answer;
-- ``estimate_cost`` being litellm's price × tokens (0.0 for an unpriced model);
+- ``input_tokens`` being what one request's messages may use; ``max_tokens_for(expected)``
+  what a request whose answer is expected to take ``expected`` tokens sends as ``max_tokens``
+  (and reserves): sized from the estimate, within ``answer_limit`` (the model's own output
+  limit); ``output_tokens`` (the configured ``max_tokens``) for a request with no estimate;
+- ``estimate_cost`` being the price × tokens: keepstep.toml's ``[model_settings]`` price when
+  it gives one, else litellm's (0.0 for an unpriced model);
 - ``response_format`` / ``options`` being what the gateway sends: a json_schema
   ``response_format`` (strict where litellm says the model supports response schemas), the
   same for Ollama (litellm sends it as Ollama's ``format``) plus ``num_ctx``; ``None`` for a
@@ -30,6 +33,8 @@ from keepstep.engine.gateway.answers import strict_schema
 DEFAULT_CONTEXT_TOKENS = 32_768  # a model litellm does not know, without context_tokens
 OLLAMA_CONTEXT_TOKENS = 8_192  # sent as num_ctx: Ollama's own default window is smaller
 DEFAULT_MAX_TOKENS = 4_096
+# A sized answer gets half as much again as its estimate, and never less than this.
+_ANSWER_SLACK, _MIN_ANSWER_TOKENS = 1.5, 512
 OLLAMA_PROVIDERS = ("ollama", "ollama_chat")
 
 Structured = Literal["json_schema", "ollama", "prompt"]
@@ -52,6 +57,24 @@ class ModelProfile(BaseModel):
     num_ctx: int | None = None
     input_cost_per_token: float = 0.0
     output_cost_per_token: float = 0.0
+    price_source: Literal["litellm", "keepstep.toml"] = "litellm"
+    # The most one answer may take: the model's own output limit (keepstep.toml's
+    # max_output_tokens, else litellm's), else the configured max_tokens. 0: output_tokens.
+    output_limit: int = 0
+
+    @property
+    def answer_limit(self) -> int:
+        """The most tokens one answer may be given (see ``output_limit``)."""
+        return max(self.output_limit, self.output_tokens)
+
+    def max_tokens_for(self, expected: int | None) -> int:
+        """``max_tokens`` for a request whose answer is expected to take ``expected`` tokens:
+        that with room to spare, within the model's output limit; without an estimate, the
+        configured ``max_tokens``."""
+        if not expected:
+            return self.output_tokens
+        return min(self.answer_limit, max(_MIN_ANSWER_TOKENS,
+                                          math.ceil(expected * _ANSWER_SLACK)))
 
     @property
     def offline(self) -> bool:
@@ -124,8 +147,12 @@ def _count(model: str, messages: list[dict[str, Any]]) -> int:
 
 @functools.lru_cache(maxsize=64)
 def model_profile(model: str, *, max_tokens: int | None = None,
-                  context_tokens: int | None = None) -> ModelProfile:
-    """The profile of ``model`` under a project's ``max_tokens`` / ``context_tokens``."""
+                  context_tokens: int | None = None,
+                  price: tuple[float, float] | None = None,
+                  max_output_tokens: int | None = None) -> ModelProfile:
+    """The profile of ``model`` under a project's ``max_tokens`` / ``context_tokens``;
+    ``price`` (per input and output token) and ``max_output_tokens`` are keepstep.toml's
+    ``[model_settings]`` for the model, winning over litellm's information."""
     from keepstep.engine.gateway.client import provider_of
 
     provider = provider_of(model)
@@ -142,9 +169,10 @@ def model_profile(model: str, *, max_tokens: int | None = None,
     except Exception:  # noqa: BLE001, S110 - litellm does not know every model
         pass
     known_in = info.get("max_input_tokens") or info.get("max_tokens")
-    known_out = info.get("max_output_tokens")
+    known_out = max_output_tokens or info.get("max_output_tokens")
     if known_out:
         output = min(output, int(known_out))
+    limit = int(known_out) if known_out else output
     num_ctx = None
     if provider in OLLAMA_PROVIDERS:
         # Ollama's window holds prompt and answer together; keepstep sets it explicitly so a
@@ -152,6 +180,7 @@ def model_profile(model: str, *, max_tokens: int | None = None,
         num_ctx = int(context_tokens or known_in or OLLAMA_CONTEXT_TOKENS)
         window, source = num_ctx - output, ("context_tokens" if context_tokens else
                                             "litellm" if known_in else "default")
+        limit = output  # prompt and answer share num_ctx: the answer keeps its reserved part
         structured: Structured = "ollama"
     else:
         if known_in:
@@ -164,9 +193,11 @@ def model_profile(model: str, *, max_tokens: int | None = None,
     return ModelProfile(
         model=model, provider=provider, input_tokens=max(1, window), output_tokens=output,
         window_source=source, structured=structured, strict=structured == "json_schema",
-        num_ctx=num_ctx,
-        input_cost_per_token=float(info.get("input_cost_per_token") or 0.0),
-        output_cost_per_token=float(info.get("output_cost_per_token") or 0.0))
+        num_ctx=num_ctx, output_limit=limit,
+        input_cost_per_token=price[0] if price else float(info.get("input_cost_per_token") or 0.0),
+        output_cost_per_token=price[1] if price else float(
+            info.get("output_cost_per_token") or 0.0),
+        price_source="keepstep.toml" if price else "litellm")
 
 
 def _supports_schema(litellm: Any, model: str) -> bool:

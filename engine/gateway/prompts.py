@@ -296,6 +296,26 @@ def read_input_block(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
+# A problem line of a revise round, as ``Problem.line()`` writes it: "claims[0].text [rule]: ...".
+_PROBLEM_LINE_RE = re.compile(r"^- ([A-Za-z_][\w.\[\]]*) \[([\w:.-]+)\]: (.*)$", re.MULTILINE)
+
+
+def read_revise_problems(messages: list[dict[str, Any]]) -> list[list[dict[str, str]]]:
+    """The problems each revise round named, in order (``field``, ``rule``, ``message``):
+    every user message after an assistant's answer; empty for a first round. What a model
+    reads as feedback, a rule-based answerer reads the same way."""
+    rounds = []
+    answered = False
+    for message in messages:
+        if message.get("role") == "assistant":
+            answered = True
+        elif message.get("role") == "user" and answered:
+            rounds.append([{"field": m.group(1), "rule": m.group(2), "message": m.group(3)}
+                           for m in _PROBLEM_LINE_RE.finditer(
+                               message_text(message.get("content")))])
+    return rounds
+
+
 def message_text(content: Any) -> str:
     """The text of a chat message's content (OpenAI-style content may be a list of parts)."""
     if isinstance(content, list):
@@ -360,4 +380,5 @@ def revise_messages(revise: Prompt, messages: list[dict[str, str]], answer: str,
 __all__ = ["PROJECT_PROMPTS_DIR", "RAW_KEYS", "Prompt", "input_block", "mark_paragraphs",
            "raw_block", "unmark_paragraphs", "load_prompt", "message_text",
            "packaged_names", "parse_prompt", "prompt_hashes", "read_input_block",
+           "read_revise_problems",
            "render_messages", "revise_messages"]

@@ -38,7 +38,7 @@ from keepstep.engine.core.presets import (
 from keepstep.engine.core.templates import section_ids, section_text
 from keepstep.engine.core.timefmt import parse_iso, readable_utc
 from keepstep.engine.gateway.offline_rules import normalise
-from keepstep.engine.kinds.claims import calculation_problems, figures_of
+from keepstep.engine.kinds.claims import calculation_problems, figures_of, stated_figures
 from keepstep.engine.kinds.common import (
     JSON,
     LOCATED_CITE_RE,
@@ -218,7 +218,7 @@ def _lists_sources(docs: _Documents, check: ListsSourcesCheck) -> tuple[list[str
 def _stated_figures(text: str) -> list[str]:
     for pattern in _NOT_FIGURES:
         text = pattern.sub(" ", text)
-    return figures_of(normalise(text))
+    return stated_figures(text)
 
 
 def _part(docs: _Documents, doc: str, section: str | None) -> tuple[str | None, list[str]]:

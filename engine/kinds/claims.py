@@ -61,6 +61,32 @@ def figures_of(text: str) -> list[str]:
     return _FIGURE_RE.findall(text)
 
 
+# Numbers that name rather than measure: a version, release, standard or label ("release
+# 12.4", "TLS 1.2", "SOC 2", "ISO 27001", "tier 2", "P1" is not a figure already), and dates
+# (a day beside its month, a year): a claim may state them without a quote holding them.
+_MONTHS = ("jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
+           "sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?")
+_LABEL_WORDS = ("version|release|v|build|model|tls|ssl|soc|iso|iec|nist|pci|dss|gdpr|hipaa|"
+                "android|ios|windows|java|python|phase|tier|level|stage|step|round|clause|"
+                "section|article|annex|schedule|appendix|exhibit|chapter|page|p|item|no|"
+                "number|type|class|category|priority|sev|severity|generation|gen|wave|lot")
+_NAMING_RE = re.compile(
+    rf"(?:\b(?:{_LABEL_WORDS})\.?\s*(?:/\s*[a-z]+\s*)?)(\d+(?:\.\d+)*)(?!\d|,\d)"
+    rf"|\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?(?:{_MONTHS})\b"
+    rf"|\b(?:{_MONTHS})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?\b"
+    r"|(?<![\d,.])((?:19|20)\d\d)(?!\d|%|[.,]\d)")
+
+
+def stated_figures(text: str) -> list[str]:
+    """The figures a text states as quantities (``figures_of`` of its normalised form),
+    without the numbers that name something: versions, releases, standards and labels, days
+    beside their month, and years."""
+    norm = normalise(text)
+    naming = [m.span(g) for m in _NAMING_RE.finditer(norm) for g in range(1, 5)
+              if m.group(g) is not None]
+    return [m.group(0) for m in _FIGURE_RE.finditer(norm) if m.span() not in naming]
+
+
 def figure_value(figure: str) -> float:
     """``"1,250"`` -> 1250.0, ``"4.5%"`` -> 4.5 (the number as written, percent sign off)."""
     text = figure.rstrip("%")
@@ -177,7 +203,35 @@ def figure_problems(at: str, text: str, ids: list[str], quotes: Mapping[str, str
     # Numbers in the calculation itself restate cited figures; only the text is checked.
     return out + [problem(f"{at}.text", "cited_figure", "the figure is in none of the cited "
                           "quotes (a derived figure needs its calculation)", f)
-                  for f in figures_of(normalise(text)) if f not in cited and f not in derived]
+                  for f in stated_figures(text) if f not in cited and f not in derived]
+
+
+def figure_holders(text: str, ids: list[str], quotes: Mapping[str, str],
+                   calculation: str | None = None) -> list[str]:
+    """The ids a claim's citation names in a document: when the text states a figure, the
+    cited quotes that hold one of its figures (or, with a calculation, one of its operands),
+    in the order cited; every cited id when it states none, or none of them holds one (a
+    reader follows a citation to the quote holding the figure, not to each id of a finding).
+    """
+    stated = set(stated_figures(text))
+    operands: set[float] = set()
+    for part in (calculation or "").split(";"):
+        expression, _result = split_calculation(part)
+        for operand in _OPERAND_RE.findall(expression):
+            value = figure_value(operand) if operand[0] != "." else float(operand.rstrip("%"))
+            if value not in FREE_CONSTANTS:
+                operands.add(value)
+    if not stated and not operands:
+        return list(ids)
+    keep = []
+    for i in ids:
+        quote = normalise(quotes.get(i, ""))
+        held = set(figures_of(quote))
+        values = {figure_value(f) for f in held} | {
+            _WORD_NUMBERS[w] for w in _WORD_RE.findall(quote.lower()) if w in _WORD_NUMBERS}
+        if held & stated or values & operands:
+            keep.append(i)
+    return keep or list(ids)
 
 
 def claim_rules(field_name: str, quotes: Mapping[str, str]) -> Any:
@@ -222,13 +276,17 @@ class SupportAnswer(BaseModel):
     verdicts: list[SupportVerdict]
 
 
-def support_inputs(field_name: str, claims: list[Any], quotes: Mapping[str, str]
-                   ) -> dict[str, Any]:
-    """INPUT of the support check: each claim with the quotes it cites (only those)."""
+def support_inputs(field_name: str, claims: list[Any], quotes: Mapping[str, str],
+                   headers: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """INPUT of the support check: each claim with the quotes it cites (only those), a table
+    row's quote with its table's header row (``headers``), so its cells can be read."""
+    headers = headers or {}
     return {"task": "support", "claims": [
         {"id": f"{field_name}[{n}]", "text": c.text,
          **({"calculation": c.calculation} if getattr(c, "calculation", None) else {}),
-         "quotes": [{"id": i, "quote": quotes[i]} for i in c.evidence_ids if i in quotes]}
+         "quotes": [{"id": i, "quote": quotes[i],
+                     **({"table_header": headers[i]} if headers.get(i) else {})}
+                    for i in c.evidence_ids if i in quotes]}
         for n, c in enumerate(claims)]}
 
 
@@ -255,5 +313,7 @@ def support_problems(field_name: str, claims: list[Any], answer: SupportAnswer |
 
 
 __all__ = ["FREE_CONSTANTS", "CalculationError", "SupportAnswer", "SupportVerdict",
-           "calculation_problems", "claim_rules", "evaluate", "figure_problems", "figure_value",
-           "figures_of", "split_calculation", "states", "support_inputs", "support_problems"]
+           "calculation_problems", "claim_rules", "evaluate", "figure_holders", "figure_problems",
+           "figure_value",
+           "figures_of", "split_calculation", "stated_figures", "states", "support_inputs",
+           "support_problems"]

@@ -212,13 +212,33 @@ def reading_hints(ctx: UnitContext, audience: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     topics = topic_hints(ctx)
     if topics:
-        out["topics"] = topics
+        # Names with a line each for a model; the keyword lists are the offline heuristic's
+        # side data, sent to it alone (as an extraction's ``offline_hints``).
+        described = {str(t["name"]): str(t.get("description") or "").strip()
+                     for t in ctx.data(TOPICS).get("topic") or [] if isinstance(t, dict)
+                     and t.get("name")}
+        out["topics"] = [{"name": t["name"], "description": described.get(t["name"])
+                          or t["name"].replace("_", " ")} for t in topics]
+        if ctx.model_profile().offline:
+            out["offline_hints"] = {"topic_keywords": {t["name"]: t["keywords"]
+                                                       for t in topics}}
     view = audience_view(ctx, audience)
     if isinstance(view.get("order"), list):
         out["reading_order"] = [str(t) for t in view["order"]]
     if isinstance(view.get("labels"), dict):
         out["labels"] = {str(k): str(v) for k, v in view["labels"].items()}
     return out
+
+
+# What a writer (synthesize, rank) reads of an evidence item: not where it sits in its
+# source (documents add locators), its group, or its figures as bare strings (its quantities
+# carry them) — fields it would only re-read, each item, in every request.
+_WRITER_SKIPS = frozenset({"locator", "group", "figures"})
+
+
+def writer_evidence(evidence: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Evidence items as a synthesis or ranking request carries them."""
+    return [{k: v for k, v in e.items() if k not in _WRITER_SKIPS} for e in evidence]
 
 
 def risk_checklist(ctx: UnitContext, audience: str) -> list[dict[str, Any]] | None:

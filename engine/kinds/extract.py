@@ -21,6 +21,7 @@ quote is in the source: ``p. 4``, ``'Volume tiers'!A6:C6``, ``slide 2``, ``Prici
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -142,7 +143,8 @@ def answer_schema(item_schema: dict[str, Any] | None,
     if topics:
         item["properties"]["topic"] = {"type": "string", "enum": list(topics),
                                        "description": "the topic (from INPUT topics) the "
-                                       "quote fits best"}
+                                       "quote fits best; null when none fits (there is no "
+                                       "catch-all topic)"}
     schema: dict[str, Any] = {"title": "ExtractAnswer", "type": "object",
                               "required": ["evidence"],
                               "properties": {"evidence": {"type": "array", "items": item}}}
@@ -229,6 +231,20 @@ def base_inputs(ctx: UnitContext, entry: Any, meta: dict[str, str]) -> dict[str,
     if today:
         out["today"] = today
     return out
+
+
+# An evidence item's fields besides its quote (id, kind, relevance, figures, topic, ...), in
+# tokens; what may end a statement (a sentence's end, a line: a table row, a list item).
+_ITEM_TOKENS = 80
+_STATEMENT_END_RE = re.compile(r"[.!?](?=\s)|\n")
+
+
+def expected_answer(text: str) -> int:
+    """Tokens an extract answer over ``text`` may take at most: every statement quoted
+    (the text itself, ~4 characters a token) with an item's other fields each (it sizes
+    the request's max_tokens)."""
+    statements = len(_STATEMENT_END_RE.findall(text)) + 1
+    return math.ceil(len(text) / 4) + _ITEM_TOKENS * statements
 
 
 # --- chunks ----------------------------------------------------------------------------------
@@ -436,7 +452,8 @@ def run(ctx: UnitContext) -> KindOutcome:
             step = run_model_step(ctx, prompt=PROMPT, inputs=inputs, schema=ExtractAnswer,
                                   rules=_rules(text, source.id, required, topics),
                                   json_schema=schema,
-                                  label=f"{source.id}{part}")
+                                  label=f"{source.id}{part}",
+                                  answer_tokens=expected_answer(text))
             steps.append((f"{source.id}{part}", step))
             responses.append(step.parsed)
             items = step.parsed.get("evidence")

@@ -54,6 +54,9 @@ class StepCall:
     round: int = 1
     revision: int = 0
     label: str = ""
+    # The answer's expected size in tokens (items × a per-item estimate), which sizes the
+    # request's max_tokens; None: the configured max_tokens.
+    answer_tokens: int | None = None
 
 
 @dataclass
@@ -129,11 +132,13 @@ def run_model_step(ctx: UnitContext, *, prompt: str, inputs: Mapping[str, Any],
                    schema: type[BaseModel], rules: Rules | None = None,
                    max_rounds: int | None = None, round: int = 1, label: str = "",
                    json_schema: dict[str, Any] | None = None,
-                   judge: Judge | None = None) -> StepResult:
+                   judge: Judge | None = None,
+                   answer_tokens: int | None = None) -> StepResult:
     """Ask, check, and revise on problems; see the module doc.
 
     ``json_schema`` replaces the schema sent to the model (e.g. the evidence schema an intake
     unit published); the answer is still validated against ``schema`` and ``rules``.
+    ``answer_tokens`` is the answer's expected size (it sizes the request's ``max_tokens``).
     Raises RequestTooLarge when the first round cannot fit the model's window.
     """
     messages, answer_schema, sha = render_step(ctx, prompt=prompt, inputs=inputs, schema=schema,
@@ -150,7 +155,7 @@ def run_model_step(ctx: UnitContext, *, prompt: str, inputs: Mapping[str, Any],
     for revision in range(rounds):
         call = StepCall(prompt=prompt, prompt_sha256=sha, messages=messages,
                         schema_name=schema.__name__, json_schema=answer_schema, round=round,
-                        revision=revision, label=label)
+                        revision=revision, label=label, answer_tokens=answer_tokens)
         try:
             answer = ctx.call_model(call, check=check)
         except RequestTooLarge:

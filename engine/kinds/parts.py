@@ -27,6 +27,7 @@ from keepstep.engine.core.presets import (
     document_output,
 )
 from keepstep.engine.gateway.offline_provider import PROVIDER as OFFLINE_PROVIDER
+from keepstep.engine.kinds.claims import figure_holders
 from keepstep.engine.kinds.common import (
     cite,
     dep_units,
@@ -316,7 +317,12 @@ def claim_line(claim: dict[str, Any], index: dict[str, dict[str, str]],
         extra += f" _(confidence: {claim['confidence']})_"
     if src is not None:
         extra += caveat(claim, src)
-    return f"{claim['text']}{extra} {_cite(claim['evidence_ids'], index)}"
+    ids = [str(i) for i in claim.get("evidence_ids") or []]
+    if src is not None:
+        # A figure's citation points at the quote that holds it, not at each id of the finding.
+        ids = figure_holders(str(claim.get("text", "")), ids, src.quotes,
+                             claim.get("calculation"))
+    return f"{claim['text']}{extra} {_cite(ids, index)}"
 
 
 def _key(doc: dict[str, Any], item: dict[str, Any]) -> str:

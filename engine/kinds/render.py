@@ -9,7 +9,8 @@ by ``params.fill`` mapping the template's names onto parts (``{ pricing = { part
 placeholder too. An unknown placeholder fails the structure validator (and ``keepstep
 validate``). Sections marked ``<!-- section: id -->`` pass into the document, so an audit can
 find them. A CSV document (``format = "csv"``, or an output ending in .csv) lists verified
-statements, its columns the template's Markdown list items.
+statements, its columns the template's Markdown list items, and always a ``models`` column
+naming the models that answered (the offline heuristic named as such).
 Every finding cites evidence ids and where in their sources they are, as
 ``[A1-e3, B2-e1] (A1, p. 2; B2, Pricing)`` (``cite(..., locators=True)``; a source id alone
 for evidence without a locator).
@@ -38,13 +39,14 @@ from keepstep.engine.core.presets import (
 )
 from keepstep.engine.core.templates import placeholders, syntax_error
 from keepstep.engine.gateway.answers import problem
+from keepstep.engine.gateway.offline_provider import PROVIDER as OFFLINE_PROVIDER
 from keepstep.engine.kinds.citable import (
     citable_conflicts,
     citable_rankings,
     conflict_evidence,
     expand,
 )
-from keepstep.engine.kinds.claims import claim_rules
+from keepstep.engine.kinds.claims import claim_rules, figure_holders
 from keepstep.engine.kinds.common import (
     CSV,
     LOCATED_CITE_RE,
@@ -99,6 +101,9 @@ def _evidence_table(src: Sources, template: str, params: RenderParams) -> tuple[
                 for h in header if h not in TABLE_COLUMNS]
     if not header:
         problems.append("the table template lists no columns ('- id', '- quote', ...)")
+    if header and "models" not in header:
+        # The CSV names the models that answered whatever its template lists (issue 20).
+        header.append("models")
     rows = sorted(src.evidence, key=lambda e: natural_key(str(e["id"])))
     if params.rows is not None:
         if params.rows.cited_by:
@@ -106,6 +111,8 @@ def _evidence_table(src: Sources, template: str, params: RenderParams) -> tuple[
             rows = [e for e in rows if str(e["id"]) in wanted]
         if params.rows.topic:
             rows = [e for e in rows if e.get("topic") in params.rows.topic]
+    models = "; ".join(f"{m} (offline heuristic: rules, no language model)"
+                       if m.startswith(f"{OFFLINE_PROVIDER}/") else m for m in src.models)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
@@ -113,7 +120,7 @@ def _evidence_table(src: Sources, template: str, params: RenderParams) -> tuple[
         row = {**{k: str(e.get(k, "")) for k in TABLE_COLUMNS},
                "group": str(e.get("group") or src.index.get(str(e["id"]), {}).get("group", "")),
                "figures": "; ".join(str(f) for f in e.get("figures", [])),
-               "models": "; ".join(src.models)}
+               "models": models}
         writer.writerow([row.get(h, "") for h in header])
     return out.getvalue(), problems
 
@@ -148,14 +155,20 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
         "audience": src.audience, **inputs,
         "evidence": {k: v.strip() for k, v in sorted(quotes.items())}},
         schema=RenderAnswer, rules=rules,
-        judge=support_judge(ctx, "sentences", citable, record))
+        judge=support_judge(ctx, "sentences", citable, record, {
+            str(e["id"]): str(e["table_header"]) for e in src.evidence
+            if e.get("table_header") and str(e["id"]) in quotes}))
     steps = [step, *record.get("steps", [])]
     if not step.ok:
         return None, steps
-    # A derived figure shows its checked calculation, as a finding does (the audit reads it).
+    # A derived figure shows its checked calculation, as a finding does (the audit reads it);
+    # each sentence's citation points at the quotes holding its figures.
     lines = [f"- {c.text.strip()}"
              + (f" (calculated: `{c.calculation.strip()}`)" if c.calculation else "")
-             + f" {cite(expand(c.evidence_ids, rests_on)[0], src.index, locators=True)}"
+             # A cited record (a disagreement, a ranked item) stands for its evidence.
+             + " " + cite(expand(figure_holders(c.text, c.evidence_ids, citable,
+                                                c.calculation), rests_on)[0],
+                          src.index, locators=True)
              for c in step.value.sentences]
     src.written |= {_words(c.text) for c in step.value.sentences}
     return "\n".join(lines) or "Nothing to add to what the sections above say.", steps

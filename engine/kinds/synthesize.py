@@ -55,6 +55,7 @@ from keepstep.engine.kinds.common import (
     result,
     risk_checklist,
     verified_deps,
+    writer_evidence,
 )
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_step
@@ -125,22 +126,26 @@ class CheckAnswer(BaseModel):
     problems: list[str]
 
 
+# Tokens of one support verdict (the claim's id, the verdict, a one-sentence reason).
+SUPPORT_ANSWER_TOKENS = 50
+
+
 def support_judge(ctx: UnitContext, field_name: str, quotes: Mapping[str, str],
-           record: dict[str, Any]) -> Any:
+                  record: dict[str, Any], headers: Mapping[str, str] | None = None) -> Any:
     """The support check of a claims answer (see ``kinds.claims``): its verdicts go into
     ``record`` (claim -> verdict), its calls into ``record["steps"]``."""
 
     def judge(answer: Any) -> list[Problem]:
         claims = getattr(answer, field_name)
-        # The offline heuristic's claims are its quotes' own sentences: its support rule could
-        # only repeat the figure check code has already made, so it is not asked (a call
-        # that adds nothing).
-        if not claims or ctx.model_profile().offline:
+        # Asked of every model, the offline heuristic too (one code path: it answers the same
+        # request by its own rule, and what it finds is revised like a model's verdict).
+        if not claims:
             return []
         ctx.safe_point(f"check {len(claims)} claim(s) against their quotes")
         step = run_model_step(ctx, prompt="support", schema=SupportAnswer,
-                              inputs=support_inputs(field_name, claims, quotes),
-                              label="support check")
+                              inputs=support_inputs(field_name, claims, quotes, headers),
+                              label="support check",
+                              answer_tokens=SUPPORT_ANSWER_TOKENS * len(claims))
         record.setdefault("steps", []).append(step)
         if not step.ok:
             record["verdicts"] = {}
@@ -295,10 +300,13 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
         ctx.safe_point(f"synthesize over {len(evidence)} statement(s)")
         step = run_model_step(ctx, prompt=_prompt(ctx, "synthesize"), inputs={
             "task": "synthesize", "question": question, "audience": audience,
-            "evidence": evidence, **({"conflicts": conflicts} if conflicts else {}),
+            "evidence": writer_evidence(evidence),
+            **({"conflicts": conflicts} if conflicts else {}),
             **reading_hints(ctx, audience)}, schema=SynthesisAnswer,
             rules=claim_rules("claims", citable),
-            judge=support_judge(ctx, "claims", citable, support))
+            judge=support_judge(ctx, "claims", citable, support, {
+                str(e["id"]): str(e["table_header"]) for e in evidence
+                if e.get("table_header")}))
         response = step.parsed
         shape += [p.line() for p in step.problems if p.rule != "known_id"]
     raw = response.get("claims") if isinstance(response, dict) else None
@@ -532,7 +540,8 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
     for rnd in range(1, max_rounds + 1) if evidence else ():
         ctx.safe_point(f"rank round {rnd}/{max_rounds}")
         rank_step = run_model_step(ctx, prompt=_prompt(ctx, "rank"), inputs={
-            "task": "rank", "question": question, "audience": audience, "evidence": evidence,
+            "task": "rank", "question": question, "audience": audience,
+            "evidence": writer_evidence(evidence),
             "round": rnd, "feedback": problems, **vocabulary, **asks}, schema=RankAnswer,
             json_schema=_rank_schema(asks),
             rules=_rank_rules(set(known), quotes, asks), round=rnd, label=f"round {rnd}")

@@ -45,7 +45,7 @@ from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_st
 OUTPUT = "verified.json"
 DEFAULT_MIN_SUPPORTED = 0.5
 _KEPT_FIELDS = ("id", "source_id", "group", "topic", "kind", "relevance", "quote", "figures",
-                "quantities", "qualifies", "locator")
+                "quantities", "qualifies", "locator", "table_header")
 
 PROMPT = "verify"
 CONFLICT_STATES = ("conflict-open", "conflict-resolved")
@@ -133,6 +133,23 @@ def _verify_rules(answer: VerifyAnswer, inputs: Mapping[str, Any]) -> list[Probl
     return problems
 
 
+def table_header(quote: str, passage: str) -> str | None:
+    """The header row of the Markdown table whose row ``quote`` is (outer pipes off), or
+    None when the quote is not a table row (or is the header): a row read on its own ("17 |
+    4") says nothing of what its cells count, so its header travels with it."""
+    lines = passage.splitlines()
+    for n, line in enumerate(lines):
+        if not line.lstrip().startswith("|") or not quote_in_text(quote, line):
+            continue
+        start = n
+        while start > 0 and lines[start - 1].lstrip().startswith("|"):
+            start -= 1
+        if start == n:
+            return None
+        return " | ".join(c.strip() for c in lines[start].strip().strip("|").split("|"))
+    return None
+
+
 def passage_for(quote: str, text: str) -> str:
     """The paragraph of ``text`` holding ``quote`` (or the fewest adjacent paragraphs that
     do); the whole text only when no paragraph run holds it."""
@@ -201,12 +218,10 @@ def _batches(ctx: UnitContext, claims: list[dict[str, Any]],
     window and its expected answer (a verdict per claim, a classification per candidate)
     fits the model's output limit: a batch never forces reasons to shrink."""
     profile = ctx.model_profile()
-    answer_room = int(profile.output_tokens * _ANSWER_MARGIN)
-    classifying = sum(_CANDIDATE_ANSWER + _SIDE_ANSWER * len(c.get("sides", []))
-                      for c in candidates)
+    answer_room = int(profile.answer_limit * _ANSWER_MARGIN)
 
     def tokens(batch: list[dict[str, Any]], first: bool) -> int:
-        answer = _VERDICT_ANSWER * len(batch) + (classifying if first else 0)
+        answer = expected_answer(batch, candidates if first else [])
         if answer > answer_room and len(batch) > 1:
             return profile.input_tokens + 1  # too much to answer at once: split
         inputs = _inputs(batch, candidates if first else [], meta, today_of(ctx))
@@ -239,12 +254,34 @@ _VERDICT_ANSWER, _CANDIDATE_ANSWER, _SIDE_ANSWER = 40, 90, 12
 _ANSWER_MARGIN = 0.8
 
 
+def expected_answer(batch: list[dict[str, Any]], candidates: list[dict[str, Any]]) -> int:
+    """Tokens a claim check's answer is expected to take: a verdict per claim and a
+    classification per candidate with each of its sides (it sizes the request's
+    max_tokens, and a batch whose answer would not fit the model's output limit is split)."""
+    return _VERDICT_ANSWER * len(batch) + sum(
+        _CANDIDATE_ANSWER + _SIDE_ANSWER * len(c.get("sides", [])) for c in candidates)
+
+
 def _inputs(batch: list[dict[str, Any]], candidates: list[dict[str, Any]],
             meta: Mapping[str, Mapping[str, str]] | None = None, today: str = ""
             ) -> dict[str, Any]:
-    """A claim check's INPUT: the claims, the candidates, the metadata of the sources they
-    cite (title, kind, date, publisher) and today's date when the unit reads it."""
-    out: dict[str, Any] = {"task": "verify", "claims": batch, "candidates": candidates}
+    """A claim check's INPUT: the claims (each naming its passage by id), the passages, the
+    candidates, the metadata of the sources they cite (title, kind, date, publisher) and
+    today's date when the unit reads it."""
+    # A passage is sent once, by id: statements of one paragraph (a table's rows, a list's
+    # items) each named it in full before, often half of a claim check's passage text.
+    passages: dict[str, str] = {}
+    ids: dict[str, str] = {}
+    claims = []
+    for claim in batch:
+        text = str(claim.get("passage", ""))
+        if text not in ids:
+            ids[text] = f"P{len(ids) + 1}"
+            passages[ids[text]] = text
+        claims.append({**claim, "passage": ids[text]})
+    out: dict[str, Any] = {"task": "verify", "claims": claims, "candidates": candidates}
+    if passages:
+        out["passages"] = passages
     cited = sorted({str(c.get("source_id")) for c in batch} | {
         str(s.get("source_id")) for c in candidates for s in c.get("sides", [])},
         key=natural_key)
@@ -344,7 +381,11 @@ def run(ctx: UnitContext) -> KindOutcome:
         if not texts.holds(sid, str(item["quote"])):
             reject(item, "rule", f"quote not found verbatim in {sid}")
             continue
-        candidates.append({k: item[k] for k in _KEPT_FIELDS if k in item})
+        kept = {k: item[k] for k in _KEPT_FIELDS if k in item}
+        header = table_header(str(item["quote"]), texts.passage(sid, str(item["quote"])))
+        if header:
+            kept["table_header"] = header
+        candidates.append(kept)
     candidates.sort(key=lambda e: natural_key(str(e["id"])))
 
     verdicts: dict[str, dict[str, Any]] = {}
@@ -364,7 +405,8 @@ def run(ctx: UnitContext) -> KindOutcome:
         step = run_model_step(ctx, prompt=PROMPT,
                               inputs=_inputs(batch, proposed if b == 1 else [], meta,
                                              today_of(ctx)),
-                              schema=VerifyAnswer, rules=_verify_rules, label=part.lstrip(", "))
+                              schema=VerifyAnswer, rules=_verify_rules, label=part.lstrip(", "),
+                              answer_tokens=expected_answer(batch, proposed if b == 1 else []))
         steps.append(step)
         responses.append(step.parsed)
         results = step.parsed.get("results")

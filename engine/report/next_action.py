@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from keepstep.engine.core.decide import Decision, DecisionKind
+from keepstep.engine.gateway.call_ledger import UNPRICED_WORDS
 
 
 class Need(BaseModel):
@@ -85,6 +86,15 @@ def needs(status: Any, recovery_stopped: str | None = None,
     units = status.units
     budget = [u for u, v in units.items() if v.state == "blocked"
               and (v.reason or "").startswith("budget")]
+    unpriced = [u for u in budget if UNPRICED_WORDS in (units[u].reason or "")]
+    if unpriced:
+        # Raising a limit cannot help a model with no price: it needs one (its message says
+        # where), an api_base, or no cost limit.
+        budget = [u for u in budget if u not in unpriced]
+        out.append(Need(kind="blocked", unit=unpriced[0], units=unpriced,
+                        message=f"{', '.join(unpriced)} blocked: {units[unpriced[0]].reason}",
+                        action="give the model's price in keepstep.toml (model_settings), "
+                        "then resume", command=cmd(status, "resume")))
     if budget:
         first = units[budget[0]]
         reason = first.reason or ""
@@ -106,7 +116,7 @@ def needs(status: Any, recovery_stopped: str | None = None,
     effect_units = {n.unit for n in out if n.kind == "effect"}
     for uid, view in units.items():
         reason = view.reason or ""
-        if uid in budget or uid in effect_units:
+        if uid in budget or uid in effect_units or uid in unpriced:
             continue
         if view.state == "blocked" and reason.startswith("marked for an expert"):
             out.append(Need(kind="expert", unit=uid, message=f"{uid} held: {reason}",

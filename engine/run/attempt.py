@@ -38,7 +38,6 @@ from keepstep.engine.files.project import ProjectFiles, template_file
 from keepstep.engine.gateway.answers import problem, summary
 from keepstep.engine.gateway.call_ledger import StoreCallLedger, artifact_ref
 from keepstep.engine.gateway.outage import reporting
-from keepstep.engine.gateway.profile import model_profile
 from keepstep.engine.gateway.prompts import load_prompt
 from keepstep.engine.kinds.context import KindOutcome
 from keepstep.engine.kinds.model_step import DEFAULT_REVISE_ROUNDS, CheckedAnswer, StepCall
@@ -46,6 +45,7 @@ from keepstep.engine.run.baseline import PRODUCER_VERSION
 from keepstep.engine.run.call_reuse import ReuseIndex
 from keepstep.engine.run.effects import delivery_key, destination_of, perform_effect
 from keepstep.engine.run.ending import AttemptOutcome
+from keepstep.engine.run.window_check import profile_for
 from keepstep.storage import (
     ArtifactEntry,
     Claim,
@@ -306,9 +306,7 @@ class AttemptContext:
     def model_profile(self) -> Any:
         if self._profile is None:
 
-            cfg = self.files.config
-            self._profile = model_profile(self.model, max_tokens=cfg.max_tokens,
-                                          context_tokens=cfg.context_tokens)
+            self._profile = profile_for(self.files, self.model)
         return self._profile
 
     def _ledger(self) -> Any:
@@ -325,10 +323,13 @@ class AttemptContext:
         cfg = self.files.config
         request = ModelRequest(
             model=self.model, messages=call.messages, temperature=cfg.temperature,
-            max_tokens=profile.output_tokens, api_base=self.api_base,
+            max_tokens=(max_tokens := profile.max_tokens_for(call.answer_tokens)),
+            api_base=self.api_base,
             timeout_s=cfg.request_timeout_s,
             response_format=profile.response_format(call.schema_name, call.json_schema),
             options=profile.options(),
+            price_per_token=(profile.input_cost_per_token, profile.output_cost_per_token)
+            if profile.price_source == "keepstep.toml" else None,
         )
         tokens_in = profile.count(call.messages)
         if tokens_in > profile.input_tokens:
@@ -359,7 +360,7 @@ class AttemptContext:
                 reused_from, content, (value, parsed, problems) = found
             else:
                 crash_point("unit.before_call")
-                est_out = profile.output_tokens
+                est_out = max_tokens
                 with reporting(lambda text: setattr(self, "progress", text)):  # provider waits
                     result = self.gateway.complete(
                         ctx, request, est_tokens=tokens_in + est_out,
@@ -371,7 +372,7 @@ class AttemptContext:
                 if result.finish_reason == "length":
                     problems = [problem("(answer)", "truncated",
                                         f"the answer was cut off at max_tokens = "
-                                        f"{profile.output_tokens}; answer more briefly"),
+                                        f"{max_tokens}; answer more briefly"),
                                 *problems]
         name = f"calls/r{call.round}-{self._call_seq:03d}.json"
         record: dict[str, Any] = {

@@ -55,6 +55,7 @@ from keepstep.engine.gateway.model_check import model_findings
 from keepstep.engine.gateway.prompts import load_prompt
 from keepstep.engine.kinds import expected_outputs
 from keepstep.engine.kinds.render import table_columns
+from keepstep.engine.run.window_check import window_findings
 
 TEMPLATES_DIR, DATA_DIR = "templates", "data"
 SOURCE_UNREADABLE = "source_unreadable"  # a PlanProblem code: an approved source that fails
@@ -318,6 +319,8 @@ def validate_project(root: Path, *, models: bool = True) -> ValidationReport:
     if models:
 
         report.models = [f.model_dump() for f in model_findings(files)]
+        # Steps that will not fit their model's window (estimates: warnings).
+        report.models += [f.model_dump() for f in window_findings(files)]
         report.ok = report.ok and not any(f["level"] == "error" for f in report.models)
     return report
 

@@ -32,7 +32,12 @@ from keepstep.engine.files.project import (
 )
 from keepstep.engine.gateway.offline_model import respond
 from keepstep.engine.gateway.profile import ModelProfile, model_profile
-from keepstep.engine.gateway.prompts import Prompt, load_prompt, read_input_block
+from keepstep.engine.gateway.prompts import (
+    Prompt,
+    load_prompt,
+    read_input_block,
+    read_revise_problems,
+)
 from keepstep.engine.kinds import get_kind
 from keepstep.engine.kinds.context import KindOutcome
 from keepstep.engine.kinds.model_step import CheckedAnswer, StepCall
@@ -124,7 +129,10 @@ class FakeContext:
         self.calls.append({"round": call.round, "task": sent.get("task"), "payload": sent,
                            "revision": call.revision, "messages": call.messages})
         self.log.append("call")
-        content = json.dumps(self.responder(json.loads(json.dumps(sent))), sort_keys=True)
+        # The responder reads the request as the offline provider does: INPUT, and in a revise
+        # round the problems the feedback names.
+        asked = {**sent, **({"revise": r} if (r := read_revise_problems(call.messages)) else {})}
+        content = json.dumps(self.responder(json.loads(json.dumps(asked))), sort_keys=True)
         value, parsed, problems = check(content)
         return CheckedAnswer(content=content, value=value, parsed=parsed, problems=problems,
                              artifact=f"{self.attempt_id}/calls/r{call.round}-"
