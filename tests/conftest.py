@@ -39,12 +39,30 @@ ME042_PACK = Path(__file__).resolve().parents[1] / "sample_projects" / "market-e
 
 @pytest.fixture(scope="session")
 def me042_story(tmp_path_factory):
-    """The ME-042 story run once per session: (StoryResult, printed lines)."""
-    from keepstep.engine.drills.story import run_story
+    """The ME-042 story run once per test session: (StoryResult, printed lines).
 
-    lines: list[str] = []
-    result = run_story(ME042_PACK, tmp_path_factory.mktemp("story") / "me042", say=lines.append)
-    return result, lines
+    Under pytest-xdist the first worker that needs it runs it (the others wait on a file
+    lock) into the folder all workers share, and writes the result beside it; the others read
+    that result. Tests use the project only through ``story_dir``'s private copies."""
+    import fcntl
+    import json
+
+    from keepstep.engine.drills.story import StoryResult, run_story
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    done = shared / "me042-story.json"
+    with open(shared / "me042-story.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.is_file():
+            lines: list[str] = []
+            result = run_story(ME042_PACK, shared / "me042-story" / "me042", say=lines.append)
+            tmp = done.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"result": result.model_dump(mode="json"),
+                                       "lines": lines}))
+            tmp.replace(done)
+    saved = json.loads(done.read_text())
+    return StoryResult.model_validate(saved["result"]), saved["lines"]
 
 
 @pytest.fixture(scope="module")

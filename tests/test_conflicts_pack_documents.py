@@ -37,9 +37,12 @@ from tests.support.memo_checks import (
     PLANTED,
     disagreement_lines,
     evidence_quotes,
+    gaps_repeated,
     planted_key,
+    production_artefacts,
     repeated_across_sections,
     sections,
+    source_rows,
     source_texts,
     unsupported_figures,
 )
@@ -103,7 +106,37 @@ def test_the_memos_disagreement_section_names_each_with_the_value_used_and_why(
     assert "look alike but do not disagree" in sections(offline["memo"])["conflicts"]
     for key, line in lines.items():  # and why: the classification's reason follows
         record = next(c for c in offline["conflicts"] if planted_key(c) == key)
-        assert record["reason"].rstrip(".").lower() in line.lower()
+        # (a date the reason takes from the source register is said to be so)
+        assert record["reason"].rstrip(".").lower() in \
+            line.lower().replace(" in the source register", "")
+    assert "(Q2, 2025-02-01 in the source register)" in lines[("berth", "kelvmoor")]
+
+
+def test_the_memo_carries_no_production_artefact_and_lists_its_sources(
+        offline: dict[str, Any]) -> None:
+    """No section marker (the template keeps them; the audit found the sections by the
+    template's headings and passed), no question line, note stub, bare confidence tag or
+    '.;' join; the gaps are said once (the gaps section), not again in the findings; the
+    sources section gives each source's metadata and where it came from; the models that
+    answered are named in a footer."""
+    memo = offline["memo"]
+    assert production_artefacts(memo) == []
+    assert set(sections(memo)) == {"recommendation", "options", "findings", "gaps",
+                                   "conflicts", "sources", "evidence"}
+    assert gaps_repeated(memo) == []
+    assert "Not answered by the sources" not in sections(memo)["findings"]
+    rows = source_rows(memo)
+    assert set(rows) == {"P1", "P2", "Q1", "Q2", "R1", "R2", "R3"}
+    # Q2's date and publisher are the source register's (its text has neither); P1's date
+    # is its own header's.
+    assert rows["Q2"][2:] == ["2025-02-01", "Kelvmoor Port Authority",
+                              "title, kind, date, publisher: the source register "
+                              "(sources.toml)"]
+    assert rows["P1"][2] == "2024-03-15" and "date, publisher: the document itself" in \
+        rows["P1"][4]
+    assert rows["R1"][2] == "not given"
+    assert memo.rstrip().splitlines()[-1].startswith("[^") and "_Models that answered: " in \
+        memo[memo.index("## Evidence"):]
 
 
 def test_no_finding_is_repeated_across_sections(offline: dict[str, Any]) -> None:
@@ -121,7 +154,7 @@ def test_the_ranking_of_options_renders_as_a_table_of_options(offline: dict[str,
     memo = sections(offline["memo"])["recommendation"]
     header = next(line for line in memo.splitlines() if line.startswith("| Rank"))
     assert header == "| Rank | Option | hull price | delivery | Score | Rationale | Evidence |"
-    rows = [line for line in memo.splitlines() if re.match(r"^\| R\d+ \|", line)]
+    rows = [line for line in memo.splitlines() if re.match(r"^\| \d+ \|", line)]
     titles = [row.split("|")[2].strip() for row in rows]
     assert len(rows) == 3 and any("second yard" in t for t in titles)
     assert all("(the sources differ)" in row for row in rows)

@@ -404,7 +404,12 @@ def test_a_ranking_of_options_renders_as_a_table_of_options() -> None:
     assert _run(ctx).passed
     memo = ctx.outputs["memo.md"].decode()
     assert "| Rank | Option | price per meter | fit | Score | Rationale | Evidence |" in memo
-    assert re.search(r"\| R1 \| Annual subscription \| NVK 40 \| good \| 20 \|", memo)
+    # The rank is a plain number (the item's id R1 would read as a source id), and a line
+    # under the table says what the score is.
+    assert re.search(r"\| 1 \| Annual subscription \| NVK 40 \| good \| 20 \|", memo)
+    assert "| R1 |" not in memo
+    assert "Score: 1-25, higher is better, a judgement of each option on price per meter, " \
+        "fit" in memo
     assert "round(s)" not in memo and "likelihood × impact" not in memo
 
 
@@ -583,7 +588,9 @@ def test_a_derived_figure_reaches_the_document_as_a_checked_calculation() -> Non
         {"text": "Readings arrived on time for 97% of meters.", "evidence_ids": ["A1-e1"]},
         {"text": "About 1,164 of the pilot's meters reported on time.",
          "evidence_ids": ["A1-e1", "A1-e2"], "calculation": "1,200 * 97% = 1,164",
-         "confidence": "medium"}]}])
+         "confidence": "medium", "confidence_reason": "the on-time share is for the pilot "
+         "only"}, {"text": "The pilot had 1,200 meters.", "evidence_ids": ["A1-e2"],
+         "confidence": "low"}]}])
     assert _run(_ctx("S1", artifacts, lambda p: _all_supported(p) if p["task"] == "support"
                      else synth(p))).passed
     _run(_ctx("R1", artifacts, Script(rank=[{"risks": []}], check=[{"problems": []}])))
@@ -591,7 +598,10 @@ def test_a_derived_figure_reaches_the_document_as_a_checked_calculation() -> Non
     _run(ctx)
     memo = ctx.outputs["memo.md"].decode()
     assert "1,164 of the pilot's meters reported on time. (calculated: `1,200 * 97% = 1,164`)" \
-        " _(confidence: medium)_" in memo
+        " This is held with medium confidence: the on-time share is for the pilot only." in memo
+    # A confidence the finding gives no reason for is not shown (no bare tag).
+    assert "The pilot had 1,200 meters. (Pilot report" in memo and "confidence: low" not in memo
+    assert "_(confidence" not in memo
     audit = _ctx("A2", artifacts, lambda p: {}, profile=None)
     assert _run(audit).passed, audit.json_output("audit.json")
     artifacts["D1"]["memo.md"] = memo.replace("1,164", "1,100").encode()
@@ -615,6 +625,59 @@ def test_a_ranking_must_carry_the_criteria_and_fields_its_unit_asks_for() -> Non
     feedback = ranks[1]["messages"][-1]["content"]
     assert "risks[0].criteria [criterion]" in feedback and "risks[0].rationale [asked]" in feedback
     assert ctx.json_output("ranking.json")["risks"][0]["rationale"] == "lower price"
+
+
+def test_gaps_are_a_list_in_the_findings_only_when_no_section_lists_them() -> None:
+    """A synthesis's gaps: with no gaps section in the template, the findings end with them
+    as a list (never a ".;" run-on); with one, the findings leave them to it."""
+    artifacts = _verified()
+    synth = Script(synthesize=[{"claims": [
+        {"text": "Readings arrived on time for 97% of meters.", "evidence_ids": ["A1-e1"]}],
+        "gaps": ["No source gives the pilot's cost.", "The towns are not named."]}])
+    assert _run(_ctx("S1", artifacts, lambda p: _all_supported(p) if p["task"] == "support"
+                     else synth(p))).passed
+    _run(_ctx("R1", artifacts, Script(rank=[{"risks": []}], check=[{"problems": []}])))
+    ctx = _ctx("D1", artifacts, lambda p: {"sentences": []}, profile=None)
+    ctx.templates["memo"] = "# {{ title }}\n\n## Findings\n\n{{ findings }}\n"
+    assert _run(ctx).passed
+    memo = ctx.outputs["memo.md"].decode()
+    assert "Not answered by the sources:\n\n- No source gives the pilot's cost.\n" \
+        "- The towns are not named." in memo and ".;" not in memo
+    ctx = _ctx("D1", artifacts, lambda p: {"sentences": []}, profile=None)
+    ctx.templates["memo"] = ("# {{ title }}\n\n## Findings\n\n{{ findings }}\n\n"
+                             "## Open questions\n\n{{ gaps }}\n")
+    assert _run(ctx).passed
+    memo = ctx.outputs["memo.md"].decode()
+    assert "Not answered by the sources" not in memo
+    assert memo.count("No source gives the pilot's cost.") == 1
+
+
+def test_the_prompts_ask_for_the_decision_answered_first_with_its_figures() -> None:
+    """The synthesize and render prompts (written for real models; the offline heuristic
+    answers the same prompts) tell the model to answer each question of the decision first
+    (yes/no/which, with the figures, derived ones by a checked calculation) and to say the
+    evidence does not support a change rather than only "not found"; a written section's
+    INPUT carries the contract's decision."""
+    from keepstep.engine.gateway.prompts import load_prompt
+
+    for name in ("synthesize", "render"):
+        prompt = load_prompt(name)
+        system = " ".join(prompt.system.split())
+        assert "Answer the decision first" in system, name
+        assert "yes or no, or which option" in system and "calculation" in system, name
+        assert '"the evidence does not support a change to X"' in system, name
+        assert 'not only "not found in the evidence"' in system, name
+        assert "yes/no/which" in prompt.user, name
+    artifacts = _synthesis_and_ranking()
+    good = {"sentences": [{"text": "The pilot covered 1,200 meters.",
+                           "evidence_ids": ["A1-e2"]}]}
+    ctx = _ctx("D2", artifacts, lambda p: _all_supported(p) if p["task"] == "support"
+               else good)
+    ctx.contract = Contract(fields={"audience": "board",
+                                    "goal": "Decide whether to extend the pilot"}, body="")
+    assert _run(ctx).passed
+    first = next(c["payload"] for c in ctx.calls if c["task"] == "render")
+    assert first["decision"] == "Decide whether to extend the pilot"
 
 
 def test_a_section_is_written_from_what_it_declares_and_checked_before_it_is_accepted() -> None:
@@ -666,7 +729,7 @@ def test_the_conflicts_section_names_each_side_and_the_audit_holds_documents_to_
     assert not _run(audit).passed
     [check] = audit.json_output("audit.json")["checks"]
     assert "states NVK 40 (list price, B1-e1) as fact" in check["detail"]
-    memo = "\n".join(x for x in memo.splitlines() if not x.startswith("| R1 |"))
+    memo = "\n".join(x for x in memo.splitlines() if not x.startswith("| 1 |"))
     artifacts["D1"]["memo.md"] = memo.encode()
     audit = _ctx("A1", artifacts, lambda p: {}, profile=None)
     assert _run(audit).passed, audit.json_output("audit.json")
@@ -807,8 +870,16 @@ def test_a_pack_with_planted_disagreements_comes_out_with_each_shown_offline() -
     apparent = section[section.index("Figures that look alike"):]
     assert "960" in apparent and "720" in apparent
     findings = _body(memo[:memo.index("## Where the sources disagree")])
-    assert "passengers travelled figure is superseded" in findings
+    # The disagreements section says which value holds: a finding carries no note stub.
+    assert "_(Note:" not in findings and "figure from P1 is superseded" not in findings
     assert "No conflicting figures" not in memo
+    # A template with no disagreements section: the finding says it in a plain sentence.
+    runner.templates["memo"] = "# {{ title }}\n\n## Findings\n\n{{ findings }}\n"
+    runner.run("U07")
+    findings = _body(runner.artifacts["U07"]["memo.md"].decode())
+    assert "The passengers travelled figure from P1 is superseded by a later source; " \
+        "another source's value holds." in findings
+    assert "_(Note:" not in findings
 
 
 def test_validate_warns_of_a_model_whose_calls_the_cost_budget_will_block() -> None:

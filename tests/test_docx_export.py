@@ -53,7 +53,7 @@ def test_the_word_report_has_headings_tables_a_chart_and_cited_sources(exported:
     assert [c.text for c in risk_table.rows[0].cells] == [
         "Rank", "Risk", "Score (likelihood × impact)", "Evidence"]
     assert all(r.bold for r in risk_table.cell(0, 1).paragraphs[0].runs)
-    assert risk_table.cell(1, 0).text == "R1"
+    assert risk_table.cell(1, 0).text == "1"  # a plain rank: R1 would read as a source id
     assert len(doc.inline_shapes) >= 2  # the risk matrix and evidence per group at least
     body = "\n".join(p.text for p in doc.paragraphs)
     assert "[A1-e" not in body  # every citation became a note number

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import signal
 import time
@@ -95,10 +96,15 @@ def test_paused_executor_is_fenced_out_after_takeover(tmp_path: Path) -> None:
     root = make_small_project(tmp_path / "small")
     with open_project(root) as p:
         p.start_run(RUN)
-    paused = start_worker(root, executor_id="paused:1:p", lease_seconds=0.5)
+    # The worker is forked from a zygote with everything imported, and the offline model
+    # answers at once: U03's first call is held for a second (tests/faults/child.py's call
+    # rules), so that the pause below lands inside U03 however fast the machine is.
+    hold = json.dumps([{"unit": "U03", "call": 1, "do": "slow", "seconds": 1.0}])
+    paused = start_worker(root, RUN, "--call-rules", hold, executor_id="paused:1:p",
+                          lease_seconds=0.5)
     store = SQLiteStore(root / ".keepstep")
     try:
-        # Its first model call is reserved, then litellm loads (seconds): pause it there.
+        # Its first model call is reserved, then held: pause it there.
         wait_for(lambda: store.calls(RUN, unit="U03"), timeout=60, interval=0.005)
         pause_outside_a_write(paused.pid, root / ".keepstep" / "state.db")
         lease = wait_for(lambda: store.leases(RUN))[0]

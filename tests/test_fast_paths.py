@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keepstep.engine.files.convert.quotes import quote_matcher, quote_pattern, verbatim_matcher
+from tests.support.hypothesis_profiles import examples
 
 WORDS = ["churn", "Churn", "4.1%", "premium", "PREMIUM", "tier", "a", "aa", "don\u2019t",
          "don't", "2019\u20132024", "2019-2024", "\u201cnet\u201d", '"net"', "x",
@@ -28,7 +29,7 @@ quotes = st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).flatmap(
         lambda seps: "".join(w + s for w, s in zip(words, seps, strict=True)).strip()))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(text=texts, quote=quotes, cut=st.tuples(st.integers(0, 40), st.integers(0, 400)))
 def test_the_matcher_finds_the_patterns_first_occurrence(text: str, quote: str,
                                                          cut: tuple[int, int]) -> None:
@@ -42,7 +43,7 @@ def test_the_matcher_finds_the_patterns_first_occurrence(text: str, quote: str,
     assert matcher.search(text, start, end) == (None if found is None else found.span())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(text=texts, quote=quotes)
 def test_the_verbatim_matcher_is_the_words_with_any_whitespace_between(text: str,
                                                                         quote: str) -> None:
@@ -73,7 +74,7 @@ json_values = st.recursive(
     max_leaves=25)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(value=json_values, ascii=st.booleans())
 def test_the_fast_indented_json_writes_what_json_dumps_writes(value: object,
                                                               ascii: bool) -> None:

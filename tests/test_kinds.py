@@ -392,7 +392,7 @@ def test_render_report_cites_evidence_and_sources(pack: PackRunner) -> None:
     report = pack.artifacts["U31"]["report.md"].decode()
     assert "Prepared for: **product team**" in report
     assert re.search(r"\] \([A-L]\d, [^;)]+[;)]", report)  # "[A1-e1] (A1, p. 1)"
-    assert "| R1 | Battery life below tender requirement" in report
+    assert "| 1 | Battery life below tender requirement" in report
     tabled = {r["id"] for r in csv.DictReader(io.StringIO(
         pack.artifacts["U32"]["evidence-table.csv"].decode()))}
     cited = set(re.findall(r"\b[A-L]\d-e\d+\b", report))

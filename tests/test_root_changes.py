@@ -14,7 +14,12 @@ from keepstep.engine.core.inputs import Contract, split_header
 from keepstep.engine.core.invalidation import invalidate
 from keepstep.engine.core.plan import EdgeType, Plan
 from keepstep.engine.core.state import OutputRef, UnitRecord, UnitState
-from keepstep.engine.core.templates import layout, layout_hash
+from keepstep.engine.core.templates import (
+    layout,
+    layout_hash,
+    rendered_sections,
+    strip_sections,
+)
 from keepstep.engine.files.project import load_sources, snapshot_sources
 
 SOURCE = """---
@@ -272,3 +277,23 @@ def test_adding_a_template_file_with_the_audience_unchanged_does_not_ask_the_gat
         assert status.decision == "done", status.reasons
         assert status.pending_approvals == []
         assert len(run.events(kinds=["approval.requested"])) == asked
+
+
+def test_a_rendered_document_carries_no_section_marker_and_its_sections_are_found() -> None:
+    """The markers stay in the template; the rendered text loses each one whose section
+    starts with a fixed line (its heading), and the sections are found again by those lines
+    in the template's order. A marker with no fixed line after it is kept (nothing else
+    says where its section starts)."""
+    template = ("# {{ title }}\n<!-- section: a -->\n## Findings\n{{ findings }}\n"
+                "<!-- section: b -->\n## Risks\n{{ risks }}\n<!-- section: c -->\n{{ x }}\n")
+    rendered = template.replace("{{ title }}", "Memo").replace("{{ findings }}", "- f1") \
+        .replace("{{ risks }}", "- r1").replace("{{ x }}", "tail")
+    text = strip_sections(rendered, template)
+    assert "<!-- section: a -->" not in text and "<!-- section: b -->" not in text
+    assert "<!-- section: c -->" in text
+    parts = rendered_sections(text, template)
+    assert list(parts) == ["a", "b", "c"]
+    assert parts["a"].strip() == "## Findings\n- f1" and parts["b"].strip() == "## Risks\n- r1"
+    assert parts["c"].strip() == "tail"
+    # A document without the template: only the markers it kept.
+    assert list(rendered_sections(text)) == ["c"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from keepstep.engine.api import open_project
 from keepstep.storage import SQLiteStore
-from tests.support.engine_harness import WORKER, worker_env
+from tests.support.engine_harness import WorkerProcess, run_worker, start_worker, worker_env
 from tests.support.fake_provider import FakeProvider, running_provider
 from tests.support.small_project import make_small_project
 
@@ -29,7 +29,8 @@ def _slow_project(tmp_path: Path, provider: FakeProvider) -> Path:
                               api_base=provider.api_base)
 
 
-def _wait_in_calls(provider: FakeProvider, proc: subprocess.Popen, n: int) -> None:
+def _wait_in_calls(provider: FakeProvider, proc: subprocess.Popen | WorkerProcess,
+                   n: int) -> None:
     deadline = time.monotonic() + 60
     while provider.in_flight < n:
         assert proc.poll() is None, proc.communicate()[1][-2000:]
@@ -37,7 +38,7 @@ def _wait_in_calls(provider: FakeProvider, proc: subprocess.Popen, n: int) -> No
         time.sleep(0.02)
 
 
-def _stop(proc: subprocess.Popen, sig: int) -> tuple[float, str, str]:
+def _stop(proc: subprocess.Popen | WorkerProcess, sig: int) -> tuple[float, str, str]:
     started = time.monotonic()
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
@@ -66,9 +67,7 @@ def test_worker_stops_within_two_seconds_on_sigterm(tmp_path: Path) -> None:
     sig = signal.SIGTERM
     with running_provider(latency=30.0, offline=True) as provider:
         root = _slow_project(tmp_path, provider)
-        proc = subprocess.Popen([*WORKER, str(root), "--run", RUN, "--jobs", "2"],
-                                env=worker_env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        proc = start_worker(root, RUN, "--jobs", "2")
         _wait_in_calls(provider, proc, 2)
         elapsed, _out, err = _stop(proc, sig)
         assert elapsed < 2.0, err[-2000:]
@@ -105,8 +104,7 @@ def test_non_utf8_source_is_refused_before_any_unit_runs(tmp_path: Path) -> None
     victim = root / "sources" / "A2-household-demand.md"
     good = victim.read_bytes()
     victim.write_bytes(b"\x80\x81\x9c not text\n")
-    proc = subprocess.run([*WORKER, str(root), "--run", RUN], env=worker_env(),
-                          capture_output=True, text=True, timeout=300)
+    proc = run_worker(root, RUN, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert "A2-household-demand.md is not valid UTF-8 text" in proc.stderr
@@ -118,9 +116,7 @@ def test_non_utf8_source_is_refused_before_any_unit_runs(tmp_path: Path) -> None
         store.close()
 
     victim.write_bytes(good)
-    assert subprocess.run([*WORKER, str(root), "--run", RUN, "--max-units", "3"],
-                          env=worker_env(), capture_output=True, text=True,
-                          timeout=300).returncode == 0
+    assert run_worker(root, RUN, "--max-units", "3", timeout=300).returncode == 0
     victim.write_bytes(b"\x80\x81\x9c not text\n")
     store = SQLiteStore(root / ".keepstep")
     try:
@@ -128,8 +124,7 @@ def test_non_utf8_source_is_refused_before_any_unit_runs(tmp_path: Path) -> None
         head_before = store.get_head(RUN, "main").version
     finally:
         store.close()
-    proc = subprocess.run([*WORKER, str(root), "--run", RUN], env=worker_env(),
-                          capture_output=True, text=True, timeout=300)
+    proc = run_worker(root, RUN, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "A2-household-demand.md is not valid UTF-8 text" in proc.stderr
     store = SQLiteStore(root / ".keepstep")

@@ -27,6 +27,7 @@ from keepstep.engine.files.convert.cache import ConversionCache
 from keepstep.engine.files.convert.quotes import find_occurrence, quote_at
 from keepstep.engine.files.convert.spill import SpillWriter, TextFile
 from keepstep.engine.kinds.common import quote_cited
+from tests.support.hypothesis_profiles import examples
 from tests.support.small_project import write_config
 from tests.support.source_files import write_large_pdf_direct, write_large_pptx_direct
 from tests.test_source_extraction import _project, _write_sources
@@ -42,7 +43,7 @@ def _text_file(parts: list[str], folder: Path) -> tuple[TextFile, str]:
     return writer.finish(len(full)), full
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(parts=st.lists(st.text(alphabet=ALPHABET, max_size=30), min_size=1, max_size=10),
        data=st.data())
 def test_a_text_file_reads_like_the_string(tmp_path_factory: pytest.TempPathFactory,

@@ -288,9 +288,11 @@ PARTS: dict[str, str] = {
     "notice": "a line naming the model that produced the findings (the offline heuristic "
               "says so)",
     "executive_summary": "the lead finding of each synthesis and the top risk, as a list",
-    "findings": "every synthesis: its title, question and numbered findings",
+    "findings": "every synthesis: its title and numbered findings (then its gaps as a list, "
+                "unless the template has a gaps section)",
     "supporting_findings": "the lead finding of each synthesis, as a list",
-    "risks": "the ranking as a table (rank, risk, score, evidence) with how it was settled",
+    "risks": "the ranking as a table (rank 1, 2, ..., what it ranks, its criteria, score, "
+             "evidence) with a line saying the score's scale and how it is formed",
     "top_risks": "the n highest-scoring risks (n = 3 unless given)",
     "recommendation": "a recommendation chosen by the pack's rule on the top risk's score "
                       "(data file, see Pack data files)",
@@ -303,6 +305,9 @@ PARTS: dict[str, str] = {
     "conflicts": "every disagreement between sources the verification units found: each "
                  "side's value and evidence, its class and the value the documents use",
     "gaps": "what the syntheses say the sources do not answer",
+    "sources": "the sources the document rests on as a table: id, title, kind, date, "
+               "publisher, and whether each came from the source register (sources.toml) or "
+               "the document itself",
     "section": "a section written from what fill's `of` names (findings, rankings, "
                "conflicts, gaps, evidence) of the `from` units: by the model, checked claim "
                "by claim, or by rule offline",

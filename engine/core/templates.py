@@ -186,6 +186,66 @@ def section_text(text: str, section: str) -> str | None:
     return None
 
 
+_JINJA_RE = re.compile(r"\{\{|\{%|\{#")
+
+
+def _anchors(template: str) -> dict[str, str]:
+    """Each section's anchor: the first non-blank line after its marker, when that line is
+    fixed text (no placeholder or tag), stripped. A document rendered from the template
+    carries the anchor line as it is, so the section is found by it once the marker is gone."""
+    out: dict[str, str] = {}
+    lines = template.splitlines()
+    for n, line in enumerate(lines):
+        m = SECTION_RE.match(line)
+        if not m:
+            continue
+        nxt = next((x.strip() for x in lines[n + 1:] if x.strip()), "")
+        if nxt and not _JINJA_RE.search(nxt) and not SECTION_RE.match(nxt):
+            out[m.group(1)] = nxt
+    return out
+
+
+def strip_sections(rendered: str, template: str) -> str:
+    """A rendered document without the template's ``<!-- section: id -->`` markers (they are
+    production artefacts, not for a reader). A marker is kept only when its section starts
+    with no fixed line to be found by (``rendered_sections`` could not find it otherwise)."""
+    anchored = _anchors(template)
+    lines = rendered.splitlines(keepends=True)
+    out: list[str] = []
+    for line in lines:
+        m = SECTION_RE.match(line.rstrip("\r\n"))
+        if m and m.group(1) in anchored:
+            continue
+        out.append(line)
+    return "".join(out)
+
+
+def rendered_sections(text: str, template: str | None = None) -> dict[str, str]:
+    """The sections of a rendered document by id, in order: by its markers where it kept
+    them, else by each template section's anchor line (its heading), searched in order."""
+    cuts = [(m.start(), m.end(), m.group(1)) for m in SECTION_RE.finditer(text)]
+    if template:
+        kept = {sid for _, _, sid in cuts}
+        anchors = _anchors(template)
+        pos = 0
+        order = section_ids(template)
+        for sid in order:
+            if sid in kept or sid not in anchors:
+                continue
+            m = re.search(r"^[ \t]*" + re.escape(anchors[sid]) + r"[ \t]*$", text[pos:],
+                          re.MULTILINE)
+            if m:
+                cuts.append((pos + m.start(), pos + m.start(), sid))
+                pos += m.end()
+        rank = {sid: n for n, sid in enumerate(order)}
+        cuts.sort(key=lambda c: (c[0], rank.get(c[2], 0)))
+    out: dict[str, str] = {}
+    for n, (_start, end, sid) in enumerate(cuts):
+        stop = cuts[n + 1][0] if n + 1 < len(cuts) else len(text)
+        out.setdefault(sid, text[end:stop])
+    return out
+
+
 __all__ = ["SECTION_RE", "TemplateLayout", "TemplateSection", "fixed_text", "headings",
-           "layout", "layout_hash",
-           "placeholders", "section_ids", "section_text", "syntax_error"]
+           "layout", "layout_hash", "placeholders", "rendered_sections", "section_ids",
+           "section_text", "strip_sections", "syntax_error"]

@@ -510,8 +510,9 @@ def classify(candidate: dict) -> dict:
     defining = [s for s in sides if _has(quotes[id(s)], _DEFINES)]
     if defining and len(defining) < len(sides):
         plain = [s for s in sides if s not in defining] or defining
-        applies = "; ".join(f"{s.get('value')} ({s.get('source_id')}): {quotes[id(s)]}"
-                            for s in sides)
+        # Each side's quote without its full stop: the sides join with "; ", never ".;".
+        applies = "; ".join(f"{s.get('value')} ({s.get('source_id')}): "
+                            f"{quotes[id(s)].strip().rstrip('.')}" for s in sides)
         return out("definition", plain, "the sources count different things", applies)
     dated = sorted((s for s in sides if str(s.get("source_date") or "").strip()),
                    key=lambda s: str(s.get("source_date")))

@@ -35,8 +35,9 @@ from keepstep.engine.core.presets import (
     document_format,
     document_output,
 )
-from keepstep.engine.core.templates import section_ids, section_text
+from keepstep.engine.core.templates import rendered_sections, section_ids
 from keepstep.engine.core.timefmt import parse_iso, readable_utc
+from keepstep.engine.errors import KeepstepError
 from keepstep.engine.gateway.offline_rules import normalise
 from keepstep.engine.kinds.claims import calculation_problems, figures_of, stated_figures
 from keepstep.engine.kinds.common import (
@@ -123,6 +124,20 @@ class _Documents:
         # Each approved source's group as sources.toml says (the run's input snapshot): no
         # dependency on an inventory unit is needed to know it.
         self.groups = dict(ctx.snapshot.groups or {})
+        self._ctx = ctx
+
+    def sections(self, doc: str) -> dict[str, str]:
+        """A rendered document's sections by id: a document carries no section markers (they
+        are stripped for its reader), so they are found by its template's headings."""
+        unit = self.units.get(doc)
+        name = str(unit.params.get("template") or "") if unit is not None else ""
+        template = ""
+        if name:
+            try:
+                template = self._ctx.template_text(name)
+            except (KeepstepError, KeyError, OSError):
+                template = ""
+        return rendered_sections(self.text.get(doc, ""), template)
 
     def is_table(self, doc: str) -> bool:
         return doc in self.units and document_format(self.units[doc]) == "csv"
@@ -159,7 +174,7 @@ def _present(docs: _Documents, check: PresentCheck) -> tuple[list[str], str]:
 def _sections(ctx: UnitContext, docs: _Documents, check: SectionsCheck) -> tuple[list[str], str]:
     if check.document not in docs.text:
         return docs.missing([check.document]), ""
-    have = section_ids(docs.text[check.document])
+    have = list(docs.sections(check.document))
     want = section_ids(ctx.template_text(check.template)) if check.template else []
     problems = [f"{check.document} lacks section {s!r} of template {check.template}"
                 for s in want if s not in have]
@@ -226,7 +241,7 @@ def _part(docs: _Documents, doc: str, section: str | None) -> tuple[str | None, 
         return None, docs.missing([doc])
     if section is None:
         return docs.text[doc], []
-    part = section_text(docs.text[doc], section)
+    part = docs.sections(doc).get(section)
     return part, [] if part is not None else [f"{doc} has no section {section!r}"]
 
 

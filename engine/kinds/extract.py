@@ -164,11 +164,24 @@ _HEADER_KEYS = {"title": ("title",), "kind": ("type", "kind"),
 def source_meta(ctx: UnitContext, entry: Any) -> dict[str, str]:
     """What a prompt says of a source: id, title, kind, date, publisher — from sources.toml,
     else from the source's header lines (front matter); empty fields left out."""
+    return source_meta_with_origin(ctx, entry)[0]
+
+
+REGISTER = "source register"
+DOCUMENT = "document"
+
+
+def source_meta_with_origin(ctx: UnitContext, entry: Any
+                            ) -> tuple[dict[str, str], dict[str, str]]:
+    """``source_meta`` and where each of its fields came from: ``REGISTER`` (the project's
+    sources.toml) or ``DOCUMENT`` (the source's own header lines), so a document can say
+    whether a date it relies on is the source's own or the project's."""
     try:
         header = {k.lower(): v for k, v in ctx.source_header(entry.id).items()}
     except Exception:  # a header that cannot be read is no metadata, not a failure
         header = {}
     meta = {"id": entry.id}
+    origin: dict[str, str] = {}
     for name, keys in _HEADER_KEYS.items():
         given = str(getattr(entry, name, "") or "")
         if name == "title" and given == entry.id:
@@ -176,7 +189,8 @@ def source_meta(ctx: UnitContext, entry: Any) -> dict[str, str]:
         value = given or next((str(header[k]) for k in keys if header.get(k)), "")
         if value:
             meta[name] = value
-    return meta
+            origin[name] = REGISTER if given else DOCUMENT
+    return meta, origin
 
 
 def _contract_field(ctx: UnitContext, *names: str) -> str:
@@ -427,7 +441,8 @@ def run(ctx: UnitContext) -> KindOutcome:
     for n, source in enumerate(sources, start=1):
         ctx.safe_point(f"convert {source.id} ({n}/{len(sources)})")
         convs[source.id] = ctx.converted_source(source.id)
-    metas = {s.id: source_meta(ctx, s) for s in sources}
+    with_origin = {s.id: source_meta_with_origin(ctx, s) for s in sources}
+    metas = {sid: m for sid, (m, _) in with_origin.items()}
     bases = {s.id: base_inputs(ctx, s, metas[s.id]) for s in sources}
     planned = {s.id: _chunks(ctx, s.id, convs[s.id].text, bases[s.id], schema)
                for s in sources}
@@ -474,7 +489,9 @@ def run(ctx: UnitContext) -> KindOutcome:
               if p.rule not in _CITATION_RULES]
     citations = _citation_problems(evidence, convs, ctx.unit.id)
 
-    doc = {"sources": [s.id for s in sources], "source_meta": metas, "evidence": evidence,
+    doc = {"sources": [s.id for s in sources], "source_meta": metas,
+           "source_meta_from": {sid: o for sid, (_, o) in with_origin.items()},
+           "evidence": evidence,
            "notice": "; ".join(notices(*responses)),
            "models": sorted({m for _, s in steps for m in s.models})}
     ctx.write(OUTPUT, dump_json(doc), media_type=JSON, source_ids=[s.id for s in sources])

@@ -102,10 +102,20 @@ class Sources:
         for doc in self.syntheses + self.rankings:
             for sid, title in (doc.get("sources") or {}).items():
                 self.titles.setdefault(str(sid), str(title))
+        # Each source's metadata (title, kind, date, publisher) and where each field came
+        # from: the project's source register (sources.toml) or the document's own header.
+        self.meta: dict[str, dict[str, str]] = {}
+        self.meta_from: dict[str, dict[str, str]] = {}
         for doc in self.verified.values():
             for sid, meta in (doc.get("source_meta") or {}).items():
+                if isinstance(meta, dict):
+                    self.meta.setdefault(str(sid), {str(k): str(v) for k, v in meta.items()})
                 if isinstance(meta, dict) and meta.get("title"):
                     self.titles.setdefault(str(sid), str(meta["title"]))
+            for sid, origin in (doc.get("source_meta_from") or {}).items():
+                if isinstance(origin, dict):
+                    self.meta_from.setdefault(str(sid), {str(k): str(v)
+                                                         for k, v in origin.items()})
         for e in self.evidence:
             if e.get("source_title") and e.get("source_id"):
                 self.titles.setdefault(str(e["source_id"]), str(e["source_title"]))
@@ -119,6 +129,9 @@ class Sources:
         # template's fill says ``repeat``).
         self.shown: set[str] = set()
         self.written: set[str] = set()  # the words of every model-written sentence so far
+        # What the document's template has a section for ("conflicts", "gaps", ...): a part
+        # does not repeat what another section of the same document says.
+        self.covers: set[str] = set()
         self.plan_title = str(getattr(getattr(ctx.plan, "plan", None), "title", "") or "")
         self.title = str(self.contract.get("title") or self.project_contract.get("title")
                          or self.plan_title or ctx.unit.title)
@@ -254,14 +267,18 @@ def _conflict_line(c: dict[str, Any], src: Sources) -> str:
     else:
         verdict = f"the documents use {c['holds']}" if c["holds"] else "see why"
     why = " ".join(x for x in (_sentence(c["applies"]) if c["cls"] == "definition" else "",
-                               _sentence(c["reason"])) if x)
+                               _sentence(_attributed(c["reason"], c, src))) if x)
     return (f"- **{what}**: {sides}. **{_VERDICT.get(c['cls'], c['cls'])}**: {verdict}."
             + (f" {why}" if why else ""))
 
 
 def caveat(claim: dict[str, Any], src: Sources) -> str:
-    """A note for a finding that cites the losing side of a settled disagreement (a
-    superseded or out-of-date value) or a side of an unresolved one."""
+    """For a finding that cites the losing side of a settled disagreement (a superseded or
+    out-of-date value) or a side of an unresolved one: nothing when the document has a
+    disagreements section (it says which value holds and why), else a plain sentence naming
+    the figure and what the disagreement record says of it."""
+    if "conflicts" in src.covers:
+        return ""
     ids = set(claim.get("evidence_ids") or [])
     notes = []
     for c in real_conflicts(src.conflicts):
@@ -272,14 +289,85 @@ def caveat(claim: dict[str, Any], src: Sources) -> str:
                and (c["cls"] == "unexplained" or s["value"] != c["holds"])]
         if not hit:
             continue
-        # Figure-free, so the note never adds a figure the line's quotes do not hold.
+        # Figure-free, so the sentence never adds a figure the line's quotes do not hold.
         if c["cls"] == "unexplained":
-            notes.append(f"the sources disagree on {c['metric']} and none says which holds")
+            notes.append(f"The sources disagree on the {c['metric']} and none says which "
+                         "holds, so this figure is one side of that disagreement.")
         else:
-            state = "superseded" if c["cls"] == "superseded" else "out of date"
-            notes.append(f"its {c['metric']} figure is {state}; the value used is under "
-                         "where the sources disagree")
-    return f" _(Note: {'; '.join(notes)}.)_" if notes else ""
+            state = "superseded by a later source" if c["cls"] == "superseded" \
+                else "out of date"
+            whose = ", ".join(dict.fromkeys(s["source_id"] for s in hit))
+            notes.append(f"The {c['metric']} figure from {whose} is {state}; another "
+                         "source's value holds.")
+    return (" " + " ".join(notes)) if notes else ""
+
+
+def score_scale(doc: dict[str, Any]) -> str:
+    """The line under a ranking's table: the score's scale and how it is formed."""
+    if str(doc.get("ranks") or "risks") == "risks":
+        return ("Score: likelihood (1-5) × impact (1-5), so 1-25; a higher score is a more "
+                "serious risk. Rank 1 is the highest score.")
+    criteria = [str(c) for c in doc.get("criteria") or []]
+    on = f" on {', '.join(criteria)}" if criteria else " on the question's criteria"
+    return (f"Score: 1-25, higher is better, a judgement of each {_noun(doc)}{on} (the "
+            "rationale says how its criteria give its score). Rank 1 is the highest score.")
+
+
+def _noun(doc: dict[str, Any]) -> str:
+    what = str(doc.get("ranks") or "risks")
+    return what[:-1] if what.endswith("s") else what
+
+
+# --- sources ------------------------------------------------------------------------------
+_META_FIELDS = ("title", "kind", "date", "publisher")
+_ORIGIN_WORDS = {"source register": "the source register (sources.toml)",
+                 "document": "the document itself"}
+
+
+def _meta_origin(sid: str, src: Sources) -> str:
+    """Where a source's metadata came from, in words: "title, date: the source register
+    (sources.toml); publisher: the document itself"."""
+    meta, origin = src.meta.get(sid, {}), src.meta_from.get(sid, {})
+    by: dict[str, list[str]] = {}
+    for f in _META_FIELDS:
+        if meta.get(f):
+            by.setdefault(origin.get(f, ""), []).append(f)
+    return "; ".join(f"{', '.join(fs)}: {_ORIGIN_WORDS.get(o, 'not recorded')}"
+                     for o, fs in by.items())
+
+
+def source_list(src: Sources) -> str:
+    """The sources the document rests on: id, title, kind, date and publisher, and where
+    each came from (the project's source register or the document itself), so a date
+    used to settle a disagreement can be checked."""
+    ids = sorted({str(e.get("source_id")) for e in src.evidence if e.get("source_id")}
+                 | set(src.meta), key=natural_key)
+    if not ids:
+        return "No source was verified for this document."
+    lines = ["| Source | Title | Kind | Date | Publisher | Where this comes from |",
+             "|---|---|---|---|---|---|"]
+    for sid in ids:
+        meta = src.meta.get(sid, {})
+        title = meta.get("title") or src.titles.get(sid, "")
+        cells = [sid, title, *[meta.get(f) or "not given" for f in _META_FIELDS[1:]],
+                 _meta_origin(sid, src) or "not recorded"]
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def _attributed(reason: str, c: dict[str, Any], src: Sources) -> str:
+    """A disagreement's reason with each date it takes from the source register said to be
+    so ("dated 2025-02-01 in the source register"): the document itself does not carry it."""
+    for sid in dict.fromkeys(s["source_id"] for s in c["sides"]):
+        date = src.meta.get(sid, {}).get("date", "")
+        if not date or src.meta_from.get(sid, {}).get("date") != "source register":
+            continue
+        at = reason.find(date)
+        if at < 0 or reason[at + len(date):].lstrip().startswith("in the source register"):
+            continue
+        end = at + len(date)
+        reason = reason[:end] + " in the source register" + reason[end:]
+    return reason
 
 
 def conflicts(src: Sources) -> str:
@@ -308,13 +396,14 @@ def gaps(src: Sources) -> str:
 # --- parts -------------------------------------------------------------------------------------
 def claim_line(claim: dict[str, Any], index: dict[str, dict[str, str]],
                src: Sources | None = None) -> str:
-    """A finding with its checked calculation and a confidence short of high, then where it
-    comes from."""
+    """A finding with its checked calculation and a confidence short of high (only with the
+    reason the finding gives for it, in words), then where it comes from."""
     extra = ""
     if claim.get("calculation"):
         extra += f" (calculated: `{claim['calculation']}`)"
-    if claim.get("confidence") in ("medium", "low"):
-        extra += f" _(confidence: {claim['confidence']})_"
+    reason = str(claim.get("confidence_reason") or "").strip().rstrip(".")
+    if claim.get("confidence") in ("medium", "low") and reason:
+        extra += f" This is held with {claim['confidence']} confidence: {reason}."
     if src is not None:
         extra += caveat(claim, src)
     ids = [str(i) for i in claim.get("evidence_ids") or []]
@@ -343,8 +432,7 @@ def risk_table(src: Sources, repeat: bool = False) -> str:
         if len(src.rankings) > 1:
             lines += [f"**{doc.get('title', '')}**", ""]
         lines += ranking_table(doc, lambda ids: _cite(ids, src.index))
-        if str(doc.get("ranks") or "risks") == "risks":
-            lines += ["", "Scores are likelihood × impact (1-25)."]
+        lines += ["", score_scale(doc)]
         if doc.get("converged") is False:
             lines += ["", "This ranking's check still found problems it could not settle: "
                       "they are listed with the open problems."]
@@ -367,14 +455,16 @@ def findings(src: Sources, repeat: bool = False) -> str:
     for s in src.syntheses:
         claims = s.get("claims", [])
         fresh = [c for c in claims if src.fresh(_key(s, c), repeat)]
-        lines += [f"### {s['title']}", "", f"_Question: {s['question']}_", ""]
+        lines += [f"### {s['title']}", ""]
         if len(fresh) < len(claims):
             lines += ["(Its findings shown above are not repeated here.)", ""]
         lines += [f"{n}. {claim_line(c, src.index, src)}"
                   for n, c in enumerate(fresh, start=1)] or (
             [] if claims else ["No findings."])
-        if s.get("gaps"):
-            lines += ["", "Not answered by the sources: " + "; ".join(s["gaps"])]
+        if s.get("gaps") and "gaps" not in src.covers:
+            # The gaps section lists them when the template has one; otherwise a list here.
+            lines += ["", "Not answered by the sources:", ""]
+            lines += [f"- {_sentence(str(g))}" for g in s["gaps"]]
         lines.append("")
     return "\n".join(lines).strip() or "No findings."
 
@@ -548,6 +638,7 @@ def fill_part(ctx: UnitContext, part: str, spec: FillSpec | None, default: Sourc
     repeat = spec.repeat if spec is not None else False
     if spec is not None and spec.from_:
         src.shown = default.shown  # one document: what it showed, whatever a part draws from
+        src.covers = default.covers
     values = src.base_values()
     if part in values:
         return values[part]
@@ -583,6 +674,8 @@ def fill_part(ctx: UnitContext, part: str, spec: FillSpec | None, default: Sourc
         return evidence(src, list(spec.topic) if spec is not None else [], n)
     if part == "conflicts":
         return conflicts(src)
+    if part == "sources":
+        return source_list(src)
     if part == "audit":
         return audit(src)
     if part == "unconverged":
@@ -591,5 +684,5 @@ def fill_part(ctx: UnitContext, part: str, spec: FillSpec | None, default: Sourc
 
 
 __all__ = ["PARTS", "TABLE_COLUMNS", "Sources", "claim_line", "conflict_records", "fill_part",
-           "open_conflicts", "real_conflicts", "recommendation", "section_by_rule",
-           "with_provenance"]
+           "open_conflicts", "real_conflicts", "recommendation", "score_scale",
+           "section_by_rule", "source_list", "with_provenance"]

@@ -7,8 +7,9 @@ findings, risks, inventory, …, drawn from what the dependencies wrote) — by 
 by ``params.fill`` mapping the template's names onto parts (``{ pricing = { part =
 "findings", from = ["S02"] } }``); any contract field the contract dependency carries is a
 placeholder too. An unknown placeholder fails the structure validator (and ``keepstep
-validate``). Sections marked ``<!-- section: id -->`` pass into the document, so an audit can
-find them. A CSV document (``format = "csv"``, or an output ending in .csv) lists verified
+validate``). Sections are marked ``<!-- section: id -->`` in the template only: the document
+a reader gets carries no marker (an audit finds a section by the template's heading after
+it). A CSV document (``format = "csv"``, or an output ending in .csv) lists verified
 statements, its columns the template's Markdown list items, and always a ``models`` column
 naming the models that answered (the offline heuristic named as such).
 Every finding cites evidence ids and where in their sources they are, as
@@ -37,7 +38,7 @@ from keepstep.engine.core.presets import (
     document_format,
     document_output,
 )
-from keepstep.engine.core.templates import placeholders, syntax_error
+from keepstep.engine.core.templates import placeholders, strip_sections, syntax_error
 from keepstep.engine.gateway.answers import problem
 from keepstep.engine.gateway.offline_provider import PROVIDER as OFFLINE_PROVIDER
 from keepstep.engine.kinds.citable import (
@@ -150,9 +151,12 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
                     "write what this section adds, or leave the sentence out", c.text)
             for n, c in enumerate(answer.sentences) if _words(c.text) in shown]
 
+    # The decision the document serves (the contract's goal): the section answers each of
+    # its questions first (the render prompt says how).
+    decision = str(src.contract.get("goal") or src.project_contract.get("goal") or "").strip()
     step = run_model_step(ctx, prompt="render", inputs={
         "task": "render", "document": document, "section": section,
-        "audience": src.audience, **inputs,
+        "audience": src.audience, **({"decision": decision} if decision else {}), **inputs,
         "evidence": {k: v.strip() for k, v in sorted(quotes.items())}},
         schema=RenderAnswer, rules=rules,
         judge=support_judge(ctx, "sentences", citable, record, {
@@ -212,8 +216,8 @@ def _written_section(ctx: UnitContext, src: Sources, document: str, section: str
         inputs["findings"] = [
             {"title": s.get("title", ""), "question": s.get("question", ""),
              "claims": [{k: c[k] for k in ("text", "evidence_ids", "calculation", "confidence",
-                                           "conflict_ids") if c.get(k)} for c in claims]}
-            for s, claims in fresh if claims]
+                                           "confidence_reason", "conflict_ids")
+                         if c.get(k)} for c in claims]} for s, claims in fresh if claims]
         cited |= {str(i) for _, claims in fresh for c in claims
                   for i in c.get("evidence_ids", [])}
     if "rankings" in of:
@@ -250,6 +254,19 @@ def _written_section(ctx: UnitContext, src: Sources, document: str, section: str
                            (cited_records, rests_on))
 
 
+def _covers(params: RenderParams, names: list[str]) -> set[str]:
+    """The parts the template's placeholders show (a written section: what it is made of),
+    so one part leaves to another what that one says (a gaps section lists the gaps)."""
+    out: set[str] = set()
+    for name in names:
+        spec = params.fill.get(name)
+        if isinstance(spec, str):
+            spec = FillSpec(part=spec)
+        part = spec.part if spec is not None else name
+        out |= set(spec.of) if part == "section" and spec is not None else {part}
+    return out
+
+
 def _fill_values(ctx: UnitContext, params: RenderParams, names: list[str], src: Sources
                  ) -> tuple[dict[str, str], list[str], list[StepResult], list[str]]:
     """A value for every placeholder, in the template's order (so an item shows once);
@@ -273,6 +290,7 @@ def _fill_values(ctx: UnitContext, params: RenderParams, names: list[str], src: 
             if part == "section" and spec is not None:
                 section_src = Sources(ctx, spec.from_) if spec.from_ else src
                 section_src.shown, section_src.written = src.shown, src.written
+                section_src.covers = src.covers
                 text, made = _written_section(ctx, section_src, params.document, name,
                                               list(spec.of))
             else:
@@ -420,9 +438,12 @@ def run(ctx: UnitContext) -> KindOutcome:
             text, unknown = template, list[str]()
         else:
             names = placeholders(template)
+            src.covers = _covers(params, names)
             values, unknown, steps, failed = _fill_values(ctx, params, names, src)
             shape += failed
-            text = render_text(template, values)
+            # The section markers stay in the template (the audit finds a section by its
+            # template's heading); a reader's document carries none.
+            text = strip_sections(render_text(template, values), template)
             repeats = [r for r in repeated_items(text)
                        if not any(isinstance(f, FillSpec) and f.repeat
                                   for f in params.fill.values())]

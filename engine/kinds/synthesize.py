@@ -76,6 +76,9 @@ class Claim(BaseModel):
                                     "separated by ';'); code recomputes it")
     confidence: Literal["high", "medium", "low"] | None = Field(
         default=None, description="how firmly the cited evidence carries the claim")
+    confidence_reason: str | None = Field(
+        default=None, description="for medium or low confidence: why, in a few words from "
+        "the evidence (a document shows the confidence only with its reason)")
 
 
 class SynthesisAnswer(BaseModel):
@@ -323,7 +326,7 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
             shape.append(f"claim C{n} cites no evidence")
         claim = {"id": f"C{n}", "text": str(c.get("text", "")).strip(),
                  "evidence_ids": ids, "source_ids": _source_ids(ids, index)}
-        for key in ("calculation", "confidence"):
+        for key in ("calculation", "confidence", "confidence_reason"):
             if c.get(key):
                 claim[key] = str(c[key])
         if conflict_ids:
@@ -494,9 +497,11 @@ def ranking_table(doc: dict[str, Any], cite_ids: Any) -> list[str]:
     head = ["Rank", noun.capitalize(), *[c for c in criteria], score,
             *[k.capitalize() for k in extra], "Evidence"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in items:
+    # The rank is a plain number (1 from the top): item ids (R1, R2, ...) would read as
+    # source ids in a document.
+    for rank, r in enumerate(items, start=1):
         crit = r.get("criteria") or {}
-        cells = [r["id"], r["title"], *[str(crit.get(c, "")) for c in criteria],
+        cells = [str(rank), r["title"], *[str(crit.get(c, "")) for c in criteria],
                  str(r.get("score")), *[str(r.get(k, "")) for k in extra],
                  cite_ids(r["evidence_ids"])]
         lines.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in cells)

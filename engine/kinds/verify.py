@@ -304,16 +304,18 @@ SPEC = KindSpec(
 
 
 def _gather(ctx: UnitContext, meta: dict[str, dict[str, str]] | None = None,
-            pre: set[str] | None = None
+            pre: set[str] | None = None, origins: dict[str, dict[str, str]] | None = None
             ) -> tuple[list[tuple[dict[str, Any], set[str]]], list[str]]:
     """(evidence item, sources it may cite) from every evidence-producing dependency and
     every verify dependency (its verified evidence: the ids go into ``pre``, already
-    judged), first id wins; ``meta`` gathers the dependencies' source metadata."""
+    judged), first id wins; ``meta`` gathers the dependencies' source metadata and
+    ``origins`` where each field of it came from (source register or document)."""
     own = {s.id for s in ctx.sources_for_unit()}
     gathered: list[tuple[dict[str, Any], set[str]]] = []
     seen: set[str] = set()
     problems: list[str] = []
     meta = {} if meta is None else meta
+    origins = {} if origins is None else origins
     pre = set() if pre is None else pre
     checked = verified_deps(ctx)
     deps = _unchecked_evidence_deps(ctx) + checked
@@ -330,6 +332,11 @@ def _gather(ctx: UnitContext, meta: dict[str, dict[str, str]] | None = None,
         for sid, info in (given.items() if isinstance(given, dict) else []):
             if isinstance(info, dict):
                 meta.setdefault(str(sid), {str(k): str(v) for k, v in info.items()})
+        # Where each field came from: carried to the documents, not to a prompt.
+        given = doc.get("source_meta_from")
+        for sid, info in (given.items() if isinstance(given, dict) else []):
+            if isinstance(info, dict):
+                origins.setdefault(str(sid), {str(k): str(v) for k, v in info.items()})
         if not isinstance(items, list):
             problems.append(f"{dep.id}/{name} has no evidence list")
             continue
@@ -359,7 +366,8 @@ def run(ctx: UnitContext) -> KindOutcome:
     # Evidence a verify dependency already judged is not asked about again: a verify unit
     # over verify units looks for disagreements across all their evidence (the whole run).
     pre: set[str] = set()
-    gathered, shape = _gather(ctx, meta, pre)
+    origins: dict[str, dict[str, str]] = {}
+    gathered, shape = _gather(ctx, meta, pre, origins)
     texts = _SourceTexts(ctx)
     candidates: list[dict[str, Any]] = []
     rejected: list[dict[str, str]] = []
@@ -461,6 +469,7 @@ def run(ctx: UnitContext) -> KindOutcome:
         "candidates": len(proposed),
         "conflicts": [r.record() for r in records],
         "source_meta": {sid: meta[sid] for sid in source_ids if sid in meta},
+        "source_meta_from": {sid: origins[sid] for sid in source_ids if sid in origins},
         "notice": "; ".join(notices(*responses)),
     }
     ctx.write(OUTPUT, dump_json(doc), media_type=JSON, source_ids=source_ids)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from .harness import Templates
-from .zygote import Zygote
+from .zygote import close_shared, shared
 
 
 @pytest.fixture(scope="session")
 def zygote():
-    z = Zygote()
-    yield z
-    z.close()
+    """The test process's zygote (the engine tests' workers fork from the same one)."""
+    yield shared()
+    close_shared()
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import subprocess
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -19,7 +18,7 @@ import tomli_w
 
 from keepstep.engine.api import open_project
 from keepstep.storage import SQLiteStore
-from tests.support.engine_harness import WORKER, worker_env
+from tests.support.engine_harness import WorkerProcess, start_worker
 from tests.support.fake_provider import FakeProvider, running_provider
 
 HERE = Path(__file__).resolve().parent
@@ -38,10 +37,8 @@ def _pack(dest: Path, provider: FakeProvider) -> Path:
     return dest
 
 
-def _worker(root: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([*WORKER, str(root), "--run", RUN, "--jobs", "4", *APPROVE, *args],
-                            env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+def _worker(root: Path, *args: str) -> WorkerProcess:
+    return start_worker(root, RUN, "--jobs", "4", *APPROVE, *args)
 
 
 def _successes(store: SQLiteStore) -> Counter[str]:

@@ -13,14 +13,19 @@ Protocol, one JSON object per line:
     zygote -> parent  {"id": n, "pid": pid}              after each fork
     zygote -> parent  {"pid": pid, "code": c}            when a child ends (c < 0: signal)
 
-A child runs ``tests.faults.child.main(argv)`` (the real worker plus test hooks), or — started
-with ``--storage``, which preloads only keepstep.storage — tests/support/crash_child.py for
-tests/test_storage_crash.py. Run this file as a script; ``Zygote`` below is the parent's side.
+A child runs ``tests.faults.child.main(argv)`` (the real worker plus test hooks), the worker
+killed inside its k-th provider call (``entry="kill_in_call"``, tests/support/engine_harness.py),
+or — started with ``--storage``, which preloads only keepstep.storage —
+tests/support/crash_child.py for tests/test_storage_crash.py. Run this file as a script;
+``Zygote`` below is the parent's side, ``shared()`` the one zygote of a test process (the fault
+suite and the engine tests' workers, tests/support/engine_harness.py, fork from it).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -61,6 +66,22 @@ def _warm_up() -> None:
                                            messages=[{"role": "user", "content": payload}]))
 
 
+def _warm_up_run() -> None:
+    """A whole offline run (through its approval gate) of the fault suite's small project in a
+    scratch folder: the modules a worker imports only when it runs (source conversion with
+    pypdf and PIL, networkx for takeovers, the kinds, renderers, the delivery adapters) get
+    imported here once instead of in every forked worker."""
+    import tempfile
+
+    from tests.faults.child import main as child_main
+    from tests.faults.harness import make_fresh
+    from tests.faults.steps import AUDIENCE, RUN
+
+    with tempfile.TemporaryDirectory(prefix="keepstep-zygote-") as scratch:
+        root = make_fresh(Path(scratch) / "project")
+        child_main([str(root), "--run", RUN, "--approve", f"audience={AUDIENCE}"])
+
+
 def _preload_storage() -> None:
     """The light preload (``--storage``): only what tests/support/crash_child.py imports."""
     import keepstep.storage  # noqa: F401
@@ -83,17 +104,27 @@ def _preload() -> None:
     from keepstep.engine.gateway import client as gateway
     gateway._litellm()
     import tests.faults.child  # noqa: F401
+    import tests.support.engine_harness  # noqa: F401  (the kill_in_call entry)
 
-    # litellm starts a logging thread on its first call, and a process must not fork with
-    # other threads running. So the first call is made in a throwaway child that reports
-    # which modules it imported; this process then imports those, and stays single-threaded.
+    # litellm starts a logging thread on its first call, and a run starts unit and heartbeat
+    # threads; a process must not fork with other threads running. So the first call and a
+    # whole run are made in a throwaway child that reports which modules it imported; this
+    # process then imports those, and stays single-threaded.
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the throwaway child
         os.close(read_fd)
+        # The run prints its events: never onto the protocol pipe (stdout) to the parent.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
         before = set(sys.modules)
         with contextlib.suppress(Exception):
             _warm_up()
+        with contextlib.suppress(BaseException):
+            _warm_up_run()
         data = json.dumps(sorted(set(sys.modules) - before)).encode()
         with os.fdopen(write_fd, "wb") as fh:
             fh.write(data)
@@ -130,6 +161,10 @@ def _child(request: dict[str, Any], control_fds: list[int]) -> int:
 
         sys.argv = [str(Path(crash_child.__file__)), *request["argv"]]
         return int(crash_child.main() or 0)
+    if request.get("entry") == "kill_in_call":  # killed inside its k-th provider call
+        from tests.support import engine_harness
+
+        return int(engine_harness.kill_in_call_main(list(request["argv"])) or 0)
     from tests.faults import child
 
     return int(child.main(list(request["argv"])) or 0)
@@ -141,6 +176,9 @@ def _emit(obj: dict[str, Any]) -> None:
 
 def serve() -> None:
     _preload()
+    # Everything preloaded goes to the permanent generation: a child's garbage collections
+    # then never touch (and so never copy) the zygote's pages.
+    gc.freeze()
     _emit({"ready": True})
     buf = b""
     while True:
@@ -230,12 +268,16 @@ class Zygote:
             self.exits[msg["pid"]] = msg["code"]
         elif "id" in msg:
             self._spawned[msg["id"]] = msg["pid"]
+            # A new child with a pid an earlier child had (pids wrap): that exit is not its own.
+            self.exits.pop(msg["pid"], None)
         return True
 
     def spawn(self, argv: list[str], *, env: dict[str, str], stdout: Path, stderr: Path,
               cwd: Path | None = None, entry: str | None = None) -> int:
         """Fork a child running ``tests.faults.child.main(argv)`` (or, with ``entry=
-        "crash_child"``, tests/support/crash_child.py with ``argv``); returns its pid."""
+        "crash_child"``, tests/support/crash_child.py with ``argv``; with ``entry=
+        "kill_in_call"``, tests/support/engine_harness.py's worker killed in a provider call);
+        returns its pid."""
         assert self.proc.stdin is not None
         self._next_id += 1
         rid = self._next_id
@@ -290,6 +332,26 @@ class Zygote:
                 self.proc.wait(10)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+
+
+_shared: Zygote | None = None
+
+
+def shared() -> Zygote:
+    """The zygote of this test process, started on first use and closed at exit (or by the
+    session fixture in tests/conftest.py): one preload serves every worker the process forks."""
+    global _shared
+    if _shared is None or _shared.proc.poll() is not None:
+        _shared = Zygote()
+        atexit.register(_shared.close)
+    return _shared
+
+
+def close_shared() -> None:
+    global _shared
+    if _shared is not None:
+        _shared.close()
+        _shared = None
 
 
 if __name__ == "__main__":

@@ -3,11 +3,10 @@ the database server restarted mid-run. Executors are real processes."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -21,12 +20,12 @@ from keepstep.storage.postgres.connection import WRITE_LOCK_KEY
 from tests.postgres.test_team import two_hosts
 from tests.support.engine_harness import (
     KILLED,
-    REPO,
     RUN,
+    WorkerProcess,
     finish,
+    start_kill_in_call,
     start_worker,
     wait_for,
-    worker_env,
 )
 
 pytestmark = pytest.mark.postgres
@@ -43,12 +42,9 @@ def assert_each_unit_committed_once(store: PostgresStore) -> None:
     assert commits == committed and set(commits.values()) == {1}, (commits, committed)
 
 
-def kill_in_call(root: Path, k: int) -> subprocess.Popen[str]:
+def kill_in_call(root: Path, k: int) -> WorkerProcess:
     """A worker that SIGKILLs itself inside its k-th provider call (so mid-unit)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.engine_harness", str(root), "--run", RUN,
-         "--kill-in-call", str(k)], env=worker_env(), cwd=REPO, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+    return start_kill_in_call(root, k)
 
 
 def test_a_dozen_sigkills_on_two_hosts_commit_nothing_twice(
@@ -109,7 +105,11 @@ def test_a_worker_paused_past_its_lease_is_fenced_out(
     a, b = two_hosts(tmp_path)
     with open_project(a) as p:
         p.start_run(RUN)
-    paused = start_worker(a, executor_id="hostA:1:p", lease_seconds=0.5)
+    # Forked from the zygote, the worker is fast: U03's first call is held for a second
+    # (tests/faults/child.py's call rules) so that the pause lands inside U03.
+    hold = json.dumps([{"unit": "U03", "call": 1, "do": "slow", "seconds": 1.0}])
+    paused = start_worker(a, RUN, "--call-rules", hold, executor_id="hostA:1:p",
+                          lease_seconds=0.5)
     store = observer(tmp_path, pg_url)
     try:
         wait_for(lambda: store.calls(RUN, unit="U03"), timeout=120, interval=0.005)

@@ -1,26 +1,33 @@
 """Shared helpers for the engine fault tests: projects, worker processes, the call ledger.
 
-A worker is ``python -m keepstep.engine.drills.worker DIR --run ID ...``: a separate executor
-process, so a crash point (``KEEPSTEP_CRASH_AT=name[@n]``) kills a real process with
-SIGKILL. ``run_worker`` waits for it; ``start_worker`` returns the Popen (for concurrency,
-SIGSTOP/SIGCONT). The ledger helpers read the call ledger through the engine API
-(``open_project(...).run(ID).calls()``), never through SQL.
+A worker runs ``keepstep.engine.drills.worker.main(["DIR", "--run", "ID", ...])`` — the code of
+``python -m keepstep.engine.drills.worker`` — in a separate executor process, so a crash point
+(``KEEPSTEP_CRASH_AT=name[@n]``) kills a real process with SIGKILL. The process is forked from
+the test process's zygote (tests/faults/zygote.py: an interpreter with litellm and the engine
+imported once), not started as a new interpreter that imports them again: its own pid, and
+signals, crash points and exit codes behave as for ``python -m``. ``run_worker`` waits for
+it; ``start_worker`` returns a ``WorkerProcess`` (the part of ``Popen`` the tests use: pid,
+poll, send_signal, communicate; for concurrency, SIGSTOP/SIGCONT). The ledger helpers read
+the call ledger through the engine API (``open_project(...).run(ID).calls()``), never
+through SQL.
 
-Run as a script, this file is a worker whose model call is killed *inside* the provider
-call (after the ledger reserved it, before it was settled), which no named crash point
-reaches:
+``kill_in_call_main`` is a worker whose model call is killed *inside* the provider call
+(after the ledger reserved it, before it was settled), which no named crash point reaches;
+``run_kill_in_call`` forks it from the zygote, and run as a script this file is that worker:
 
     python -m tests.support.engine_harness DIR --run ID --kill-in-call K
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterable
@@ -36,10 +43,11 @@ WORKER = [sys.executable, "-m", "keepstep.engine.drills.worker"]
 KILLED = -signal.SIGKILL
 
 __all__ = [
-    "KILLED", "PACK", "RUN", "StepClock", "WorkerResult", "attempts_by_unit", "budget_used",
-    "calls_by_attempt", "copy_pack", "finish", "in_flight_unit", "ledger_ids",
-    "make_small_project", "redone_units", "run_kill_in_call", "run_worker", "start_worker",
-    "wait_for", "worker_env", "write_config",
+    "KILLED", "PACK", "RUN", "StepClock", "WorkerProcess", "WorkerResult", "attempts_by_unit",
+    "budget_used", "calls_by_attempt", "copy_pack", "finish", "in_flight_unit",
+    "kill_in_call_main", "ledger_ids", "make_small_project", "redone_units",
+    "run_kill_in_call", "run_worker", "start_kill_in_call", "start_worker", "wait_for",
+    "worker_env", "write_config",
 ]
 
 
@@ -78,7 +86,7 @@ def worker_env(crash_at: str | None = None, **extra: str) -> dict[str, str]:
 
 def _worker_args(root: Path, run_id: str, *, executor_id: str | None,
                  lease_seconds: float | None, args: Iterable[str]) -> list[str]:
-    cmd = [*WORKER, str(root), "--run", run_id]
+    cmd = [str(root), "--run", run_id]
     if executor_id:
         cmd += ["--executor-id", executor_id]
     if lease_seconds:
@@ -101,45 +109,96 @@ def parse_output(stdout: str) -> tuple[list[dict[str, Any]], dict[str, Any] | No
     return events, status
 
 
+_outputs: Path | None = None
+_spawned = iter(range(1, 1_000_000_000))
+
+
+def _output_paths() -> tuple[Path, Path]:
+    global _outputs
+    if _outputs is None:
+        _outputs = Path(tempfile.mkdtemp(prefix="keepstep-workers-"))
+        atexit.register(shutil.rmtree, _outputs, ignore_errors=True)
+    n = next(_spawned)
+    return _outputs / f"worker-{n}.out", _outputs / f"worker-{n}.err"
+
+
+class WorkerProcess:
+    """A worker forked from the zygote, with the part of ``subprocess.Popen`` the tests use
+    (``pid``, ``returncode``, ``poll``, ``wait``, ``send_signal``, ``kill``, ``communicate``
+    returning its stdout and stderr as text). Output goes to files, read when it has ended."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], *, entry: str | None = None,
+                 cwd: Path | None = None) -> None:
+        from tests.faults.zygote import shared
+
+        self._zygote = shared()
+        self.stdout_path, self.stderr_path = _output_paths()
+        self.args = argv
+        self.pid = self._zygote.spawn(argv, env=env, stdout=self.stdout_path,
+                                      stderr=self.stderr_path, cwd=cwd, entry=entry)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._zygote.poll(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            try:
+                self.returncode = self._zygote.wait(self.pid, 3600.0 if timeout is None
+                                                    else timeout)
+            except TimeoutError as exc:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0) from exc
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:  # never signal a pid the zygote has reaped
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        return (self.stdout_path.read_text(encoding="utf-8", errors="replace"),
+                self.stderr_path.read_text(encoding="utf-8", errors="replace"))
+
+
 def run_worker(root: Path, run_id: str = RUN, *args: str, crash_at: str | None = None,
                executor_id: str | None = None, lease_seconds: float | None = None,
                timeout: float = 120) -> WorkerResult:
     """Run one worker process to its end (or its crash point) and parse what it printed."""
-    proc = subprocess.run(
-        _worker_args(root, run_id, executor_id=executor_id, lease_seconds=lease_seconds,
-                     args=args),
-        env=worker_env(crash_at), capture_output=True, text=True, timeout=timeout,
-    )
-    events, status = parse_output(proc.stdout)
-    return WorkerResult(proc.returncode, events, status, proc.stderr)
+    proc = start_worker(root, run_id, *args, crash_at=crash_at, executor_id=executor_id,
+                        lease_seconds=lease_seconds)
+    return finish(proc, timeout=timeout)
 
 
 def start_worker(root: Path, run_id: str = RUN, *args: str, crash_at: str | None = None,
                  executor_id: str | None = None,
-                 lease_seconds: float | None = None) -> subprocess.Popen:
-    """Start a worker; stdout is a pipe of JSON lines (use ``finish``)."""
-    return subprocess.Popen(
+                 lease_seconds: float | None = None) -> WorkerProcess:
+    """Start a worker; its stdout is JSON lines (use ``finish``)."""
+    return WorkerProcess(
         _worker_args(root, run_id, executor_id=executor_id, lease_seconds=lease_seconds,
-                     args=args),
-        env=worker_env(crash_at), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+                     args=args), worker_env(crash_at))
 
 
-def finish(proc: subprocess.Popen, timeout: float = 120) -> WorkerResult:
+def finish(proc: WorkerProcess | subprocess.Popen, timeout: float = 120) -> WorkerResult:
     out, err = proc.communicate(timeout=timeout)
     events, status = parse_output(out)
+    assert proc.returncode is not None
     return WorkerResult(proc.returncode, events, status, err)
+
+
+def start_kill_in_call(root: Path, k: int, run_id: str = RUN) -> WorkerProcess:
+    """A worker that SIGKILLs itself inside its k-th provider call (``kill_in_call_main``)."""
+    return WorkerProcess([str(root), "--run", run_id, "--kill-in-call", str(k)], worker_env(),
+                         entry="kill_in_call", cwd=REPO)
 
 
 def run_kill_in_call(root: Path, k: int, run_id: str = RUN, timeout: float = 120) -> WorkerResult:
     """A worker killed (SIGKILL, by itself) inside its k-th provider call."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.support.engine_harness", str(root), "--run", run_id,
-         "--kill-in-call", str(k)],
-        env=worker_env(), capture_output=True, text=True, timeout=timeout, cwd=REPO,
-    )
-    events, status = parse_output(proc.stdout)
-    return WorkerResult(proc.returncode, events, status, proc.stderr)
+    return finish(start_kill_in_call(root, k, run_id), timeout=timeout)
 
 
 def in_flight_unit(result: WorkerResult) -> str:
@@ -222,7 +281,7 @@ def budget_used(root: Path, run_id: str = RUN) -> dict[str, float]:
 
 
 # -- script mode: killed inside the provider call ----------------------------------------------
-def _kill_in_call_main(argv: list[str]) -> int:
+def kill_in_call_main(argv: list[str]) -> int:
     import argparse
 
     from keepstep.engine.api import open_project
@@ -250,4 +309,4 @@ def _kill_in_call_main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_kill_in_call_main(sys.argv[1:]))
+    sys.exit(kill_in_call_main(sys.argv[1:]))

@@ -113,7 +113,13 @@ class FakeContext:
         return json.loads(self.dep_bytes(unit_id, name))
 
     def template_text(self, name: str) -> str:
-        if name not in self.unit.input_refs("template"):
+        # A unit reads its own template inputs, or (an audit) those of the render units it
+        # depends on, whose documents it reads by their templates' sections.
+        units = self.plan.unit_map()
+        allowed = set(self.unit.input_refs("template")) | {
+            t for d in self.unit.depends_on if d.unit in units
+            for t in units[d.unit].input_refs("template")}
+        if name not in allowed:
             raise KeyError(f"template {name} is not an input of {self.unit.id}")
         return self.templates[name]
 

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from keepstep.engine.core.templates import rendered_sections
 from keepstep.engine.kinds.claims import figure_problems
 from keepstep.engine.kinds.common import LOCATED_CITE_RE, cited_evidence_ids, expand_footnotes
 
@@ -48,11 +49,11 @@ def _only_metric_in(words: str, record: dict[str, Any]) -> bool:
 
 
 def sections(memo: str) -> dict[str, str]:
-    """The memo's sections by their ``<!-- section: id -->`` marker (footnotes expanded back
-    into ``[ids] (source, locator)`` citations, so each line carries what it cites)."""
-    body = expand_footnotes(memo)
-    parts = re.split(r"<!-- section: ([a-z_]+) -->", body)
-    return {parts[n]: parts[n + 1] for n in range(1, len(parts) - 1, 2)}
+    """The memo's sections by its template's ``<!-- section: id -->`` markers (the memo
+    carries none: they are found by the template's headings), footnotes expanded back into
+    ``[ids] (source, locator)`` citations, so each line carries what it cites."""
+    template = (PACK / "templates" / "memo.md").read_text(encoding="utf-8")
+    return rendered_sections(expand_footnotes(memo), template)
 
 
 def evidence_quotes(memo: str) -> dict[str, str]:
@@ -160,3 +161,39 @@ def disagreement_lines(memo: str) -> dict[tuple[str, str], str]:
 def source_texts(root: Path) -> dict[str, str]:
     return {p.name.split("-", 1)[0]: p.read_text(encoding="utf-8")
             for p in (root / "sources").glob("*.md")}
+
+
+# What a client document must not carry: production artefacts (issue 20's blind review).
+_ARTEFACTS = {
+    "section marker": re.compile(r"<!--\s*section:"),
+    "question line": re.compile(r"^_Question:", re.MULTILINE),
+    "note stub": re.compile(r"_\(Note: "),
+    "bare confidence tag": re.compile(r"\(confidence: (?:high|medium|low)\)"),
+    "'.;' run-on join": re.compile(r"\.;"),
+}
+
+
+def production_artefacts(memo: str) -> list[str]:
+    """Each production artefact the memo carries, named with the line it is on."""
+    return [f"{name}: {line.strip()[:70]!r}" for line in memo.splitlines()
+            for name, pattern in _ARTEFACTS.items() if pattern.search(line)]
+
+
+def gaps_repeated(memo: str) -> list[str]:
+    """Each line of the gaps section whose words the findings section also says."""
+    parts = sections(memo)
+    findings = " ".join(parts["findings"].split()).lower()
+    gaps = [re.sub(r"\s*\([^)]*\)$", "", line[2:]).strip() for line in
+            parts["gaps"].splitlines() if line.startswith("- ")]
+    return [g for g in gaps if " ".join(g.split()).lower().rstrip(".") in findings]
+
+
+def source_rows(memo: str) -> dict[str, list[str]]:
+    """The sources section's table: source id -> its cells (title, kind, date, publisher,
+    where they come from)."""
+    rows = {}
+    for line in sections(memo)["sources"].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and re.fullmatch(r"[A-Z]\d+", cells[0]):
+            rows[cells[0]] = cells[1:]
+    return rows
