@@ -354,6 +354,44 @@ def test_retry_names_unknown_units(done_project: Path) -> None:
     assert "U1, U2" in result.output
 
 
+def test_retry_takes_the_unit_and_the_folder_in_either_order(done_project: Path) -> None:
+    """`keepstep retry U1 DIR` (unit first) is read as `keepstep retry DIR U1`, not as a
+    folder named U1; a current unit that passed its checks is not tried again, and the CLI
+    says so and what to do instead."""
+    result = invoke("retry", "U1", done_project, "--run", "R1", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "does not exist" not in result.output
+    assert "U1 is current and its checks passed" in result.output
+    assert "keepstep takeover rerun U1" in result.output
+    same = invoke("retry", done_project, "U1", "--run", "R1", "--quiet")
+    assert same.exit_code == 0 and "U1 is current and its checks passed" in same.output
+    missing = invoke("retry", "U1", done_project / "nowhere", "--run", "R1")
+    assert_clean_failure(missing, 2)
+
+
+def test_retry_reruns_a_current_unit_whose_final_check_failed(project: Path) -> None:
+    """The audit unit is current but its final validator failed (the report states a
+    figure no evidence holds): `keepstep retry U11` says what it does and makes a new
+    attempt, a recorded rerun (it used to do nothing, exit 3, no message)."""
+    plan = project / "plan.toml"
+    edit(plan, 'check = "conflicts"\ndocuments = ["report", "decision-brief"]\n',
+         'check = "conflicts"\ndocuments = ["report", "decision-brief"]\n\n'
+         '[[unit.params.checks]]\ncheck = "figures"\ndocument = "report"\n')
+    report = project / "templates" / "report.md"
+    edit(report, "## Summary\n", "## Summary\n\nRent is 98,765 euro a month.\n")
+    first = invoke("run", project, "--run", "R1", "--quiet")
+    assert first.exit_code == 3, first.output
+    assert "U11 is current but its final validator did not pass" in first.output
+    again = invoke("retry", project, "U11", "--run", "R1", "--quiet")
+    assert again.exit_code == 3, again.output
+    assert "U11 is current but its final validator did not pass: it is rerun" in again.output
+    events = json.loads(invoke("events", project, "--run", "R1", "--json").stdout)
+    rerun = next(i for i, e in enumerate(events) if e.get("unit") == "U11"
+                 and e.get("payload", {}).get("action") == "rerun")
+    assert ("unit.claimed", "U11") in [(e.get("kind"), e.get("unit"))
+                                       for e in events[rerun:]]
+
+
 def test_replay_restart_and_branch_make_new_runs(done_project: Path) -> None:
     """replay and restart create new run ids; branch forks at a checkpoint; duplicates refused."""
     replay = invoke("replay", done_project, "--run", "R1", "--as", "R1b", "--quiet")

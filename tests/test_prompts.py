@@ -146,3 +146,34 @@ def test_the_packaged_prompts_are_package_data() -> None:
     for path in (ENGINE / "gateway" / "prompt_templates").glob("*.md"):
         rel = str(path.relative_to(ENGINE / "gateway"))
         assert any(fnmatch.fnmatch(rel, pattern) for pattern in data), rel
+
+
+def test_the_rank_prompt_never_shows_a_literal_round_and_speaks_of_options() -> None:
+    """Without a schema in the prompt, the answer's form names no literal round (model
+    remark 0020: the form said "round": 1 while INPUT said 2); a ranking of options is
+    asked as options on criteria, a risk ranking as likelihood x impact."""
+    from keepstep.engine.gateway.prompts import render_messages
+
+    def asked(ranks: str) -> list[dict[str, str]]:
+        return render_messages(load_prompt("rank"), inputs={"task": "rank", "round": 2},
+                               contract={}, unit={"id": "K1", "title": "Rank",
+                                                  "question": "", "ranks": ranks},
+                               schema=None)
+
+    system, user = (m["content"] for m in asked("options"))
+    assert '"round": 1' not in user and '"round": 2' in user
+    assert "likelihood (1-5) x impact" not in system
+    assert "rank the options" in system and "criteria INPUT declares" in system
+    risks = asked("risks")[0]["content"]
+    assert "likelihood (1-5) x impact (1-5)" in risks and "options" not in risks
+
+
+def test_the_extract_prompt_has_one_rule_for_years() -> None:
+    """"figures" lists every number, years included, and a dating year is no quantity: one
+    rule, stated the same way in both places (model remarks 0003, 0004)."""
+    prompt = load_prompt("extract")
+    text = prompt.system + prompt.user
+    assert "years that only date the statement are not quantities" not in text
+    assert "years and dates included" in text
+    assert "a year that only dates the statement stays in \"figures\" without a quantity" \
+        in text

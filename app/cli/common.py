@@ -249,6 +249,17 @@ def shift(root: Path | None, value: str | None) -> tuple[Path | None, str | None
     return None, str(root)
 
 
+def unit_and_dir(root: Path | None, unit: str | None) -> tuple[Path | None, str | None]:
+    """``[DIR] UNIT`` in either order: ``keepstep retry U07 my-pack`` reads ``my-pack`` as
+    the folder when it is a project folder and ``U07`` is not a folder; otherwise as
+    ``shift``."""
+    if (root is not None and unit is not None and not root.exists()
+            and (Path(unit) / "keepstep.toml").is_file()):
+        return Path(unit), str(root)
+    shifted = shift(root, unit)
+    return shifted[0], shifted[1]
+
+
 @contextmanager
 def open_project_dir(root: Path | None, *, validate: bool = True,
                      read_only: bool = False) -> Iterator[Project]:

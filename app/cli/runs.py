@@ -38,7 +38,7 @@ from keepstep.app.cli.common import (
     open_project_dir,
     parse_approvals,
     run_id_of,
-    shift,
+    unit_and_dir,
     who_or_login,
 )
 
@@ -186,13 +186,25 @@ def retry(root: DirArg = None,
     \b
     Example:
       keepstep retry U07 --run ME-042
+      keepstep retry my-pack U07    (or: keepstep retry U07 my-pack)
+
+    A unit that is current but whose final validator did not pass is rerun (it and what
+    uses its content are invalidated); a current unit that passed makes no new attempt.
     """
-    root, unit = shift(root, unit)
+    root, unit = unit_and_dir(root, unit)
     if unit is None:
         raise UsageProblem("name the unit to retry", "e.g. keepstep retry U07")
     with open_project_dir(root) as project:
         the_run = existing_run(project, run, branch)
         check_unit(the_run, unit)
+        if the_run.final_check_failed(unit):
+            typer.echo(f"{unit} is current but its final validator did not pass: it is rerun "
+                       "(it and what uses its content are invalidated, a recorded decision)",
+                       err=True)
+        elif the_run.is_current_and_passed(unit):
+            typer.echo(f"{unit} is current and its checks passed: a retry makes no new "
+                       f"attempt; to run it again anyway use `keepstep takeover rerun "
+                       f"{unit}`", err=True)
         result, cancelled = drive(
             lambda cancel, on_event: the_run.retry(unit, who=who_or_login(who), cancel=cancel,
                                                    on_event=on_event),

@@ -236,12 +236,17 @@ class CitesGroupsCheck(_Check):
 
 class ConflictsCheck(_Check):
     """The documents are honest about disagreements between sources: none says none were
-    found when some were, and none states a value of an unexplained disagreement as fact (a
-    line citing it without saying it is disputed). Reads the disagreements of the audit's
-    dependencies that write synthesis.json, ranking.json or verified.json."""
+    found when some were, none states a value of an unexplained disagreement as fact (a
+    line citing it without saying it is disputed), and none offers the sides of a settled
+    one as open ("confirm which applies") instead of saying which holds. Reads the
+    disagreements of the audit's dependencies that write synthesis.json, ranking.json or
+    verified.json."""
 
     check: Literal["conflicts"] = Field(description="conflicts")
     documents: list[str] = Field(description="the documents checked")
+    settled: bool = Field(default=True, description="also fail a line that offers the sides "
+                          "of a settled (superseded or out-of-date) disagreement as open "
+                          "alternatives without saying which holds")
 
 
 AuditCheck = Annotated[

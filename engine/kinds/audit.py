@@ -310,6 +310,35 @@ _HEDGE_RE = re.compile(r"unresolved|disagree|disput|conflict|differ|uncertain|ei
                        r"\bvs\.?\b|versus|unexplained|which (?:\w+ )?holds", re.IGNORECASE)
 
 
+# A line leaving open which of a disagreement's values holds.
+_OPEN_RE = re.compile(r"\bconfirm which\b|\bwhich (?:\w+ )?(?:applies|holds|is (?:right|correct|"
+                      r"current))\b|\bwhichever\b|\beither\b|\bunclear\b|\bnot (?:known|clear)"
+                      r"\b|\bnothing says which\b", re.IGNORECASE)
+# A line saying which value of a disagreement holds.
+_SETTLED_RE = re.compile(r"\bholds?\b|out of date|outdated|supersed|replac|revised|\bnewer\b|"
+                         r"\bolder\b|\bearlier\b|\bcurrent\b|in force|no longer|\bapplies\b|"
+                         r"\buses?\b|\bused\b", re.IGNORECASE)
+
+
+def settled_as_open(text: str, conflict: dict[str, Any]) -> list[str]:
+    """Lines of ``text`` that give every side's value of a settled disagreement (superseded or
+    out of date, a value holds), citing its sides, but leave open which holds ("the board
+    should confirm which applies") or never say."""
+    if conflict["cls"] not in ("superseded", "outdated") or not conflict["holds"]:
+        return []
+    ids = {s["evidence_id"] for s in conflict["sides"]}
+    every = [set(figures_of(normalise(s["value"]))) for s in conflict["sides"]]
+    out = []
+    for line in text.splitlines():
+        if not ids <= cited_evidence_ids(line) or not all(every):
+            continue
+        stated = set(_stated_figures(line))
+        if all(w <= stated for w in every) and (
+                _OPEN_RE.search(line) or not _SETTLED_RE.search(line)):
+            out.append(line.strip())
+    return out
+
+
 def _conflicts(docs: _Documents, check: ConflictsCheck) -> tuple[list[str], str]:
     problems = docs.missing(check.documents)
     real = real_conflicts(docs.conflicts)
@@ -342,8 +371,15 @@ def _conflicts(docs: _Documents, check: ConflictsCheck) -> tuple[list[str], str]
                             f"{side['evidence_id']}) as fact, but the sources disagree on it "
                             "and nothing says which holds")
                         break
+        for c in real if check.settled else []:
+            for line in settled_as_open(text, c):
+                problems.append(
+                    f"{d} offers the sides of a settled disagreement ({c['metric']}: "
+                    f"{', '.join(s['value'] for s in c['sides'])}) as open, but {c['holds']} "
+                    f"holds ({c['cls']}): say which holds — {line[:160]}")
     return problems, (f"{', '.join(check.documents)}: {len(real)} disagreement(s), "
-                      f"{len(unresolved)} unresolved, none stated as fact or denied")
+                      f"{len(unresolved)} unresolved, none stated as fact or denied"
+                      + (", none settled offered as open" if check.settled else ""))
 
 
 def _default_checks(docs: _Documents) -> list[Any]:

@@ -103,7 +103,9 @@ def contract_view(ctx: UnitContext) -> dict[str, str]:
 
 def unit_view(ctx: UnitContext) -> dict[str, str]:
     return {"id": ctx.unit.id, "title": ctx.unit.title,
-            "question": str(ctx.unit.params.get("question") or "")}
+            "question": str(ctx.unit.params.get("question") or ""),
+            # What a ranking ranks ("risks" when unset): its prompts speak of options, vendors…
+            "ranks": str(ctx.unit.params.get("ranks") or "risks")}
 
 
 def render_step(ctx: UnitContext, *, prompt: str, inputs: Mapping[str, Any],

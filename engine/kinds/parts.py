@@ -221,7 +221,8 @@ def conflict_records(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if not key or key in out:
                 continue
             cls = str(c.get("class") or _LEGACY_CLASS.get(str(c.get("status")), "unexplained"))
-            out[key] = {"metric": str(c.get("metric") or "a quantity"),
+            out[key] = {"id": str(c.get("id") or ""),
+                        "metric": str(c.get("metric") or "a quantity"),
                         "entity": str(c.get("entity") or ""), "period": str(c.get("period") or ""),
                         "cls": cls, "holds": str(c.get("holds") or ""),
                         "holds_ids": [str(i) for i in c.get("holds_ids") or []],
@@ -594,9 +595,17 @@ def evidence(src: Sources, topics: list[str], n: int | None) -> str:
     # A statement on a side of an unresolved disagreement is marked so: the table quotes it,
     # it does not state it as fact.
     disputed = {s["evidence_id"] for c in open_conflicts(src.conflicts) for s in c["sides"]}
-    lines = ["| Evidence | Source | Topic | Statement |", "|---|---|---|---|"]
-    lines += [f"| {e['id']} | {e.get('source_id', '')} | {e.get('topic', '')} | "
-              f"{str(e.get('quote', '')).replace('|', '/')}"
+    # "general" is no topic: where none was assigned the row shows its kind (fact, figure,
+    # recommendation, …); a table with neither has no such column.
+    topic = {str(e["id"]): t for e in rows
+             if (t := str(e.get("topic") or "")) and t != "general"}
+    what = {str(e["id"]): topic.get(str(e["id"])) or str(e.get("kind") or "") for e in rows}
+    head = "Topic" if topic else "Kind" if any(what.values()) else ""
+    lines = ["| Evidence | Source | " + (f"{head} | " if head else "") + "Statement |",
+             "|---|---|" + ("---|" if head else "") + "---|"]
+    lines += [f"| {e['id']} | {e.get('source_id', '')} | "
+              + (f"{what[str(e['id'])].replace('|', '/')} | " if head else "")
+              + f"{str(e.get('quote', '')).replace('|', '/')}"
               + (" _(disputed: see where the sources disagree)_" if e["id"] in disputed
                  else "") + " |" for e in rows]
     return "\n".join(lines)

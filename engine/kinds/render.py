@@ -41,6 +41,12 @@ from keepstep.engine.core.presets import (
 from keepstep.engine.core.templates import placeholders, strip_sections, syntax_error
 from keepstep.engine.gateway.answers import problem
 from keepstep.engine.gateway.offline_provider import PROVIDER as OFFLINE_PROVIDER
+from keepstep.engine.kinds.citable import (
+    citable_conflicts,
+    citable_rankings,
+    conflict_evidence,
+    expand,
+)
 from keepstep.engine.kinds.claims import claim_rules, figure_holders
 from keepstep.engine.kinds.common import (
     CSV,
@@ -121,13 +127,20 @@ def _evidence_table(src: Sources, template: str, params: RenderParams) -> tuple[
 
 
 def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
-                    inputs: dict[str, Any], quotes: dict[str, str]) -> tuple[str | None,
-                                                                              list[StepResult]]:
+                    inputs: dict[str, Any], quotes: dict[str, str],
+                    records: tuple[dict[str, str], dict[str, list[str]]] | None = None
+                    ) -> tuple[str | None, list[StepResult]]:
     """Sentences a model writes for one section from ``inputs`` only, each checked (cited
     ids among ``quotes``, every figure in a quote it cites or given by a checked
-    calculation, supported by its quotes) before the section is accepted."""
+    calculation, supported by its quotes) before the section is accepted. ``records``
+    (id -> text, id -> evidence ids): disagreements and ranked items a sentence may cite
+    like a quote (``kinds.citable``); the document cites the evidence they rest on."""
     record: dict[str, Any] = {}
-    base_rules = claim_rules("sentences", quotes)
+    texts, rests_on = records or ({}, {})
+    if texts:
+        inputs = {**inputs, "citable_records": texts}
+    citable = {**quotes, **texts}
+    base_rules = claim_rules("sentences", citable)
     shown = set(src.written) | set(src.shown)
 
     def rules(answer: Any, given: Any) -> list[Any]:
@@ -146,7 +159,7 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
         "audience": src.audience, **({"decision": decision} if decision else {}), **inputs,
         "evidence": {k: v.strip() for k, v in sorted(quotes.items())}},
         schema=RenderAnswer, rules=rules,
-        judge=support_judge(ctx, "sentences", quotes, record, {
+        judge=support_judge(ctx, "sentences", citable, record, {
             str(e["id"]): str(e["table_header"]) for e in src.evidence
             if e.get("table_header") and str(e["id"]) in quotes}))
     steps = [step, *record.get("steps", [])]
@@ -156,7 +169,9 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
     # each sentence's citation points at the quotes holding its figures.
     lines = [f"- {c.text.strip()}"
              + (f" (calculated: `{c.calculation.strip()}`)" if c.calculation else "")
-             + " " + cite(figure_holders(c.text, c.evidence_ids, quotes, c.calculation),
+             # A cited record (a disagreement, a ranked item) stands for its evidence.
+             + " " + cite(expand(figure_holders(c.text, c.evidence_ids, citable,
+                                                c.calculation), rests_on)[0],
                           src.index, locators=True)
              for c in step.value.sentences]
     src.written |= {_words(c.text) for c in step.value.sentences}
@@ -173,15 +188,19 @@ def _prose(ctx: UnitContext, src: Sources, document: str,
     risks; each sentence cites the quotes that hold its figures (the real quotes of the ids
     it names)."""
     findings = [{"title": s.get("title", ""), "question": s.get("question", ""),
-                 "claims": [{"text": c.get("text", ""), "evidence_ids": c.get("evidence_ids", [])}
+                 "claims": [{"text": c.get("text", ""), "evidence_ids": c.get("evidence_ids", []),
+                             **({"conflict_ids": c["conflict_ids"]} if c.get("conflict_ids")
+                                else {})}
                             for c in s.get("claims", [])]} for s in src.syntheses]
     risks = [{"title": r["title"], "score": r["score"], "evidence_ids": r["evidence_ids"]}
              for r in src.risks()[:TOP_RISKS]]
     cited = {str(i) for f in findings for c in f["claims"] for i in c["evidence_ids"]} | {
         str(i) for r in risks for i in r["evidence_ids"]}
     quotes = {i: src.quotes[i] for i in cited if i in src.quotes}
+    # A finding resting on a settled disagreement may be restated with it (kinds.citable).
     return _sentences_step(ctx, src, document, section,
-                           {"findings": findings, "risks": risks}, quotes)
+                           {"findings": findings, "risks": risks}, quotes,
+                           (citable_conflicts(src.conflicts), conflict_evidence(src.conflicts)))
 
 
 def _written_section(ctx: UnitContext, src: Sources, document: str, section: str,
@@ -197,7 +216,7 @@ def _written_section(ctx: UnitContext, src: Sources, document: str, section: str
         inputs["findings"] = [
             {"title": s.get("title", ""), "question": s.get("question", ""),
              "claims": [{k: c[k] for k in ("text", "evidence_ids", "calculation", "confidence",
-                                    "confidence_reason")
+                                           "confidence_reason", "conflict_ids")
                          if c.get(k)} for c in claims]} for s, claims in fresh if claims]
         cited |= {str(i) for _, claims in fresh for c in claims
                   for i in c.get("evidence_ids", [])}
@@ -206,6 +225,21 @@ def _written_section(ctx: UnitContext, src: Sources, document: str, section: str
                                "criteria": d.get("criteria", []), "items": d.get("risks", [])}
                               for d in src.rankings]
         cited |= {str(i) for r in src.risks() for i in r.get("evidence_ids", [])}
+    texts: dict[str, str] = {}
+    rests_on: dict[str, list[str]] = {}
+    if "rankings" in of:
+        # Each ranked item is citable (its criteria, score and rationale): a recommendation
+        # that an option ranks last rests on the ranking, not only on quotes.
+        texts, rests_on = citable_rankings(src.rankings)
+        for ranking, doc in zip(inputs["rankings"], src.rankings, strict=True):
+            if doc.get("unit"):
+                ranking["items"] = [{**r, "record_id": f"{doc['unit']}.{r.get('id', '')}"}
+                                    for r in ranking["items"]]
+    if "conflicts" in of or "findings" in of:
+        # A disagreement is citable (its sides, class, the value used and why, the sources'
+        # dates): a sentence saying which value holds rests on it.
+        texts |= citable_conflicts(src.conflicts)
+        rests_on |= conflict_evidence(src.conflicts)
     if "conflicts" in of:
         inputs["conflicts"] = src.conflicts
         cited |= {s["evidence_id"] for c in src.conflicts for s in c["sides"]}
@@ -214,7 +248,10 @@ def _written_section(ctx: UnitContext, src: Sources, document: str, section: str
     if "evidence" in of:
         cited |= {str(e["id"]) for e in src.evidence}
     quotes = {i: src.quotes[i] for i in cited if i in src.quotes}
-    return _sentences_step(ctx, src, document, section, inputs, quotes)
+    cited_records = {k: v for k, v in texts.items()
+                     if not rests_on.get(k) or set(rests_on[k]) & set(src.quotes)}
+    return _sentences_step(ctx, src, document, section, inputs, quotes,
+                           (cited_records, rests_on))
 
 
 def _covers(params: RenderParams, names: list[str]) -> set[str]:
@@ -286,6 +323,17 @@ def _mark_restated(src: Sources, written: str) -> None:
                 src.shown.add(key)
 
 
+_WORDS_RE = re.compile(r"[a-z0-9]+")
+
+
+def adds_to_title(locator: str, title: str) -> bool:
+    """Whether ``locator`` tells a reader more than the source's ``title``: not when every
+    word of it is a word of the title ("Tariff notice" in "Kelvmoor Port tariff notice");
+    a page, sheet, slide or another section does."""
+    words = set(_WORDS_RE.findall(locator.lower()))
+    return bool(words) and not words <= set(_WORDS_RE.findall(title.lower()))
+
+
 def with_footnotes(text: str, src: Sources) -> str:
     """Citations a reader can follow: each ``[ids] (source, locator; ...)`` becomes the
     sources' titles and locators, with the evidence ids and their quotes as a numbered
@@ -308,6 +356,9 @@ def with_footnotes(text: str, src: Sources) -> str:
         for sid, locs in where.items():
             title = src.titles.get(sid, "")
             name = f"{title} ({sid})" if title else sid
+            # A locator that only repeats the title ("Broker note on newbuild prices" for the
+            # broker note) tells the reader nothing: shown only when it adds a place.
+            locs = [loc for loc in locs if adds_to_title(loc, title)]
             places.append(f"{name}, {' · '.join(locs)}" if locs else name)
         human = "; ".join(places) or ", ".join(ids)
         return f"({human.replace('|', '/')})[^{n}]"

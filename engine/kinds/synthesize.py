@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from keepstep.engine.gateway.answers import Problem, json_schema_of, problem
 from keepstep.engine.gateway.offline_rules import normalise
+from keepstep.engine.kinds.citable import citable_conflicts, conflict_evidence, expand
 from keepstep.engine.kinds.claims import (
     SupportAnswer,
     claim_rules,
@@ -239,7 +240,8 @@ def conflicts_of(ctx: UnitContext, quotes: Mapping[str, str]) -> list[dict[str, 
             if not ids & evidence_ids:
                 continue
             out.append({k: v for k, v in {
-                "metric": c.get("metric"), "entity": c.get("entity"), "period": c.get("period"),
+                "id": c.get("id"), "metric": c.get("metric"), "entity": c.get("entity"),
+                "period": c.get("period"),
                 "class": c.get("class") or c.get("status"), "holds": c.get("holds"),
                 "holds_ids": c.get("holds_ids"), "reason": c.get("reason"),
                 "applies": c.get("applies"),
@@ -293,6 +295,10 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
     support: dict[str, Any] = {}
     quotes = {str(e["id"]): str(e.get("quote", "")) for e in evidence}
     conflicts = conflicts_of(ctx, quotes)
+    # A disagreement is citable beside the evidence (its id, sides, class, the value used and
+    # why, the sources' dates): a claim that says which value holds rests on it.
+    records = conflict_evidence(conflicts)
+    citable = {**quotes, **citable_conflicts(conflicts)}
     if evidence:
         ctx.safe_point(f"synthesize over {len(evidence)} statement(s)")
         step = run_model_step(ctx, prompt=_prompt(ctx, "synthesize"), inputs={
@@ -300,8 +306,8 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
             "evidence": writer_evidence(evidence),
             **({"conflicts": conflicts} if conflicts else {}),
             **reading_hints(ctx, audience)}, schema=SynthesisAnswer,
-            rules=claim_rules("claims", quotes),
-            judge=support_judge(ctx, "claims", quotes, support, {
+            rules=claim_rules("claims", citable),
+            judge=support_judge(ctx, "claims", citable, support, {
                 str(e["id"]): str(e["table_header"]) for e in evidence
                 if e.get("table_header")}))
         response = step.parsed
@@ -313,7 +319,7 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
     claims: list[dict[str, Any]] = []
     for n, c in enumerate(raw if isinstance(raw, list) else [], start=1):
         c = c if isinstance(c, dict) else {}
-        ids = [str(i) for i in c.get("evidence_ids") or []]
+        ids, conflict_ids = expand([str(i) for i in c.get("evidence_ids") or []], records)
         if not str(c.get("text", "")).strip():
             shape.append(f"claim C{n} has no text")
         if not ids:
@@ -323,6 +329,8 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
         for key in ("calculation", "confidence", "confidence_reason"):
             if c.get(key):
                 claim[key] = str(c[key])
+        if conflict_ids:
+            claim["conflict_ids"] = conflict_ids
         if f"claims[{n - 1}]" in verdicts:
             claim["support"] = verdicts[f"claims[{n - 1}]"]
         claims.append(claim)
@@ -441,6 +449,15 @@ def _rank_asks(ctx: UnitContext) -> dict[str, Any]:
     return out
 
 
+def _check_extras(item: Mapping[str, Any], asks: Mapping[str, Any]) -> dict[str, Any]:
+    """What the claim check of a ranking of options (criteria declared) sees beside an
+    item's title and score: its criterion values and rationale, so it can check them (a
+    plain risk ranking's check requests stay as they were)."""
+    if not asks.get("ranks") and not asks.get("criteria"):
+        return {}
+    return {k: item[k] for k in ("criteria", "rationale") if item.get(k)}
+
+
 def _rank_schema(asks: Mapping[str, Any]) -> dict[str, Any] | None:
     """The rank answer's JSON Schema with the unit's criteria named as the properties of
     each item's ``criteria`` (None without criteria: the plain schema). A free-form map
@@ -456,6 +473,15 @@ def _rank_schema(asks: Mapping[str, Any]) -> dict[str, Any] | None:
     risk["properties"]["criteria"] = {**field, "type": "object", "properties": {
         c: {"type": "string"} for c in criteria}, "required": criteria}
     risk["required"] = [*risk.get("required", []), "criteria"]
+    what = str(asks.get("ranks") or "risks")
+    if what != "risks":
+        # Options (vendors, price points, …) are scored on the criteria, never as risks.
+        props = risk["properties"]
+        props["title"]["description"] = f"the item ranked (one of the {what})"
+        props["score"]["description"] = ("1-25 on the criteria INPUT declares taken together, "
+                                         "higher is better")
+        for k in ("likelihood", "impact"):
+            props[k]["description"] = "for risks only: null here"
     return schema
 
 
@@ -531,8 +557,10 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
             "task": "check", "evidence_ids_known": known, "claims": [
                 {"id": r["id"], "title": r["title"], "score": r["score"],
                  "evidence_ids": r["evidence_ids"],
+                 **_check_extras(r, asks),
                  "evidence": [{"id": i, "quote": quotes[i]} for i in r["evidence_ids"]
-                              if i in quotes]} for r in risks]},
+                              if i in quotes]} for r in risks],
+                **({"criteria": asks["criteria"]} if asks.get("criteria") else {})},
             schema=CheckAnswer, round=rnd, label=f"check round {rnd}")
         steps += [rank_step, check_step]
         checked = check_step.parsed

@@ -640,17 +640,41 @@ class Run:
 
     def retry(self, unit_id: str, *, who: str = "user", **kwargs: Any) -> RunStatus:
         """Same unit, new attempt: clears a failed/blocked status (a recorded decision),
-        then runs. A unit blocked by the budget needs ``raise_budget`` first."""
+        then runs; a current unit whose final validator failed is rerun. A unit blocked by
+        the budget needs ``raise_budget`` first."""
         if unit_id not in self.plan.unit_map():
             raise KeepstepError(f"no unit {unit_id} in {self.plan_info.get('label')}")
         st = self.store.unit_statuses(self.run_id, self.branch_id).get(unit_id)
         if st is not None and st.details.get("kind") == "budget":
             raise KeepstepError(f"{unit_id} is blocked by the budget",
                                 hint="raise the limit with `keepstep budget raise` first")
+        if self.final_check_failed(unit_id):
+            # Current, but its final validator did not pass (e.g. the audit's check was fixed
+            # since): clearing a status would leave nothing to run, so the unit is rerun —
+            # invalidated with what uses its content, a recorded decision — and tried again.
+            # Lazy (start-up): takeover imports networkx, as in recorded_plan's scope.
+            from keepstep.engine.run.takeover import rerun_unit
+
+            rerun_unit(self, unit_id, who=who,
+                       note="retry of a current unit whose final validator did not pass")
+            return self.run(**kwargs)
         self.store.clear_unit_status(self.run_id, self.branch_id, unit_id)
         self.store.append_event(self.run_id, "decision.takeover", branch_id=self.branch_id,
                                 unit=unit_id, payload={"action": "retry", "who": who})
         return self.run(**kwargs)
+
+    def final_check_failed(self, unit_id: str) -> bool:
+        """Whether ``unit_id`` is current but its final validator did not pass (a retry
+        reruns such a unit)."""
+        rec = self.facts_records().get(unit_id)
+        return (rec is not None and rec.state == UnitState.succeeded
+                and not rec.validators_passed)
+
+    def is_current_and_passed(self, unit_id: str) -> bool:
+        """Whether ``unit_id`` is current and its validators passed (a retry of it makes no
+        new attempt: nothing failed)."""
+        rec = self.facts_records().get(unit_id)
+        return rec is not None and rec.state == UnitState.succeeded and rec.validators_passed
 
     def raise_budget(self, *, reason: str, who: str = "user",
                      **limits: float | None) -> Budget:

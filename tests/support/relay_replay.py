@@ -77,8 +77,11 @@ class RelayReplay:
         self._seen: dict[tuple[str, str, str, str], int] = defaultdict(int)
         self._used: set[str] = set()
         self.matched: list[tuple[str, str]] = []  # (recorded number, "exact" | "position")
+        self.requests: list[list[dict[str, Any]]] = []  # the messages asked, in order
+        self.formats: list[Any] = []  # each call's response_format (None: not sent)
 
     def answer_for(self, messages: list[dict[str, Any]]) -> str:
+        self.requests.append(messages)
         key = request_key(messages)
         place = self._seen[key]
         self._seen[key] += 1
@@ -98,6 +101,7 @@ class RelayReplay:
     def __call__(self, **kwargs: Any) -> Any:
         import litellm  # the injected fn runs with litellm imported (ModelGateway says so)
 
+        self.formats.append(kwargs.get("response_format"))
         content = self.answer_for(kwargs["messages"])
         prompt = sum(len(str(m.get("content") or "")) for m in kwargs["messages"]) // 4
         return litellm.ModelResponse(
