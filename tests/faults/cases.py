@@ -56,8 +56,9 @@ CASES: list[Case] = [
          no_dup=("commit:U07", "commits:*"), checks=("reserved_call:U07/a1",)),
     Case(id="F04", group="commit protocol", what="killed after U28's first rank call returned, "
          "before its answer was staged: the bounded loop starts over as a2",
-         pre=FRESH, injection="KEEPSTEP_CRASH_AT=unit.after_call@16 (U28 round 1)",
-         steps=(killed_at("unit.after_call@16"), Worker()), observe=(DB, DISK), expect="done",
+         pre=FRESH, injection="KEEPSTEP_CRASH_AT=unit.after_call@17 (U28 round 1; call 16 is "
+         "U27's support check)",
+         steps=(killed_at("unit.after_call@17"), Worker()), observe=(DB, DISK), expect="done",
          reexec=frozenset({"U28"}), no_dup=("commit:U28", "commits:*")),
     Case(id="F05", group="commit protocol", what="killed mid staging: truncated temporary "
          "files in U07/a1 are quarantined, never promoted",
