@@ -152,3 +152,34 @@ def test_a_recommendation_resting_on_the_ranking_cites_it_and_passes() -> None:
     assert [c["task"] for c in ctx.calls] == ["render", "support"]
     brief = ctx.outputs["brief.md"].decode()
     assert f"- {sentence} (" in brief and "[A1-e1]" in brief and "R1.R2" not in brief
+
+
+def test_a_documents_text_carries_no_bare_record_id() -> None:
+    """A writer's "(K1)" after a settled value points a reader nowhere (the record is cited
+    by footnote as its evidence): it is removed; a parenthesis holding anything else, or an
+    id that is not a cited record (a source may be called K1), stays."""
+    from keepstep.engine.kinds.citable import drop_record_labels
+
+    text = ("The fee is 140 euro, replacing the 2023 notice (K1); ridership is 398,000 "
+            "(K4, K5). Staff count 450 (see P1).")
+    assert drop_record_labels(text, ["K1", "K4", "K5"]) == (
+        "The fee is 140 euro, replacing the 2023 notice; ridership is 398,000. "
+        "Staff count 450 (see P1).")
+    assert drop_record_labels("A figure (K1).", []) == "A figure (K1)."
+    assert drop_record_labels("A figure (K1).", ["K2"]) == "A figure (K1)."
+
+
+def test_a_gap_names_its_synthesis_only_when_several_name_gaps() -> None:
+    """One synthesis's title after every gap line says nothing to a reader: it is shown only
+    when several syntheses name gaps (then it says which one found it)."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from keepstep.engine.kinds.parts import gaps
+
+    one = SimpleNamespace(syntheses=[{"title": "What the figures say", "gaps": ["No price."]},
+                                     {"title": "Risks", "gaps": []}])
+    assert gaps(cast(Any, one)) == "- No price."
+    two = SimpleNamespace(syntheses=[{"title": "Prices", "gaps": ["No price."]},
+                                     {"title": "Risks", "gaps": ["No owner."]}])
+    assert gaps(cast(Any, two)) == "- No price. (Prices)\n- No owner. (Risks)"

@@ -511,6 +511,23 @@ def test_a_finding_cites_only_the_quotes_that_hold_its_figures() -> None:
     assert cited_evidence_ids(line) == {"A1-e1"}
 
 
+def test_a_figure_sentence_keeps_the_quotes_behind_its_other_clauses() -> None:
+    """A sentence that states a figure and also rests on advice or a requirement keeps the
+    quotes that state no quantity (they hold its other clauses); only a quote whose
+    quantities the sentence does not state is left out of its citation."""
+    from keepstep.engine.kinds.claims import figure_holders
+
+    quotes = {"A1-e1": "Delivery takes about 30 months from the order.",
+              "A1-e2": "Buyers should order a hull in 2025, before steel prices rise again.",
+              "A1-e3": "The yard advises buyers to wait for its next price list.",
+              "B1-e1": "The yard quoted 22 million euro for a hull."}
+    text = ("One source advises ordering in 2025, the yard advises waiting; delivery takes "
+            "about 30 months from the order.")
+    assert figure_holders(text, list(quotes), quotes) == ["A1-e1", "A1-e2", "A1-e3"]
+    # none of the cited quotes holds the stated figure: every id stays, as before
+    assert figure_holders("It costs 99 euro.", ["A1-e2", "B1-e1"], quotes) == ["A1-e2", "B1-e1"]
+
+
 def test_the_offline_heuristic_cites_one_quote_per_finding() -> None:
     """The offline heuristic's findings state their lead statement and cite that quote only,
     never several sources where one holds the figure."""

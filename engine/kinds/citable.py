@@ -142,5 +142,22 @@ def expand(ids: Iterable[str], records: Mapping[str, list[str]]) -> tuple[list[s
     return list(dict.fromkeys(evidence)), list(dict.fromkeys(cited))
 
 
+def drop_record_labels(text: str, ids: Iterable[str]) -> str:
+    """``text`` without the bare record ids a writer put in parentheses ("… replaces the 2023
+    notice (K1); …"): in a document a record stands for its evidence, cited by footnote, so
+    its id would point a reader nowhere. Only the given ids are removed (a source may be
+    called K1 too), and a parenthesis that holds anything else stays."""
+    known = {str(i) for i in ids}
+    if not known:
+        return text
+
+    def repl(m: re.Match[str]) -> str:
+        parts = [p.strip() for p in m.group(1).split(",")]
+        return "" if parts and all(p in known for p in parts) else m.group(0)
+
+    out = re.sub(r" ?\(([^()]{1,80})\)", repl, text)
+    return re.sub(r" +([,.;:])", r"\1", out)
+
+
 __all__ = ["citable_conflicts", "citable_rankings", "conflict_evidence", "conflict_text",
-           "expand", "human_date", "ranking_text"]
+           "drop_record_labels", "expand", "human_date", "ranking_text"]

@@ -210,9 +210,11 @@ def figure_holders(text: str, ids: list[str], quotes: Mapping[str, str],
                    calculation: str | None = None) -> list[str]:
     """The ids a claim's citation names in a document: when the text states a figure, the
     cited quotes that hold one of its figures (or, with a calculation, one of its operands),
-    in the order cited; every cited id when it states none, or none of them holds one (a
-    reader follows a citation to the quote holding the figure, not to each id of a finding).
-    """
+    and the cited quotes that state no quantity at all (they support the sentence's other
+    clauses: advice, a requirement, a definition), in the order cited; every cited id when
+    it states none, or none of them holds one. A cited quote whose only quantities are
+    figures the sentence does not state is left out: a reader follows a citation to the
+    quote holding the figure, not to each id of a finding."""
     stated = set(stated_figures(text))
     operands: set[float] = set()
     for part in (calculation or "").split(";"):
@@ -223,7 +225,8 @@ def figure_holders(text: str, ids: list[str], quotes: Mapping[str, str],
                 operands.add(value)
     if not stated and not operands:
         return list(ids)
-    keep = []
+    keep: list[str] = []
+    holds = False
     for i in ids:
         quote = normalise(quotes.get(i, ""))
         held = set(figures_of(quote))
@@ -231,7 +234,10 @@ def figure_holders(text: str, ids: list[str], quotes: Mapping[str, str],
             _WORD_NUMBERS[w] for w in _WORD_RE.findall(quote.lower()) if w in _WORD_NUMBERS}
         if held & stated or values & operands:
             keep.append(i)
-    return keep or list(ids)
+            holds = True
+        elif not stated_figures(quote):
+            keep.append(i)
+    return keep if holds else list(ids)
 
 
 def claim_rules(field_name: str, quotes: Mapping[str, str]) -> Any:

@@ -27,6 +27,7 @@ from keepstep.engine.core.presets import (
     document_output,
 )
 from keepstep.engine.gateway.offline_provider import PROVIDER as OFFLINE_PROVIDER
+from keepstep.engine.kinds.citable import drop_record_labels
 from keepstep.engine.kinds.claims import figure_holders
 from keepstep.engine.kinds.common import (
     cite,
@@ -388,8 +389,11 @@ def conflicts(src: Sources) -> str:
 
 
 def gaps(src: Sources) -> str:
-    lines = [f"- {g} ({s.get('title', s.get('unit', ''))})" for s in src.syntheses
-             for g in s.get("gaps") or []]
+    # The synthesis a gap comes from is named only when several name gaps (one title after
+    # every line says nothing to a reader).
+    named = sum(1 for s in src.syntheses if s.get("gaps")) > 1
+    lines = [f"- {g}" + (f" ({s.get('title', s.get('unit', ''))})" if named else "")
+             for s in src.syntheses for g in s.get("gaps") or []]
     return "\n".join(lines) or "The syntheses name nothing the sources leave unanswered."
 
 
@@ -411,7 +415,8 @@ def claim_line(claim: dict[str, Any], index: dict[str, dict[str, str]],
         # A figure's citation points at the quote that holds it, not at each id of the finding.
         ids = figure_holders(str(claim.get("text", "")), ids, src.quotes,
                              claim.get("calculation"))
-    return f"{claim['text']}{extra} {_cite(ids, index)}"
+    text = drop_record_labels(str(claim["text"]), claim.get("conflict_ids") or [])
+    return f"{text}{extra} {_cite(ids, index)}"
 
 
 def _key(doc: dict[str, Any], item: dict[str, Any]) -> str:

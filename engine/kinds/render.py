@@ -45,6 +45,7 @@ from keepstep.engine.kinds.citable import (
     citable_conflicts,
     citable_rankings,
     conflict_evidence,
+    drop_record_labels,
     expand,
 )
 from keepstep.engine.kinds.claims import claim_rules, figure_holders
@@ -167,7 +168,7 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
         return None, steps
     # A derived figure shows its checked calculation, as a finding does (the audit reads it);
     # each sentence's citation points at the quotes holding its figures.
-    lines = [f"- {c.text.strip()}"
+    lines = [f"- {drop_record_labels(c.text.strip(), rests_on)}"
              + (f" (calculated: `{c.calculation.strip()}`)" if c.calculation else "")
              # A cited record (a disagreement, a ranked item) stands for its evidence.
              + " " + cite(expand(figure_holders(c.text, c.evidence_ids, citable,
