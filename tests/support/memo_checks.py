@@ -111,12 +111,30 @@ def line_problems(line: str, ids: set[str], quotes: dict[str, str]) -> list[str]
     return [f"{p.rule}: {p.message} ({p.value})" for p in found]
 
 
+def table_scores(memo: str) -> list[str]:
+    """The score cell of each row of the memo's options table ("| Rank | Option | ... |")."""
+    column, out = None, []
+    for line in memo.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| Rank |"):
+            column = next((n for n, c in enumerate(cells) if c.startswith("Score")), None)
+        elif column is not None and line.startswith("|") and len(cells) > column:
+            if re.fullmatch(r"\d+", cells[column]):
+                out.append(cells[column])
+        elif not line.startswith("|"):
+            column = None
+    return out
+
+
 def unsupported_figures(memo: str, sources: dict[str, str]) -> list[str]:
     """Each figure a cited line states that none of its cited quotes holds (nor a checked
     calculation from them gives), and each cited quote that is not verbatim in its source
     (``sources``: source id -> text). A table's rank and score cells, and a rationale's
     ratings on the 1-5 scale, are the ranking's own, not figures of the sources."""
     quotes = evidence_quotes(memo)
+    # A line's "(score 17)" restates an option's score in the options table (the audit's
+    # figures check does not count it either): the ranking's own, when the table gives it.
+    scores = set(table_scores(memo))
     flat = {sid: " ".join(text.split()) for sid, text in sources.items()}
     problems = [f"{i}: quote not in source {i.rsplit('-e', 1)[0]}"
                 for i, q in quotes.items() if " ".join(q.split()) not in
@@ -132,6 +150,8 @@ def unsupported_figures(memo: str, sources: dict[str, str]) -> list[str]:
             if not ids:
                 continue
             line = re.sub(r"^\s*(?:\d+[.)]|[-*+])\s+", "", line)  # a list item's number
+            line = re.sub(r"\(score (\d+)\)",
+                          lambda m: " " if m.group(1) in scores else m.group(0), line)
             if line.startswith("|") and header:
                 cells = [c.strip() for c in line.strip().strip("|").split("|")]
                 line = " ".join(c for h, c in zip(header, cells, strict=False)
