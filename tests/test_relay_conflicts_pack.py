@@ -284,3 +284,24 @@ def test_the_recorded_memo_is_flagged_for_a_settled_disagreement_offered_as_open
     fixed = memo.replace("so the board should confirm which applies",
                          "and 140 euro holds: the 2025 schedule replaces the 2023 notice")
     assert all(settled_as_open(fixed, c) == [] for c in records)
+
+
+def test_synthesis_and_ranking_are_told_each_sources_metadata(replayed: dict[str, Any]) -> None:
+    """Synthesis and ranking requests carry each cited source's title, kind, date and
+    publisher as verify recorded them (model remarks 0010, 0012 of run 2: the rank INPUT had
+    none, so attributions were inferred); the decision (the contract's goal) is sent only to
+    a unit that declares ``contract:goal`` (S01 does since the recording, K01 does not)."""
+    blocks = {}
+    for messages in replayed["replay"].requests:
+        block = read_input_block(messages) or {}
+        if block.get("task") in ("synthesize", "rank"):
+            blocks.setdefault(block["task"], block)
+    assert set(blocks) == {"synthesize", "rank"}
+    for task, block in blocks.items():
+        sources = block["sources"]
+        assert sources["Q2"]["date"] == "2025-02-01", task
+        assert sources["Q2"]["publisher"] == "Kelvmoor Port Authority", task
+        assert sources["R2"] == {"title": "Interview notes: shipyard sales manager",
+                                 "kind": "interview notes"}, task
+    assert blocks["synthesize"]["decision"].startswith("Decide whether Tarnlake Ferries")
+    assert "decision" not in blocks["rank"]

@@ -216,6 +216,38 @@ def question_for(ctx: UnitContext) -> str:
     return str(ctx.unit.params.get("question") or ctx.unit.title)
 
 
+def decision_for(ctx: UnitContext) -> dict[str, str]:
+    """INPUT's ``decision`` (the contract's goal) when the unit declares ``contract:goal``:
+    only a declared input reaches a request, so an edit of the goal reaches exactly the
+    units that were told it."""
+    if "goal" in ctx.unit.input_refs("contract"):
+        goal = str(ctx.contract.fields.get("goal") or "").strip()
+        if goal:
+            return {"decision": goal}
+    return {}
+
+
+_META_FIELDS = ("title", "kind", "date", "publisher")
+
+
+def sources_for(ctx: UnitContext, evidence: list[dict[str, Any]]) -> dict[str, Any]:
+    """INPUT's ``sources``: each source the evidence comes from with its title, kind, date
+    and publisher as the verify dependencies recorded them (the register's, else the
+    document's own header), so a writer can say how old or whose a statement is without
+    inferring it; empty fields are left out, and nothing when no source has any."""
+    meta: dict[str, Any] = {}
+    for dep, name in verified_deps(ctx):
+        given = ctx.dep_json(dep.id, name).get("source_meta")
+        if isinstance(given, dict):
+            meta.update(given)
+    wanted = {str(e.get("source_id", "")) for e in evidence}
+    out = {sid: {k: str(m[k]) for k in _META_FIELDS if isinstance(m, dict) and m.get(k)}
+           for sid, m in sorted(meta.items(), key=lambda kv: natural_key(kv[0]))
+           if sid in wanted}
+    out = {sid: m for sid, m in out.items() if m}
+    return {"sources": out} if out else {}
+
+
 def _source_ids(ids: list[str], index: dict[str, dict[str, str]]) -> list[str]:
     return sorted({index[i]["source_id"] for i in ids if i in index}, key=natural_key)
 
@@ -303,6 +335,7 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
         ctx.safe_point(f"synthesize over {len(evidence)} statement(s)")
         step = run_model_step(ctx, prompt=_prompt(ctx, "synthesize"), inputs={
             "task": "synthesize", "question": question, "audience": audience,
+            **decision_for(ctx), **sources_for(ctx, evidence),
             "evidence": writer_evidence(evidence),
             **({"conflicts": conflicts} if conflicts else {}),
             **reading_hints(ctx, audience)}, schema=SynthesisAnswer,
@@ -546,6 +579,7 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
         ctx.safe_point(f"rank round {rnd}/{max_rounds}")
         rank_step = run_model_step(ctx, prompt=_prompt(ctx, "rank"), inputs={
             "task": "rank", "question": question, "audience": audience,
+            **decision_for(ctx), **sources_for(ctx, evidence),
             "evidence": writer_evidence(evidence),
             "round": rnd, "feedback": problems, **vocabulary, **asks}, schema=RankAnswer,
             json_schema=_rank_schema(asks),
