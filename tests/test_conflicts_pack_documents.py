@@ -95,7 +95,7 @@ def test_the_memos_disagreement_section_names_each_with_the_value_used_and_why(
     lines = disagreement_lines(offline["memo"])
     assert set(lines) == {*PLANTED, APPARENT}
     for key, value in HOLDS.items():
-        assert f"the documents use {value}" in lines[key]
+        assert f"we use {value}" in lines[key]
     assert "**Superseded**" in lines[("passenger", "tarnlake")]
     assert "**Out of date**" in lines[("berth", "kelvmoor")]
     staff = lines[("staff", "tarnlake")]

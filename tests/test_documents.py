@@ -877,9 +877,9 @@ def test_a_pack_with_planted_disagreements_comes_out_with_each_shown_offline() -
     section = _body(memo[memo.index("## Where the sources disagree"):])
     lines = {line.split("**")[1]: line for line in section.splitlines()
              if line.startswith("- **")}
-    assert "**Superseded**: the documents use 398,000." in lines[
+    assert "**Superseded**: we use 398,000." in lines[
         "passengers travelled (Tarnlake, 2023)"]
-    assert "**Out of date**: the documents use 140." in lines["euro berth (Kelvmoor, 2025)"]
+    assert "**Out of date**: we use 140." in lines["euro berth (Kelvmoor, 2025)"]
     assert "**Two definitions, both valid**" in lines["full-time staff (Tarnlake, 2024)"]
     hull = lines["euro hull (Brisland, 2024)"]
     assert "**Unresolved**" in hull and all(v in hull for v in ("18 million", "22 million",

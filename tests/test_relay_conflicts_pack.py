@@ -126,7 +126,7 @@ def test_the_memos_disagreement_section_names_each(replayed: dict[str, Any]) -> 
         if record["class"] == "unexplained":
             assert "**Unresolved**" in line and "state neither value as fact" in line
         else:
-            assert record["holds"] and f"the documents use {record['holds']}" in line
+            assert record["holds"] and f"we use {record['holds']}" in line
         # (a date the reason takes from the source register is said to be so)
         assert " ".join(record["reason"].split()).rstrip(".").lower()[:60] in \
             " ".join(line.split()).lower().replace(" in the source register", "")

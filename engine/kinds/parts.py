@@ -260,13 +260,12 @@ def _conflict_line(c: dict[str, Any], src: Sources) -> str:
     sides = "; ".join(f"{s['value']} {_cite([s['evidence_id']], src.index)}"
                       for s in c["sides"])
     if c["cls"] == "unexplained":
-        verdict = ("nothing in the sources says which holds, so the documents state "
-                   "neither value as fact")
+        verdict = "nothing in the sources says which holds, so we state neither value as fact"
     elif c["cls"] == "definition":
-        verdict = (f"the documents use {c['holds']}" if c["holds"] else
+        verdict = (f"we use {c['holds']}" if c["holds"] else
                    "each value applies to its own definition")
     else:
-        verdict = f"the documents use {c['holds']}" if c["holds"] else "see why"
+        verdict = f"we use {c['holds']}" if c["holds"] else "see why"
     why = " ".join(x for x in (_sentence(c["applies"]) if c["cls"] == "definition" else "",
                                _sentence(_attributed(c["reason"], c, src))) if x)
     return (f"- **{what}**: {sides}. **{_VERDICT.get(c['cls'], c['cls'])}**: {verdict}."
