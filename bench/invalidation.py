@@ -33,7 +33,8 @@ from collections.abc import Callable
 from typing import Any
 
 from keepstep.engine.core.changes import Change, ChangeKind, artifact_lost
-from keepstep.engine.core.explain import Preview, group_calls, preview
+from keepstep.engine.core.estimates import group_calls
+from keepstep.engine.core.explain import Preview, preview
 from keepstep.engine.core.invalidation import PlanIndex, invalidate
 from keepstep.engine.core.plan import Plan
 from keepstep.engine.core.state import OutputRef, UnitRecord, UnitState

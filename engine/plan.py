@@ -12,11 +12,8 @@ from typing import TYPE_CHECKING
 from keepstep.engine._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from keepstep.engine.core.explain import (
-        UnitCost,
-        compact_ids,
-        estimate_costs,
-    )
+    from keepstep.engine.core.estimates import UnitCost, estimate_costs
+    from keepstep.engine.core.explain import compact_ids
     from keepstep.engine.core.plan import (
         Dependency,
         EdgeType,
@@ -42,9 +39,9 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS: dict[str, str] = {
-    "UnitCost": "keepstep.engine.core.explain",
+    "UnitCost": "keepstep.engine.core.estimates",
     "compact_ids": "keepstep.engine.core.explain",
-    "estimate_costs": "keepstep.engine.core.explain",
+    "estimate_costs": "keepstep.engine.core.estimates",
     "Dependency": "keepstep.engine.core.plan",
     "EdgeType": "keepstep.engine.core.plan",
     "Gate": "keepstep.engine.core.plan",

@@ -7,13 +7,8 @@ from typing import Any
 import pytest
 
 from keepstep.engine.core.changes import Change, ChangeKind
-from keepstep.engine.core.explain import (
-    compact_ids,
-    estimate_costs,
-    expected_calls,
-    explain_unit,
-    preview,
-)
+from keepstep.engine.core.estimates import estimate_costs, expected_calls
+from keepstep.engine.core.explain import compact_ids, explain_unit, preview
 from keepstep.engine.core.invalidation import invalidate, released_by_change
 from keepstep.engine.core.plan import Plan
 from keepstep.engine.core.state import RunFacts, UnitRecord, UnitState

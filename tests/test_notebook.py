@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from keepstep.engine.core.explain import Estimate, Preview, UnitCost, UnitExplanation
+from keepstep.engine.core.estimates import UnitCost
+from keepstep.engine.core.explain import Estimate, Preview, UnitExplanation
 from keepstep.engine.core.state import Explanation, ExplanationStep, UnitState
 from keepstep.engine.report.display import explanation_html, preview_html, status_html
 from keepstep.engine.report.status import RunStatus, UnitView

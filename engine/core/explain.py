@@ -14,16 +14,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_serializer
 
 from keepstep.engine.core.changes import Change, natural_key
-from keepstep.engine.core.estimates import (
-    Calls,
-    UnitCost,
-    estimate_costs,
-    expected_calls,
-    group_calls,
-    settled_cost,
-    unit_costs,
-    unit_sources,
-)
+from keepstep.engine.core.estimates import Calls, UnitCost, settled_cost, unit_costs
 from keepstep.engine.core.invalidation import (
     HighRiskRule,
     InvalidationResult,
@@ -345,6 +336,4 @@ def explain_unit(plan: Plan, facts: RunFacts, unit_id: str, *,
                            answers=list(diagnosis.get("answers", [])))
 
 
-__all__ = ["Estimate", "Preview", "UnitCost", "UnitExplanation", "compact_ids",
-           "estimate_costs", "expected_calls", "explain_unit", "group_calls", "preview",
-           "unit_sources"]
+__all__ = ["Estimate", "Preview", "UnitExplanation", "compact_ids", "explain_unit", "preview"]

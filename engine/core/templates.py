@@ -176,16 +176,6 @@ def section_ids(text: str) -> list[str]:
     return SECTION_RE.findall(text)
 
 
-def section_text(text: str, section: str) -> str | None:
-    """The text of one section of a rendered document (marker to next marker), or None."""
-    cuts = [(m.start(), m.end(), m.group(1)) for m in SECTION_RE.finditer(text)]
-    for n, (_start, end, sid) in enumerate(cuts):
-        if sid == section:
-            stop = cuts[n + 1][0] if n + 1 < len(cuts) else len(text)
-            return text[end:stop]
-    return None
-
-
 _JINJA_RE = re.compile(r"\{\{|\{%|\{#")
 
 
@@ -248,4 +238,4 @@ def rendered_sections(text: str, template: str | None = None) -> dict[str, str]:
 
 __all__ = ["SECTION_RE", "TemplateLayout", "TemplateSection", "fixed_text", "headings",
            "layout", "layout_hash", "placeholders", "rendered_sections", "section_ids",
-           "section_text", "strip_sections", "syntax_error"]
+           "strip_sections", "syntax_error"]

@@ -314,6 +314,7 @@ def _option_candidates(evidence: list[dict], criteria: list[str]) -> list[dict]:
     many other statements share its subject (5 per statement, 5-25), each criterion's value
     from the statements that name it."""
     candidates = []
+    values = {c: _criterion_value(c, evidence) for c in criteria}
     for e in evidence:
         if e.get("kind") != "recommendation":
             continue
@@ -321,7 +322,6 @@ def _option_candidates(evidence: list[dict], criteria: list[str]) -> list[dict]:
         words = _option_words(quote)
         support = [o for o in evidence if o is not e
                    and len(words & _option_words(str(o.get("quote", "")))) >= 2]
-        values = {c: _criterion_value(c, evidence) for c in criteria}
         ids = [str(e["id"])] + sorted({i for _, cited in values.values() for i in cited})
         title = " ".join(quote.split()[:14]).rstrip(".,;:")
         candidates.append({

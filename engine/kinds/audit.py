@@ -125,10 +125,13 @@ class _Documents:
         # dependency on an inventory unit is needed to know it.
         self.groups = dict(ctx.snapshot.groups or {})
         self._ctx = ctx
+        self._sections: dict[str, dict[str, str]] = {}  # document -> its sections, parsed once
 
     def sections(self, doc: str) -> dict[str, str]:
         """A rendered document's sections by id: a document carries no section markers (they
         are stripped for its reader), so they are found by its template's headings."""
+        if doc in self._sections:
+            return self._sections[doc]
         unit = self.units.get(doc)
         name = str(unit.params.get("template") or "") if unit is not None else ""
         template = ""
@@ -137,7 +140,8 @@ class _Documents:
                 template = self._ctx.template_text(name)
             except (KeepstepError, KeyError, OSError):
                 template = ""
-        return rendered_sections(self.text.get(doc, ""), template)
+        self._sections[doc] = rendered_sections(self.text.get(doc, ""), template)
+        return self._sections[doc]
 
     def is_table(self, doc: str) -> bool:
         return doc in self.units and document_format(self.units[doc]) == "csv"

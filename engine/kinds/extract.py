@@ -161,21 +161,17 @@ _HEADER_KEYS = {"title": ("title",), "kind": ("type", "kind"),
                               "organization")}
 
 
-def source_meta(ctx: UnitContext, entry: Any) -> dict[str, str]:
-    """What a prompt says of a source: id, title, kind, date, publisher — from sources.toml,
-    else from the source's header lines (front matter); empty fields left out."""
-    return source_meta_with_origin(ctx, entry)[0]
-
-
 REGISTER = "source register"
 DOCUMENT = "document"
 
 
 def source_meta_with_origin(ctx: UnitContext, entry: Any
                             ) -> tuple[dict[str, str], dict[str, str]]:
-    """``source_meta`` and where each of its fields came from: ``REGISTER`` (the project's
-    sources.toml) or ``DOCUMENT`` (the source's own header lines), so a document can say
-    whether a date it relies on is the source's own or the project's."""
+    """What a prompt says of a source (id, title, kind, date, publisher, from sources.toml,
+    else the source's header lines; empty fields left out) and where each of its fields came
+    from: ``REGISTER`` (the project's sources.toml) or ``DOCUMENT`` (the source's own header
+    lines), so a document can say whether a date it relies on is the source's own or the
+    project's."""
     try:
         header = {k.lower(): v for k, v in ctx.source_header(entry.id).items()}
     except Exception:  # a header that cannot be read is no metadata, not a failure

@@ -39,7 +39,8 @@ from keepstep.engine.kinds.common import (
     verified_deps,
 )
 from keepstep.engine.kinds.context import UnitContext
-from keepstep.engine.kinds.synthesize import ranking_table
+from keepstep.engine.kinds.extract import DOCUMENT, REGISTER
+from keepstep.engine.kinds.synthesize import META_FIELDS, ranking_table
 
 TOP_RISKS = 3
 
@@ -319,9 +320,8 @@ def _noun(doc: dict[str, Any]) -> str:
 
 
 # --- sources ------------------------------------------------------------------------------
-_META_FIELDS = ("title", "kind", "date", "publisher")
-_ORIGIN_WORDS = {"source register": "the source register (sources.toml)",
-                 "document": "the document itself"}
+_ORIGIN_WORDS = {REGISTER: "the source register (sources.toml)",
+                 DOCUMENT: "the document itself"}
 
 
 def _meta_origin(sid: str, src: Sources) -> str:
@@ -329,7 +329,7 @@ def _meta_origin(sid: str, src: Sources) -> str:
     (sources.toml); publisher: the document itself"."""
     meta, origin = src.meta.get(sid, {}), src.meta_from.get(sid, {})
     by: dict[str, list[str]] = {}
-    for f in _META_FIELDS:
+    for f in META_FIELDS:
         if meta.get(f):
             by.setdefault(origin.get(f, ""), []).append(f)
     return "; ".join(f"{', '.join(fs)}: {_ORIGIN_WORDS.get(o, 'not recorded')}"
@@ -349,7 +349,7 @@ def source_list(src: Sources) -> str:
     for sid in ids:
         meta = src.meta.get(sid, {})
         title = meta.get("title") or src.titles.get(sid, "")
-        cells = [sid, title, *[meta.get(f) or "not given" for f in _META_FIELDS[1:]],
+        cells = [sid, title, *[meta.get(f) or "not given" for f in META_FIELDS[1:]],
                  _meta_origin(sid, src) or "not recorded"]
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     return "\n".join(lines)
@@ -360,7 +360,7 @@ def _attributed(reason: str, c: dict[str, Any], src: Sources) -> str:
     so ("dated 2025-02-01 in the source register"): the document itself does not carry it."""
     for sid in dict.fromkeys(s["source_id"] for s in c["sides"]):
         date = src.meta.get(sid, {}).get("date", "")
-        if not date or src.meta_from.get(sid, {}).get("date") != "source register":
+        if not date or src.meta_from.get(sid, {}).get("date") != REGISTER:
             continue
         at = reason.find(date)
         if at < 0 or reason[at + len(date):].lstrip().startswith("in the source register"):

@@ -227,7 +227,17 @@ def decision_for(ctx: UnitContext) -> dict[str, str]:
     return {}
 
 
-_META_FIELDS = ("title", "kind", "date", "publisher")
+META_FIELDS = ("title", "kind", "date", "publisher")
+
+
+def recorded_source_meta(ctx: UnitContext) -> dict[str, Any]:
+    """source id -> its metadata as the verify dependencies recorded it (``source_meta``)."""
+    meta: dict[str, Any] = {}
+    for dep, name in verified_deps(ctx):
+        given = ctx.dep_json(dep.id, name).get("source_meta")
+        if isinstance(given, dict):
+            meta.update(given)
+    return meta
 
 
 def sources_for(ctx: UnitContext, evidence: list[dict[str, Any]]) -> dict[str, Any]:
@@ -235,13 +245,9 @@ def sources_for(ctx: UnitContext, evidence: list[dict[str, Any]]) -> dict[str, A
     and publisher as the verify dependencies recorded them (the register's, else the
     document's own header), so a writer can say how old or whose a statement is without
     inferring it; empty fields are left out, and nothing when no source has any."""
-    meta: dict[str, Any] = {}
-    for dep, name in verified_deps(ctx):
-        given = ctx.dep_json(dep.id, name).get("source_meta")
-        if isinstance(given, dict):
-            meta.update(given)
+    meta = recorded_source_meta(ctx)
     wanted = {str(e.get("source_id", "")) for e in evidence}
-    out = {sid: {k: str(m[k]) for k in _META_FIELDS if isinstance(m, dict) and m.get(k)}
+    out = {sid: {k: str(m[k]) for k in META_FIELDS if isinstance(m, dict) and m.get(k)}
            for sid, m in sorted(meta.items(), key=lambda kv: natural_key(kv[0]))
            if sid in wanted}
     out = {sid: m for sid, m in out.items() if m}
@@ -292,11 +298,7 @@ def source_titles(ctx: UnitContext, evidence: list[dict[str, Any]],
     """The title of each source ``ids`` come from, so a document can name it: the verify
     dependencies' source metadata (``source_meta``), else the evidence's own, else the
     source's header lines."""
-    meta: dict[str, Any] = {}
-    for dep, name in verified_deps(ctx):
-        given = ctx.dep_json(dep.id, name).get("source_meta")
-        if isinstance(given, dict):
-            meta.update(given)
+    meta = recorded_source_meta(ctx)
     out: dict[str, str] = {}
     for e in evidence:
         sid = str(e.get("source_id", ""))
@@ -575,11 +577,11 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
     asks = _rank_asks(ctx)
     checklist = risk_checklist(ctx, audience) if "ranks" not in asks else None
     vocabulary = {"checklist": checklist} if checklist is not None else {}
+    told = {**decision_for(ctx), **sources_for(ctx, evidence)}  # the same every round
     for rnd in range(1, max_rounds + 1) if evidence else ():
         ctx.safe_point(f"rank round {rnd}/{max_rounds}")
         rank_step = run_model_step(ctx, prompt=_prompt(ctx, "rank"), inputs={
-            "task": "rank", "question": question, "audience": audience,
-            **decision_for(ctx), **sources_for(ctx, evidence),
+            "task": "rank", "question": question, "audience": audience, **told,
             "evidence": writer_evidence(evidence),
             "round": rnd, "feedback": problems, **vocabulary, **asks}, schema=RankAnswer,
             json_schema=_rank_schema(asks),

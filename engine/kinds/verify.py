@@ -370,6 +370,7 @@ def run(ctx: UnitContext) -> KindOutcome:
     gathered, shape = _gather(ctx, meta, pre, origins)
     texts = _SourceTexts(ctx)
     candidates: list[dict[str, Any]] = []
+    passages: dict[str, str] = {}  # evidence id -> the passage its quote stands in
     rejected: list[dict[str, str]] = []
 
     def reject(item: Any, stage: str, reason: str) -> None:
@@ -390,7 +391,8 @@ def run(ctx: UnitContext) -> KindOutcome:
             reject(item, "rule", f"quote not found verbatim in {sid}")
             continue
         kept = {k: item[k] for k in _KEPT_FIELDS if k in item}
-        header = table_header(str(item["quote"]), texts.passage(sid, str(item["quote"])))
+        passages[str(item["id"])] = texts.passage(sid, str(item["quote"]))
+        header = table_header(str(item["quote"]), passages[str(item["id"])])
         if header:
             kept["table_header"] = header
         candidates.append(kept)
@@ -401,7 +403,7 @@ def run(ctx: UnitContext) -> KindOutcome:
     classes: dict[str, dict[str, Any]] = {}
     steps: list[StepResult] = []
     claims = [{"id": e["id"], "source_id": e["source_id"], "quote": e["quote"],
-               "passage": texts.passage(str(e["source_id"]), str(e["quote"])),
+               "passage": passages[str(e["id"])],
                **{k: e[k] for k in ("kind", "quantities") if k in e}}
               for e in candidates if str(e["id"]) not in pre]
     proposed = [c.model_dump(exclude_none=True)

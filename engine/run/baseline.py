@@ -177,7 +177,7 @@ def detect(run: Run, *, sources: Any = None, plan: Plan | None = None) -> Detect
 def prose_writers(files: Any, plan: Plan) -> list[str]:
     """The render units whose model writes prose (any but the offline heuristic, which fills
     a template's written sections from the template instead): their estimates count those
-    model steps (``engine.core.explain.expected_calls``)."""
+    model steps (``engine.core.estimates.expected_calls``)."""
     offline = offline_provider.PROVIDER + "/"
     return [u.id for u in plan.units if u.kind == UnitKind.render
             and not files.config.model_for(u.id, u.kind.value).startswith(offline)]

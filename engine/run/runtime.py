@@ -53,6 +53,7 @@ from keepstep.engine.run.approvals import approval_applies
 from keepstep.engine.run.baseline import (
     PRODUCER_VERSION,
     PROMPT_VERSION,
+    Detected,
     create_run,
     detect,
     prose_writers,
@@ -747,10 +748,14 @@ class Run:
         """What the changes detected now would invalidate and reuse, with the estimated
         re-do cost — nothing is committed."""
         found = detect(self)
-        return preview(found.files.plan, found.changes, self.facts_records(), self.calls(),
+        return self._preview_found(found, found.files.plan)
+
+    def _preview_found(self, found: Detected, plan: Plan) -> Preview:
+        """The preview of what ``detect`` found, under ``plan``."""
+        return preview(plan, found.changes, self.facts_records(), self.calls(),
                        high_risk_rules=found.files.config.high_risk_rules,
                        source_groups=found.source_groups,
-                       writers=prose_writers(found.files, found.files.plan),
+                       writers=prose_writers(found.files, plan),
                        statuses=self.store.unit_statuses(self.run_id, self.branch_id))
 
     def explain(self, unit_id: str) -> UnitExplanation:
@@ -891,12 +896,7 @@ class Run:
         if unknown:
             raise KeepstepError(f"no source {', '.join(unknown)} in sources.toml")
         found = detect(self, sources=sources, plan=plan)
-        new_plan = found.files.plan if plan is None else plan
-        return preview(new_plan, found.changes, self.facts_records(), self.calls(),
-                       high_risk_rules=files.config.high_risk_rules,
-                       source_groups=found.source_groups,
-                       writers=prose_writers(found.files, new_plan),
-                       statuses=self.store.unit_statuses(self.run_id, self.branch_id))
+        return self._preview_found(found, found.files.plan if plan is None else plan)
 
     def progress(self, **kwargs: Any) -> ProgressTracker:
         """A live-progress tracker to pass as ``on_event`` (see ``report.progress``)."""

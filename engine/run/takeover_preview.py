@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 import networkx as nx
 from pydantic import BaseModel, Field
 
-from keepstep.engine.core.explain import UnitCost, compact_ids
+from keepstep.engine.core.estimates import UnitCost
+from keepstep.engine.core.explain import compact_ids
 from keepstep.engine.core.invalidation import downstream_of
 from keepstep.engine.core.state import Explanation, UnitRecord, UnitState, records_from_state
 from keepstep.engine.errors import KeepstepError

@@ -163,11 +163,6 @@ class PgConn:
         if self.pipeline is not None and cur.pgresult is None:
             self.pipeline.sync()
 
-    def sync(self) -> None:
-        """Every statement sent so far answered (errors raised here)."""
-        if self.pipeline is not None:
-            self.pipeline.sync()
-
 
 @functools.lru_cache(maxsize=512)
 def _inserted_table(sql: str) -> str | None:
@@ -284,7 +279,7 @@ class PostgresBase:
         Pipelined (see PgCursor): BEGIN, the transaction's settings, the writers' lock and
         the transaction's id go out with the first statements, and the last statements go
         out with the COMMIT, so a transaction costs one round trip more than the answers it
-        waits for (a claim: three; a commit: three).
+        waits for (a claim: two; a commit: two).
 
         The server unreachable or the connection lost before the COMMIT was sent:
         ConnectionLost, nothing written (the caller may run the whole operation again).

@@ -40,29 +40,17 @@ from keepstep.storage.postgres.database import (
 )
 from keepstep.storage.sqlite.approvals import Approvals
 from keepstep.storage.sqlite.calls import Calls
-from keepstep.storage.sqlite.checkpoints import Checkpoints
-from keepstep.storage.sqlite.claims import Claims
+from keepstep.storage.sqlite.checkpoints import STATE_VALUES_CHUNK, STATE_VALUES_SQL, Checkpoints
+from keepstep.storage.sqlite.claims import CLAIM_HEAD_SQL, CLAIM_TOKEN_SQL, Claims
 from keepstep.storage.sqlite.effects import Effects
 from keepstep.storage.sqlite.events import Events
 from keepstep.storage.sqlite.manifests import Manifests
 
-# Statements of the shared capability classes (storage/sqlite/claims.py, checkpoints.py)
-# that PostgresStore sends ahead of them (PgConn.send_ahead), character for character: a
-# claim's fencing token and its read of the head, lease and attempt number go out with
-# BEGIN (2 round trips instead of 3); a commit's read of the old state values goes out
-# with its read of the head (2 instead of 3). tests/postgres/test_pipeline.py counts them.
-CLAIM_TOKEN_SQL = "UPDATE fencing SET last_token = last_token + 1 WHERE id = 1 RETURNING last_token"
-CLAIM_HEAD_SQL = (
-    "SELECT b.head_version, "
-    "COALESCE((SELECT c.n FROM attempt_counters c "
-    " WHERE c.run_id = b.run_id AND c.unit = ?), 0) + 1, "
-    "l.attempt_id, l.owner, l.fencing_token, l.expires_at, l.renewed_at, "
-    "l.progress, l.progress_at FROM branches b "
-    "LEFT JOIN leases l ON l.run_id = b.run_id AND l.branch_id = b.branch_id "
-    "AND l.unit = ? WHERE b.run_id = ? AND b.branch_id = ?")
-STATE_VALUES_SQL = ("SELECT key, value FROM current_state WHERE run_id = ? AND branch_id = ? "
-                    "AND key IN ({})")
-STATE_VALUES_CHUNK = 500
+# PostgresStore sends statements of the shared capability classes ahead of them
+# (PgConn.send_ahead), the same constants they execute: a claim's fencing token and its read
+# of the head, lease and attempt number go out with BEGIN (2 round trips instead of 3); a
+# commit's read of the old state values goes out with its read of the head (2 instead of 3).
+# tests/postgres/test_pipeline.py counts them.
 
 # Committed files larger than this are refused at commit (a bytea value is at most 1 GB;
 # artifacts are reports and extracts, far smaller).
@@ -143,7 +131,6 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
             version: int = super().commit(request)
         finally:
             self._tx.pending = None
-        self._advance_seen(request.run_id, request.branch_id, request.expected_version, version)
         return version
 
     def _advance_seen(self, run_id: str, branch_id: str, expected: int, version: int) -> None:

@@ -40,18 +40,23 @@ def _insert_checkpoint(conn: sqlite3.Connection, row: Mapping[str, Any]) -> None
     )
 
 
+# The read of a delta's old state values, in chunks far below SQLite's bound-variable limit;
+# named so the PostgreSQL store can send it ahead with the commit's read of the head.
+STATE_VALUES_SQL = ("SELECT key, value FROM current_state WHERE run_id = ? AND branch_id = ? "
+                    "AND key IN ({})")
+STATE_VALUES_CHUNK = 500
+
+
 def _apply_delta(conn: sqlite3.Connection, run_id: str, branch_id: str,
                  values: Mapping[str, str | None], current: str) -> str:
     """Write an encoded delta (key -> canonical JSON, None deletes) into the materialised
     state and return the new state hash. The old values are read in one query."""
     keys = sorted(values)
     old: dict[str, str] = {}
-    for i in range(0, len(keys), 500):  # stay far below SQLite's bound-variable limit
-        chunk = keys[i:i + 500]
-        old.update(conn.execute(
-            "SELECT key, value FROM current_state WHERE run_id = ? AND branch_id = ? "
-            f"AND key IN ({', '.join('?' * len(chunk))})", [run_id, branch_id, *chunk],
-        ).fetchall())
+    for i in range(0, len(keys), STATE_VALUES_CHUNK):
+        chunk = keys[i:i + STATE_VALUES_CHUNK]
+        old.update(conn.execute(STATE_VALUES_SQL.format(", ".join("?" * len(chunk))),
+                                [run_id, branch_id, *chunk]).fetchall())
     removed = [(k, old[k]) for k in keys if k in old]
     added = [(k, v) for k in keys if (v := values[k]) is not None]
     gone = [(run_id, branch_id, k) for k in keys if values[k] is None and k in old]

@@ -35,6 +35,20 @@ from keepstep.storage.sqlite.events import insert_events
 _ENDINGS = frozenset(AttemptStatus) - {AttemptStatus.claimed, AttemptStatus.committed}
 
 
+# A claim's two reads, named so the PostgreSQL store can send them ahead with BEGIN
+# (storage/postgres/store.py): the head, the unit's lease and its next attempt number in one
+# read; then the fencing token.
+CLAIM_HEAD_SQL = (
+    "SELECT b.head_version, "
+    "COALESCE((SELECT c.n FROM attempt_counters c "
+    " WHERE c.run_id = b.run_id AND c.unit = ?), 0) + 1, "
+    "l.attempt_id, l.owner, l.fencing_token, l.expires_at, l.renewed_at, "
+    "l.progress, l.progress_at FROM branches b "
+    "LEFT JOIN leases l ON l.run_id = b.run_id AND l.branch_id = b.branch_id "
+    "AND l.unit = ? WHERE b.run_id = ? AND b.branch_id = ?")
+CLAIM_TOKEN_SQL = "UPDATE fencing SET last_token = last_token + 1 WHERE id = 1 RETURNING last_token"
+
+
 class Claims(SQLiteBase):
     """The claims-and-leases capability of SQLiteStore."""
 
@@ -59,16 +73,7 @@ class Claims(SQLiteBase):
         with self._write() as db:
             conn = db.conn
             # Head, the unit's lease (if any) and its next attempt number in one read.
-            found = conn.execute(
-                "SELECT b.head_version, "
-                "COALESCE((SELECT c.n FROM attempt_counters c "
-                " WHERE c.run_id = b.run_id AND c.unit = ?), 0) + 1, "
-                "l.attempt_id, l.owner, l.fencing_token, l.expires_at, l.renewed_at, "
-                "l.progress, l.progress_at FROM branches b "
-                "LEFT JOIN leases l ON l.run_id = b.run_id AND l.branch_id = b.branch_id "
-                "AND l.unit = ? WHERE b.run_id = ? AND b.branch_id = ?",
-                [unit, unit, run_id, branch_id],
-            ).fetchone()
+            found = conn.execute(CLAIM_HEAD_SQL, [unit, unit, run_id, branch_id]).fetchone()
             if found is None:
                 raise NotFound(f"no branch {branch_id!r} in run {run_id!r}",
                                hint="list runs with `keepstep status DIR`")
@@ -85,9 +90,7 @@ class Claims(SQLiteBase):
                     run_id=run_id, branch_id=branch_id, unit=unit, attempt_id=lease_attempt,
                     owner=lease_owner, fencing_token=lease_token, expires_at=expires_at,
                     renewed_at=renewed_at, progress=progress, progress_at=progress_at), ts)
-            token = conn.execute(
-                "UPDATE fencing SET last_token = last_token + 1 WHERE id = 1 RETURNING last_token"
-            ).fetchone()[0]
+            token = conn.execute(CLAIM_TOKEN_SQL).fetchone()[0]
             attempt_id = f"{unit}/a{n}"
             expires = now + lease_seconds
             conn.execute(

@@ -39,7 +39,6 @@ from tests.support.small_project import PACK, make_small_project, write_config
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = "R1"
-WORKER = [sys.executable, "-m", "keepstep.engine.drills.worker"]
 KILLED = -signal.SIGKILL
 
 __all__ = [
