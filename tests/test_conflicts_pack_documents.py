@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 
 from keepstep.app.cli.main import app
 from keepstep.engine.gateway.answers import check_answer, strict_schema
-from keepstep.engine.kinds.synthesize import RankAnswer, _rank_schema
+from keepstep.engine.kinds.synthesize import OptionsAnswer, RankAnswer, _rank_schema
 from tests.support.fake_context import PackRunner
 from tests.support.memo_checks import (
     APPARENT,
@@ -153,12 +153,45 @@ def test_the_ranking_of_options_renders_as_a_table_of_options(offline: dict[str,
     criteria as columns; a criterion the sources disagree on shows every value as such."""
     memo = sections(offline["memo"])["recommendation"]
     header = next(line for line in memo.splitlines() if line.startswith("| Rank"))
-    assert header == "| Rank | Option | hull price | delivery | Score | Rationale | Evidence |"
+    # Since issue 20's rebuildable scores, each criterion's points stand beside its value,
+    # the score is their sum, and the row's checked calculation has its column (this pinned
+    # "| Rank | Option | hull price | delivery | Score | Rationale | Evidence |" before).
+    assert header == ("| Rank | Option | hull price | hull price: points | delivery | "
+                      "delivery: points | Score (sum of points) | Rationale | Calculation | "
+                      "Evidence |")
     rows = [line for line in memo.splitlines() if re.match(r"^\| \d+ \|", line)]
     titles = [row.split("|")[2].strip() for row in rows]
     assert len(rows) == 3 and any("second yard" in t for t in titles)
-    assert all("(the sources differ)" in row for row in rows)
+    assert all("(the sources differ" in row for row in rows)
     assert "likelihood" not in memo.lower()
+    # The score is rebuilt from the table: the sum of the row's points, highest first; the
+    # line under the table says how.
+    scores = []
+    for row in rows:
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        points = [int(cells[3].split("/")[0]), int(cells[5].split("/")[0])]
+        assert all(1 <= p <= 5 for p in points) and int(cells[6]) == sum(points)
+        scores.append(int(cells[6]))
+    assert scores == sorted(scores, reverse=True)
+    assert ("Score = hull price points + delivery points, so 2-10, higher is better: each "
+            "option gets 1-5 points per criterion (5 meets it best) on the value shown, and "
+            "code adds them.") in memo
+
+
+def test_the_offline_ranking_states_one_checked_derived_figure(offline: dict[str, Any]) -> None:
+    """The offline heuristic, answering the options prompt, states the spread of the three
+    shipyard quotes (a derived figure) with its calculation, which the rank rules recomputed
+    from the cited quotes; the memo shows it, and the memo's figure check holds it."""
+    ranking = json.loads(next((offline["root"] / ".keepstep" / "artifacts").glob(
+        "T1/K01/*/ranking.json")).read_text(encoding="utf-8"))
+    assert ranking["rounds"][-1]["problems"] == [] and ranking["stop"] == "checks passed"
+    top = ranking["risks"][0]
+    assert top["calculation"] == "22 - 18 = 4"
+    assert "by 4 million from the lowest to the highest" in top["criteria"]["hull price"]
+    assert top["score_from"] == "points" and top["score"] == sum(top["points"].values())
+    memo = sections(offline["memo"])["recommendation"]
+    assert "(calculated: `22 - 18 = 4`)" in memo
+    assert unsupported_figures(offline["memo"], source_texts(offline["root"])) == []
 
 
 def test_every_citation_points_at_a_quote_holding_its_figure(offline: dict[str, Any]) -> None:
@@ -183,18 +216,31 @@ def test_a_strict_rank_schema_names_each_criterion() -> None:
     giving them validates."""
     sent = strict_schema(_rank_schema({"ranks": "options", "criteria": ["hull price",
                                                                         "delivery"]}) or {})
-    criteria = sent["$defs"]["Risk"]["properties"]["criteria"]
+    item = sent["$defs"]["RankedOption"]
+    criteria = item["properties"]["criteria"]
     assert criteria["properties"] == {"hull price": {"type": "string"},
                                       "delivery": {"type": "string"}}
     assert criteria["required"] == ["hull price", "delivery"]
     assert criteria["additionalProperties"] is False
-    assert "criteria" in sent["$defs"]["Risk"]["required"]
+    assert "criteria" in item["required"] and "points" in item["required"]
+    # Options are asked as "items" with points per criterion: no score (code adds the
+    # points), no likelihood, impact, owner or mitigation (issue 20; this read "Risk" before).
+    assert set(item["properties"]["points"]["required"]) == {"hull price", "delivery"}
+    assert not {"score", "likelihood", "impact", "owner", "mitigation"} & set(item["properties"])
+    assert "items" in sent["required"] and "risks" not in sent["properties"]
     assert _rank_schema({}) is None  # a plain risk ranking's requests stay as they were
+    risk = strict_schema(_rank_schema({"criteria": ["hull price"]}) or {})
+    assert "likelihood" in risk["$defs"]["Risk"]["properties"]  # risks keep their shape
     answer = json.dumps({"risks": [{"id": "R1", "title": "Seek a second quote", "score": 20,
                                     "evidence_ids": ["R3-e2"], "criteria": {
                                         "hull price": "not stated", "delivery": "30 months"}}]})
     parsed, _, problems = check_answer(answer, RankAnswer)
     assert problems == [] and parsed is not None
+    # An answer of the earlier shape (its options under "risks", a stated score, no points)
+    # still parses as options, marked legacy: recorded runs replay.
+    legacy, _, problems = check_answer(answer, OptionsAnswer)
+    assert problems == [] and legacy is not None
+    assert legacy.items[0].score == 20 and legacy.model_extra["legacy"] is True
 
 
 def test_the_audit_holds_the_memo_to_the_unresolved_disagreement() -> None:

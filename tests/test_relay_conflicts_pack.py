@@ -140,14 +140,12 @@ def test_the_memo_repeats_nothing_cites_what_holds_each_figure_and_names_the_mod
     memo = replayed["memo"]
     assert repeated_across_sections(memo) == []
     assert memo.count("| Rank | Option |") == 1
-    # One known gap (issue 20's report): the ranking's rules check the figures of an option's
-    # title only, and a ranking has no calculation field, so the recorded model's rationale
-    # "varying by 4 million euro (18 to 22 million)" states a derived 4 no check recomputes
-    # (its remark 0010 names this). Every other figure of every cited line is held.
-    problems = unsupported_figures(memo, source_texts(replayed["root"]))
-    found = [(p.split(":", 1)[0], m.group(1) if (m := re.search(r"\((\d+)\) in ", p)) else p)
-             for p in problems]
-    assert found == [("options", "4")], problems
+    # The recorded model's rationale "varying by 4 million euro (18 to 22 million)" states a
+    # derived 4 (its remark 0010): since the rank rules check every figure of a ranked item,
+    # that difference passes as an implicit calculation — code recomputes 22 - 18 from the
+    # two ends written beside it, both in the cited quotes (kinds.claims.range_differences).
+    # It was the one figure no check held before; now every figure of every cited line is.
+    assert unsupported_figures(memo, source_texts(replayed["root"])) == []
     assert "varying by 4 million euro (18 to 22 million)" in sections(memo)["options"]
     assert "offline heuristic" not in memo.lower()
     assert f"_Models that answered: {RECORDED_MODEL}" in memo
@@ -233,8 +231,21 @@ def test_an_options_ranking_is_asked_and_checked_as_options(replayed: dict[str, 
     formats = [json.dumps(replay.formats[n], default=str)
                for n, messages in enumerate(replay.requests)
                if (read_input_block(messages) or {}).get("task") == "rank"]
-    assert formats and all("1-25 on the criteria INPUT declares" in f and
-                           "likelihood (1-5) x impact" not in f for f in formats)
+    # (Since issue 20's rebuildable scores: the options are asked as "items", with points
+    # 1-5 per criterion and no score, likelihood, impact, owner or mitigation; code adds the
+    # points. This pinned "1-25 on the criteria INPUT declares" before.)
+    assert formats and all("likelihood (1-5) x impact" not in f for f in formats)
+    for n, messages in enumerate(replay.requests):
+        if (read_input_block(messages) or {}).get("task") != "rank":
+            continue
+        schema = replay.formats[n]["json_schema"]["schema"]
+        assert list(schema["properties"])[0] == "items" and "risks" not in schema["properties"]
+        item = schema["$defs"]["RankedOption"]["properties"]
+        assert not {"score", "likelihood", "impact", "owner", "mitigation"} & set(item)
+        assert item["points"]["properties"]["hull price"]["type"] == "integer"
+        assert set(item["points"]["required"]) == {"hull price", "delivery"}
+        assert "sum of its points" in messages[0]["content"]
+        assert '"items"' in messages[1]["content"]
     check = asked["check"][1]
     assert check["criteria"] == ["hull price", "delivery"]
     assert all(set(c["criteria"]) == {"hull price", "delivery"} and c["rationale"]

@@ -291,9 +291,12 @@ def _option_words(text: str) -> set[str]:
     return {w for w in re.findall(r"[a-z]{4,}", rules.normalise(text)) if w not in _STOPWORDS}
 
 
-def _criterion_value(criterion: str, evidence: list[dict]) -> tuple[str, list[str]]:
+def _criterion_value(criterion: str, evidence: list[dict]
+                     ) -> tuple[str, list[str], str | None]:
     """A criterion's value by rule: the figures of the statements that name every word of
-    it (each as written, the sources' values side by side), else "not stated"."""
+    it (each as written, the sources' values side by side), else "not stated"; when they
+    differ, the spread from the lowest to the highest, with its calculation (the highest
+    figure minus the lowest, as the quotes write them) for code to recompute."""
     wanted = _option_words(criterion)
     hits = [e for e in evidence if wanted and wanted <= _option_words(
         " ".join(w.rstrip("s") + " " + w for w in str(e.get("quote", "")).split()))]
@@ -303,18 +306,54 @@ def _criterion_value(criterion: str, evidence: list[dict]) -> tuple[str, list[st
     cited = sorted(i for i, figs in values.items() if figs)
     shown = list(dict.fromkeys(f for i in cited for f in values[i]))
     if not shown:
-        return "not stated", []
-    # Values that differ between statements are shown side by side as such, never one as fact.
-    return " / ".join(shown) + (" (the sources differ)" if len(shown) > 1 else ""), cited[:3]
+        return "not stated", [], None
+    if len(shown) == 1:
+        return shown[0], cited[:3], None
+    # Values that differ between statements are shown side by side as such, never one as
+    # fact; their spread is a derived figure, given with its calculation.
+    text = " / ".join(shown) + " (the sources differ)"
+    spread = _spread(shown)
+    if spread is None:
+        return text, cited[:3], None
+    low, high, scale, difference = spread
+    return (" / ".join(shown) + f" (the sources differ, by {difference}{scale} from the "
+            "lowest to the highest)", cited[:3], f"{high} - {low} = {difference}")
 
 
-def _option_candidates(evidence: list[dict], criteria: list[str]) -> list[dict]:
+def _spread(shown: list[str]) -> tuple[str, str, str, str] | None:
+    """(lowest, highest, scale words, difference) of figures written with one scale ("18
+    million", "22 million"), the numbers as the quotes write them; None when they differ in
+    scale or are not plain numbers."""
+    parts = [re.fullmatch(r"(\d+(?:\.\d+)?)(\s+[A-Za-z]+)?", f.strip()) for f in shown]
+    if not all(parts) or len({(m.group(2) or "").strip().lower() for m in parts if m}) != 1:
+        return None
+    numbers = sorted((float(m.group(1)), m.group(1)) for m in parts if m)
+    (low, low_text), (high, high_text) = numbers[0], numbers[-1]
+    difference = high - low
+    decimals = max(len(t.partition(".")[2]) for _, t in numbers)
+    shown_difference = f"{difference:.{decimals}f}"
+    scale = (parts[0].group(2) or "") if parts[0] else ""
+    return low_text, high_text, scale, shown_difference
+
+
+def _points(n: int) -> int:
+    """Points on a criterion (1-5) from how many statements bear on it: one each, from 1."""
+    return max(1, min(5, 1 + n))
+
+
+_COUNT_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+def _option_candidates(evidence: list[dict], criteria: list[str],
+                       weights: dict[str, Any] | None = None) -> list[dict]:
     """What a ranking of options (vendors, prices ...) ranks by rule: each course of action a
-    source recommends (a ``recommendation`` statement), titled by its words, scored by how
-    many other statements share its subject (5 per statement, 5-25), each criterion's value
-    from the statements that name it."""
+    source recommends (a ``recommendation`` statement), titled by its words; its points on a
+    criterion are 1 plus the statements bearing on the course (sharing its subject) that name
+    the criterion (at most 5), so code's sum of points ranks it; each criterion's value from
+    the statements that name it, and a spread between differing values with its calculation."""
     candidates = []
     values = {c: _criterion_value(c, evidence) for c in criteria}
+    calculation = "; ".join(calc for _, _, calc in values.values() if calc) or None
     for e in evidence:
         if e.get("kind") != "recommendation":
             continue
@@ -322,13 +361,24 @@ def _option_candidates(evidence: list[dict], criteria: list[str]) -> list[dict]:
         words = _option_words(quote)
         support = [o for o in evidence if o is not e
                    and len(words & _option_words(str(o.get("quote", "")))) >= 2]
-        ids = [str(e["id"])] + sorted({i for _, cited in values.values() for i in cited})
+        ids = [str(e["id"])] + sorted({i for _, cited, _ in values.values() for i in cited})
         title = " ".join(quote.split()[:14]).rstrip(".,;:")
+        named = {c: [o for o in support if _option_words(c) <= _option_words(
+            " ".join(w.rstrip("s") + " " + w for w in str(o.get("quote", "")).split()))]
+            for c in criteria}
+        points = {c: _points(len(named[c])) for c in criteria}
+        reasons = "; ".join(
+            f"{c}: {_COUNT_WORDS[min(len(named[c]), 9)]} statement(s) bearing on this course "
+            "name it" for c in criteria)
         candidates.append({
-            "key": str(e["id"]), "title": title, "score": min(25, 5 + 5 * len(support)),
-            "evidence_ids": ids[:5], "criteria": {c: v for c, (v, _) in values.items()},
+            "key": str(e["id"]), "title": title,
+            "score": sum(p * int((weights or {}).get(c, 1)) for c, p in points.items()),
+            "points": points, "evidence_ids": list(dict.fromkeys(ids))[:8],
+            "criteria": {c: v for c, (v, _, _) in values.items()},
+            **({"calculation": calculation} if calculation else {}),
             "rationale": f"a course of action source {e.get('source_id', '')} recommends; "
-                         "it ranks by how many other statements bear on it"})
+                         f"points per criterion by how many other statements on it name the "
+                         f"criterion ({reasons})"})
     return candidates
 
 
@@ -338,6 +388,16 @@ def _number(risks: list[dict]) -> list[dict]:
              "evidence_ids": r["evidence_ids"],
              **{k: r[k] for k in ("criteria", "rationale") if k in r}}
             for n, r in enumerate(risks, start=1)]
+
+
+def _number_items(items: list[dict]) -> list[dict]:
+    """Ranked options as the options prompt asks for them: no score (code adds the points)."""
+    items = sorted(items, key=lambda r: (-r["score"], r["key"]))
+    return [{"id": f"R{n}", "title": r["title"], "criteria": r["criteria"],
+             "points": r["points"], "rationale": r["rationale"],
+             "evidence_ids": r["evidence_ids"],
+             **({"calculation": r["calculation"]} if r.get("calculation") else {})}
+            for n, r in enumerate(items, start=1)]
 
 
 def check_ranking(risks: list[dict], known_evidence_ids: Iterable[str] | None = None
@@ -385,8 +445,9 @@ def _task_rank(payload: dict) -> dict:
     ranks = str(payload.get("ranks") or "risks")
     if ranks != "risks":
         # Options, vendors, prices ...: no risk words, no deliberately ungrounded item.
-        return {"risks": _number(_option_candidates(
-            evidence, [str(c) for c in payload.get("criteria") or []])),
+        return {"items": _number_items(_option_candidates(
+            evidence, [str(c) for c in payload.get("criteria") or []],
+            payload.get("weights") if isinstance(payload.get("weights"), dict) else None)),
             "round": round_no, "revisions": []}
     candidates = _candidate_risks(_checklist(payload.get("checklist")), evidence)
     if len(candidates) > 5:
@@ -471,6 +532,12 @@ def _task_render(payload: dict) -> dict:
     if risks and risks[0].get("evidence_ids"):
         sentences.append({"text": f"Top risk: {risks[0].get('title', '')}",
                           "evidence_ids": [str(i) for i in risks[0]["evidence_ids"]]})
+    for top in [t for t in payload.get("top_ranked") or [] if isinstance(t, dict)]:
+        if top.get("evidence_ids"):
+            what = str(top.get("ranks") or "options")
+            noun = what[:-1] if what.endswith("s") else what
+            sentences.append({"text": f"Top-ranked {noun}: {top.get('title', '')}",
+                              "evidence_ids": [str(i) for i in top["evidence_ids"]]})
     return {"sentences": sentences}
 
 

@@ -11,10 +11,19 @@ back to the writer as a named problem to revise.
 
 Callers may rely on: ``calculation_problems`` passing exactly when every operand is a cited
 figure (a number a cited quote writes in digits or as a word, or one of ``FREE_CONSTANTS``:
-1, 100, 1000 and the calendar's 7, 12, 24, 52, 60, 365) and each recomputed result (several
+1, 100, 1000 and the calendar's 7, 12, 24, 52, 60, 365), the result a calculation writes after
+``=`` (if any) is what its arithmetic gives, and each recomputed result (several
 calculations separated by ``;``) is a figure the text states (to the
 precision the text writes it, or as a percentage); ``claim_rules`` giving one named problem
 per broken rule, so a revise round can say which claim broke which.
+
+A difference stated beside both its ends ("varying by 4 million euro (18 to 22 million)")
+is an implicit calculation: with ``ranges=True`` (the rank step's figures; not a claim's,
+whose derived figures need their ``calculation``) it passes when code recomputes it as the
+difference of the two ends written in the same field ("A to B", "A-B", "from A to B",
+"between A and B"), and both ends are themselves figures of the cited quotes. A difference
+whose ends are not both cited, or that is not their difference, is a missing figure as
+before, and the feedback names it.
 """
 
 from __future__ import annotations
@@ -167,12 +176,17 @@ def calculation_problems(at: str, text: str, calculation: str, ids: list[str],
     for part in (p.strip() for p in calculation.split(";")):
         if not part:
             continue
-        expression, _stated = split_calculation(part)
+        expression, stated = split_calculation(part)
         try:
             value = evaluate(expression)
         except CalculationError as exc:
             out.append(problem(f"{at}.calculation", "calculation", str(exc), part))
             continue
+        # A result written after "=" must be what the arithmetic gives ("22 - 18 = 5" is wrong).
+        written = figures_of(normalise(stated or ""))
+        if len(written) == 1 and not states(written[0], value):
+            out.append(problem(f"{at}.calculation", "calculation_stated",
+                               f"the arithmetic gives {value:g}, not {written[0]}", part))
         for operand in _OPERAND_RE.findall(expression):
             number = figure_value(operand) if operand[0] != "." else float(operand.rstrip("%"))
             if number not in cited and number not in FREE_CONSTANTS:
@@ -187,10 +201,28 @@ def calculation_problems(at: str, text: str, calculation: str, ids: list[str],
     return out, accounted
 
 
+# A range written with both its ends: "18 to 22", "18-22", "from 18 to 22", "between 18 and 22".
+_RANGE_RE = re.compile(r"(?<![A-Za-z0-9_.,-])(\d+(?:[.,]\d+)*)\s*(?:to|-|–|—|and)\s*"
+                       r"(\d+(?:[.,]\d+)*)(?![A-Za-z0-9_-])")
+
+
+def range_differences(text: str, cited: set[str]) -> set[str]:
+    """The figures of ``text`` that are the difference of a range written in ``text`` whose
+    two ends are both ``cited`` figures (an implicit calculation code recomputes)."""
+    norm = normalise(text)
+    differences = [abs(figure_value(b) - figure_value(a)) for a, b in _RANGE_RE.findall(norm)
+                   if a in cited and b in cited]
+    return {f for f in figures_of(norm) if f not in cited
+            and any(states(f, d) for d in differences)}
+
+
 def figure_problems(at: str, text: str, ids: list[str], quotes: Mapping[str, str],
-                    calculation: str | None = None) -> list[Problem]:
+                    calculation: str | None = None, ranges: bool = False,
+                    field: str = "text") -> list[Problem]:
     """A problem per figure of ``text`` that none of the cited quotes contains and the
-    claim's checked calculation does not give; and the calculation's own problems."""
+    claim's checked calculation does not give (with ``ranges``, nor is the difference of a
+    range of cited figures written beside it); and the calculation's own problems.
+    ``field`` names the checked field in the problem (``{at}.{field}``)."""
     cited = set()
     for i in ids:
         cited |= set(figures_of(normalise(quotes.get(i, ""))))
@@ -200,8 +232,10 @@ def figure_problems(at: str, text: str, ids: list[str], quotes: Mapping[str, str
         out, derived = calculation_problems(at, text, calculation, ids, quotes)
         if out:
             derived = set()
+    if ranges:
+        derived |= range_differences(text, cited)
     # Numbers in the calculation itself restate cited figures; only the text is checked.
-    return out + [problem(f"{at}.text", "cited_figure", "the figure is in none of the cited "
+    return out + [problem(f"{at}.{field}", "cited_figure", "the figure is in none of the cited "
                           "quotes (a derived figure needs its calculation)", f)
                   for f in stated_figures(text) if f not in cited and f not in derived]
 
@@ -321,5 +355,5 @@ def support_problems(field_name: str, claims: list[Any], answer: SupportAnswer |
 __all__ = ["FREE_CONSTANTS", "CalculationError", "SupportAnswer", "SupportVerdict",
            "calculation_problems", "claim_rules", "evaluate", "figure_holders", "figure_problems",
            "figure_value",
-           "figures_of", "split_calculation", "stated_figures", "states", "support_inputs",
+           "figures_of", "range_differences", "split_calculation", "stated_figures", "states", "support_inputs",
            "support_problems"]

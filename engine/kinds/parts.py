@@ -40,7 +40,7 @@ from keepstep.engine.kinds.common import (
 )
 from keepstep.engine.kinds.context import UnitContext
 from keepstep.engine.kinds.extract import DOCUMENT, REGISTER
-from keepstep.engine.kinds.synthesize import META_FIELDS, ranking_table
+from keepstep.engine.kinds.synthesize import META_FIELDS, POINTS, ranking_table
 
 TOP_RISKS = 3
 
@@ -309,9 +309,21 @@ def score_scale(doc: dict[str, Any]) -> str:
         return ("Score: likelihood (1-5) × impact (1-5), so 1-25; a higher score is a more "
                 "serious risk. Rank 1 is the highest score.")
     criteria = [str(c) for c in doc.get("criteria") or []]
+    items = [r for r in doc.get("risks") or [] if isinstance(r, dict)]
+    if criteria and items and all(r.get("score_from") == "points" for r in items):
+        low, high = POINTS
+        weights = doc.get("weights") or {}
+        terms = [f"{c} points × {weights[c]}" if weights.get(c, 1) != 1 else f"{c} points"
+                 for c in criteria]
+        top = sum(high * int(weights.get(c, 1)) for c in criteria)
+        bottom = sum(low * int(weights.get(c, 1)) for c in criteria)
+        return (f"Score = {' + '.join(terms)}, so {bottom}-{top}, higher is better: each "
+                f"{_noun(doc)} gets {low}-{high} points per criterion ({high} meets it best) "
+                "on the value shown, and code adds them. Rank 1 is the highest score.")
     on = f" on {', '.join(criteria)}" if criteria else " on the question's criteria"
-    return (f"Score: 1-25, higher is better, a judgement of each {_noun(doc)}{on} (the "
-            "rationale says how its criteria give its score). Rank 1 is the highest score.")
+    return (f"Score: 1-25, higher is better, a judgement of each {_noun(doc)}{on} as stated "
+            "by the ranking (the rationale says how its criteria give its score; it has no "
+            "points per criterion to rebuild it from). Rank 1 is the highest score.")
 
 
 def _noun(doc: dict[str, Any]) -> str:

@@ -193,14 +193,21 @@ def _prose(ctx: UnitContext, src: Sources, document: str,
                              **({"conflict_ids": c["conflict_ids"]} if c.get("conflict_ids")
                                 else {})}
                             for c in s.get("claims", [])]} for s in src.syntheses]
+    # Risks are given as risks; the top of a ranking of anything else (options, vendors,
+    # prices) as what it ranks, so the prompt speaks of the top risk only when there is one.
     risks = [{"title": r["title"], "score": r["score"], "evidence_ids": r["evidence_ids"]}
-             for r in src.risks()[:TOP_RISKS]]
+             for d in src.rankings if str(d.get("ranks") or "risks") == "risks"
+             for r in d.get("risks", [])][:TOP_RISKS]
+    top = [{"ranks": str(d["ranks"]), "title": d["risks"][0]["title"],
+            "score": d["risks"][0]["score"], "evidence_ids": d["risks"][0]["evidence_ids"]}
+           for d in src.rankings if str(d.get("ranks") or "risks") != "risks" and d.get("risks")]
     cited = {str(i) for f in findings for c in f["claims"] for i in c["evidence_ids"]} | {
-        str(i) for r in risks for i in r["evidence_ids"]}
+        str(i) for r in [*risks, *top] for i in r["evidence_ids"]}
     quotes = {i: src.quotes[i] for i in cited if i in src.quotes}
     # A finding resting on a settled disagreement may be restated with it (kinds.citable).
     return _sentences_step(ctx, src, document, section,
-                           {"findings": findings, "risks": risks}, quotes,
+                           {"findings": findings, "risks": risks,
+                            **({"top_ranked": top} if top else {})}, quotes,
                            (citable_conflicts(src.conflicts), conflict_evidence(src.conflicts)))
 
 

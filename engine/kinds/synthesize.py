@@ -31,15 +31,16 @@ import copy
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from keepstep.engine.gateway.answers import Problem, json_schema_of, problem
 from keepstep.engine.gateway.offline_rules import normalise
 from keepstep.engine.kinds.citable import citable_conflicts, conflict_evidence, expand
 from keepstep.engine.kinds.claims import (
     SupportAnswer,
+    calculation_problems,
     claim_rules,
-    figures_of,
+    figure_problems,
     support_inputs,
     support_problems,
 )
@@ -61,6 +62,12 @@ from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, re
 from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_step
 
 GENERAL_AUDIENCE = "general"
+
+
+CALCULATION_HELP = ("for a derived figure (a difference, total, price, margin): the "
+                    "arithmetic from figures of the cited quotes, e.g. \"22 - 18 = 4\" "
+                    "(numbers only; 12, 52, 365 ... convert periods; several separated by "
+                    "';'); code recomputes it")
 
 
 class Claim(BaseModel):
@@ -108,6 +115,54 @@ class Risk(BaseModel):
     rationale: str = Field(default="", description="why it ranks here, from the quotes")
     owner: str = Field(default="", description="who should own it, when INPUT asks")
     mitigation: str = Field(default="", description="what reduces it, when INPUT asks")
+    calculation: str | None = Field(default=None, description=CALCULATION_HELP)
+
+
+# The integer scale of an option's points on one criterion; code adds them into its score.
+POINTS = (1, 5)
+
+
+class RankedOption(BaseModel):
+    """One ranked option (vendor, price point, course of action ...): its value and points on
+    each criterion; code computes its score from the points (never the model)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(description="R1, R2, ... from the top")
+    title: str = Field(description="the item ranked")
+    criteria: dict[str, str] = Field(default_factory=dict, description="the item's value on "
+                                     "each criterion INPUT names, as the cited quotes state it "
+                                     "(\"not stated\" when they say nothing on it)")
+    points: dict[str, int] = Field(default_factory=dict, description=(
+        f"per criterion, an integer from {POINTS[0]} (meets it worst) to {POINTS[1]} (meets it "
+        "best), judged on the value given"))
+    rationale: str = Field(default="", description="why each criterion gets its points, from "
+                           "the quotes")
+    evidence_ids: list[str]
+    calculation: str | None = Field(default=None, description=CALCULATION_HELP)
+    # A total stated by an answer recorded before options had points (not asked any more).
+    score: int | None = None
+
+
+class OptionsAnswer(BaseModel):
+    """The rank step's answer for a ranking of anything but risks: the ranked items from the
+    highest score down. An answer of the earlier shape (its items under "risks", a stated
+    score, no points) parses too, marked ``legacy``: recorded runs replay."""
+
+    model_config = ConfigDict(extra="allow")
+
+    items: list[RankedOption]
+    round: int | None = None
+    revisions: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _earlier_shape(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "items" not in data and isinstance(data.get("risks"),
+                                                                          list):
+            return {**{k: v for k, v in data.items() if k != "risks"},
+                    "items": data["risks"], "legacy": True}
+        return data
 
 
 class RankAnswer(BaseModel):
@@ -405,11 +460,109 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
 
 
 # --- rank ------------------------------------------------------------------------------
+def item_figure_problems(at: str, fields: Mapping[str, str], ids: list[str],
+                         quotes: Mapping[str, str], calculation: str | None) -> list[Problem]:
+    """Every figure of a ranked item's fields (title, criterion values, rationale) in a quote
+    the item cites, or given by its checked ``calculation`` (one for the whole item: its
+    results may stand in any field), or the difference of a range of cited figures written in
+    the same field (``kinds.claims``); a problem names each other figure and its field."""
+    out: list[Problem] = []
+    derived: set[str] = set()
+    if calculation:
+        whole = " | ".join(fields.values())
+        out, derived = calculation_problems(at, whole, calculation, ids, quotes)
+        if out:
+            derived = set()
+    for name, text in fields.items():
+        out += [p for p in figure_problems(at, text, ids, quotes, ranges=True, field=name)
+                if p.value not in derived]
+    return out
+
+
+def _common_rules(at: str, item: Any, seen: set[str], known: set[str],
+                  quotes: Mapping[str, str], asks: Mapping[str, Any]) -> list[Problem]:
+    """What every ranked item must satisfy: a value for every criterion and every field the
+    unit asks for, a unique id, known cited ids, and every figure grounded."""
+    problems = [problem(f"{at}.criteria", "criterion", "gives no value for the criterion "
+                        "(write \"not stated\" when no quote gives one)", c)
+                for c in asks.get("criteria", []) if not str(item.criteria.get(c, "")).strip()]
+    problems += [problem(f"{at}.{f}", "asked", "the unit asks for it")
+                 for f in asks.get("ask", []) if getattr(item, f, None) in (None, "")]
+    if item.id in seen:
+        problems.append(problem(f"{at}.id", "unique", "is listed twice", item.id))
+    seen.add(item.id)
+    problems += known_ids(f"{at}.evidence_ids", item.evidence_ids, known)
+    fields = {"title": item.title, **{f"criteria.{c}": str(v) for c, v in item.criteria.items()},
+              "rationale": item.rationale}
+    return problems + item_figure_problems(at, fields, item.evidence_ids, quotes,
+                                           item.calculation)
+
+
+def weights_of(asks: Mapping[str, Any]) -> dict[str, int]:
+    """Each criterion's weight in an option's score: the unit's ``weights`` (criterion ->
+    integer), 1 for a criterion it does not weigh."""
+    declared = asks.get("weights") or {}
+    return {str(c): int(declared.get(c, 1)) for c in asks.get("criteria") or []}
+
+
+def points_score(points: Mapping[str, Any], asks: Mapping[str, Any]) -> int | None:
+    """An option's score from its points: the sum over the criteria of weight × points; None
+    when a criterion has no points on the scale."""
+    weights = weights_of(asks)
+    if not weights or not all(_on_scale(points.get(c)) for c in weights):
+        return None
+    return sum(w * int(points[c]) for c, w in weights.items())
+
+
+def _on_scale(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and \
+        POINTS[0] <= value <= POINTS[1]
+
+
+def _options_rules(known: set[str], quotes: Mapping[str, str],
+                   asks: Mapping[str, Any]) -> Any:
+    """What a ranking of options must satisfy: the common rules, points on the scale for
+    every criterion (code computes the score from them), and the items listed from the
+    highest computed score down. An answer of the earlier shape (``legacy``: a stated score,
+    no points) is held to the 1-25 range and order of its stated scores."""
+
+    def rules(answer: OptionsAnswer, inputs: Mapping[str, Any]) -> list[Problem]:
+        legacy = bool((answer.model_extra or {}).get("legacy"))
+        problems: list[Problem] = []
+        seen: set[str] = set()
+        previous: int | None = None
+        for n, item in enumerate(answer.items):
+            at = f"items[{n}]"
+            problems += _common_rules(at, item, seen, known, quotes, asks)
+            if legacy and not item.points and item.score is not None:
+                score: int | None = item.score
+                if not 1 <= item.score <= 25:
+                    problems.append(problem(f"{at}.score", "range", "must be 1-25", item.score))
+                    continue
+            else:
+                problems += [problem(f"{at}.points", "points", f"gives no points from "
+                                     f"{POINTS[0]} to {POINTS[1]} (an integer) for the "
+                                     "criterion", c)
+                             for c in weights_of(asks) if not _on_scale(item.points.get(c))]
+                score = points_score(item.points, asks)
+            if score is None:
+                continue
+            if previous is not None and score > previous:
+                problems.append(problem(f"{at}.points", "order", "its points add up to a "
+                                        f"higher score ({score}) than the item ranked above it "
+                                        f"({previous}): list the items from the highest score "
+                                        "down", score))
+            previous = score
+        return problems
+
+    return rules
+
+
 def _rank_rules(known: set[str], quotes: Mapping[str, str],
                 asks: Mapping[str, Any] | None = None) -> Any:
-    """What a ranking must satisfy whatever the model says: ids unique, scores 1-25, sorted,
-    cited ids known, a figure in a title in the evidence it cites, a value for every
-    criterion and every field the unit asks for, and a risk's score its likelihood × impact
+    """What a ranking of risks must satisfy whatever the model says: the common rules
+    (``_common_rules``: ids unique, cited ids known, every figure grounded, criteria and
+    asked fields given), scores 1-25 and sorted, and a risk's score its likelihood × impact
     when it gives both. (Whether the evidence bears an item out is the claim check's
     question.)"""
     asks = asks or {}
@@ -420,24 +573,10 @@ def _rank_rules(known: set[str], quotes: Mapping[str, str],
         previous: int | None = None
         for n, risk in enumerate(answer.risks):
             at = f"risks[{n}]"
-            problems += [problem(f"{at}.criteria", "criterion", "gives no value for the "
-                                 "criterion (write \"not stated\" when no quote gives one)", c)
-                         for c in asks.get("criteria", []) if not str(
-                             risk.criteria.get(c, "")).strip()]
-            problems += [problem(f"{at}.{f}", "asked", "the unit asks for it")
-                         for f in asks.get("ask", []) if getattr(risk, f, None) in (None, "")]
+            problems += _common_rules(at, risk, seen, known, quotes, asks)
             if risk.likelihood and risk.impact and risk.likelihood * risk.impact != risk.score:
                 problems.append(problem(f"{at}.score", "product", f"is not likelihood × impact "
                                         f"({risk.likelihood} × {risk.impact})", risk.score))
-            if risk.id in seen:
-                problems.append(problem(f"{at}.id", "unique", "is listed twice", risk.id))
-            seen.add(risk.id)
-            problems += known_ids(f"{at}.evidence_ids", risk.evidence_ids, known)
-            problems += [problem(f"{at}.title", "cited_figure",
-                                 "the figure is in none of the cited quotes", f)
-                         for f in figures_of(normalise(risk.title))
-                         if f not in {g for i in risk.evidence_ids
-                                      for g in figures_of(normalise(quotes.get(i, "")))}]
             if not 1 <= risk.score <= 25:
                 problems.append(problem(f"{at}.score", "range", "must be 1-25", risk.score))
                 continue
@@ -454,8 +593,18 @@ def _rank_rules(known: set[str], quotes: Mapping[str, str],
 RANK_FIELDS = ("likelihood", "impact", "rationale", "owner", "mitigation")
 
 
-def _risks_of(response: Any, index: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
-    raw = response.get("risks") if isinstance(response, dict) else None
+def _risks_of(response: Any, index: dict[str, dict[str, str]],
+              asks: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The ranked items of an answer (``items``, or ``risks``: a risk ranking's and the
+    earlier shape's), each option's score computed from its points (``points_score``); a
+    score the answer states is kept only for a risk (checked as likelihood × impact) or an
+    item of the earlier shape, which has no points (marked ``score_from: "stated"``)."""
+    asks = asks or {}
+    options = bool(asks.get("ranks"))
+    raw = None
+    if isinstance(response, dict):
+        raw = response.get("items") if isinstance(response.get("items"), list) else \
+            response.get("risks")
     risks = []
     for r in raw if isinstance(raw, list) else []:
         if isinstance(r, dict):
@@ -465,7 +614,21 @@ def _risks_of(response: Any, index: dict[str, dict[str, str]]) -> list[dict[str,
                     "source_ids": _source_ids(ids, index)}
             if isinstance(r.get("criteria"), dict) and r["criteria"]:
                 item["criteria"] = {str(k): str(v) for k, v in r["criteria"].items()}
+            if options:
+                points = r.get("points") if isinstance(r.get("points"), dict) else {}
+                computed = points_score(points, asks)
+                if points or computed is not None or r.get("score") is None:
+                    item["points"] = {str(k): v for k, v in points.items()}
+                    item["score"] = computed
+                    item["score_from"] = "points"
+                else:
+                    item["score_from"] = "stated"
+            elif r.get("likelihood") and r.get("impact") and isinstance(r["likelihood"], int) \
+                    and isinstance(r["impact"], int):
+                item["score"] = r["likelihood"] * r["impact"]  # code's product, not the model's
             item.update({k: r[k] for k in RANK_FIELDS if r.get(k) not in (None, "")})
+            if r.get("calculation"):
+                item["calculation"] = str(r["calculation"])
             risks.append(item)
     return risks
 
@@ -481,6 +644,8 @@ def _rank_asks(ctx: UnitContext) -> dict[str, Any]:
         out["criteria"] = [str(c) for c in p["criteria"]]
     if p.get("ask"):
         out["ask"] = [str(a) for a in p["ask"]]
+    if isinstance(p.get("weights"), dict) and p["weights"]:
+        out["weights"] = {str(k): int(v) for k, v in p["weights"].items()}
     return out
 
 
@@ -490,33 +655,46 @@ def _check_extras(item: Mapping[str, Any], asks: Mapping[str, Any]) -> dict[str,
     plain risk ranking's check requests stay as they were)."""
     if not asks.get("ranks") and not asks.get("criteria"):
         return {}
-    return {k: item[k] for k in ("criteria", "rationale") if item.get(k)}
+    return {k: item[k] for k in ("criteria", "points", "rationale", "calculation")
+            if item.get(k)}
 
 
 def _rank_schema(asks: Mapping[str, Any]) -> dict[str, Any] | None:
     """The rank answer's JSON Schema with the unit's criteria named as the properties of
-    each item's ``criteria`` (None without criteria: the plain schema). A free-form map
-    cannot be sent under strict structured output, which closes every object: a model
-    could give no criterion at all."""
+    each item's ``criteria`` (and of an option's ``points``); None for a plain risk ranking
+    (the plain schema). A free-form map cannot be sent under strict structured output, which
+    closes every object: a model could give no criterion at all. A ranking of options is
+    asked as ``items`` with no score (code adds the points), likelihood, impact, owner or
+    mitigation."""
     criteria = [str(c) for c in asks.get("criteria") or []]
-    if not criteria:
+    options = bool(asks.get("ranks"))
+    if not criteria and not options:
         return None
-    schema = copy.deepcopy(json_schema_of(RankAnswer))
-    risk = schema["$defs"]["Risk"]
-    field = {k: v for k, v in risk["properties"]["criteria"].items()
+    if options:
+        schema = copy.deepcopy(json_schema_of(OptionsAnswer))
+        item = schema["$defs"]["RankedOption"]
+        item["properties"].pop("score", None)
+        what = str(asks["ranks"])
+        item["properties"]["title"]["description"] = f"the item ranked (one of the {what})"
+        schema["properties"]["items"]["description"] = (
+            f"the {what}, from the highest score down (code adds each one's points)")
+    else:
+        schema = copy.deepcopy(json_schema_of(RankAnswer))
+        item = schema["$defs"]["Risk"]
+    props = item["properties"]
+    field = {k: v for k, v in props["criteria"].items()
              if k not in ("additionalProperties", "default")}
-    risk["properties"]["criteria"] = {**field, "type": "object", "properties": {
+    props["criteria"] = {**field, "type": "object", "properties": {
         c: {"type": "string"} for c in criteria}, "required": criteria}
-    risk["required"] = [*risk.get("required", []), "criteria"]
-    what = str(asks.get("ranks") or "risks")
-    if what != "risks":
-        # Options (vendors, price points, …) are scored on the criteria, never as risks.
-        props = risk["properties"]
-        props["title"]["description"] = f"the item ranked (one of the {what})"
-        props["score"]["description"] = ("1-25 on the criteria INPUT declares taken together, "
-                                         "higher is better")
-        for k in ("likelihood", "impact"):
-            props[k]["description"] = "for risks only: null here"
+    required = [*item.get("required", []), "criteria"]
+    if options:
+        points = {k: v for k, v in props["points"].items()
+                  if k not in ("additionalProperties", "default")}
+        props["points"] = {**points, "type": "object", "properties": {
+            c: {"type": "integer", "minimum": POINTS[0], "maximum": POINTS[1]}
+            for c in criteria}, "required": criteria}
+        required += ["points", "rationale"]
+    item["required"] = list(dict.fromkeys(required))
     return schema
 
 
@@ -528,16 +706,27 @@ def ranking_table(doc: dict[str, Any], cite_ids: Any) -> list[str]:
     noun = what[:-1] if what.endswith("s") else what
     criteria = [str(c) for c in doc.get("criteria") or []]
     extra = [k for k in RANK_FIELDS if any(r.get(k) not in (None, "") for r in items)]
-    score = "Score (likelihood × impact)" if what == "risks" else "Score"
-    head = ["Rank", noun.capitalize(), *[c for c in criteria], score,
-            *[k.capitalize() for k in extra], "Evidence"]
+    # An option's points on each criterion stand beside its value (the score is their sum).
+    pointed = what != "risks" and any(r.get("points") for r in items)
+    score = "Score (likelihood × impact)" if what == "risks" else \
+        "Score (sum of points)" if pointed else "Score"
+    columns = [h for c in criteria for h in ([c, f"{c}: points"] if pointed else [c])]
+    calculated = any(r.get("calculation") for r in items)
+    head = ["Rank", noun.capitalize(), *columns, score,
+            *[k.capitalize() for k in extra], *(["Calculation"] if calculated else []),
+            "Evidence"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     # The rank is a plain number (1 from the top): item ids (R1, R2, ...) would read as
     # source ids in a document.
     for rank, r in enumerate(items, start=1):
-        crit = r.get("criteria") or {}
-        cells = [str(rank), r["title"], *[str(crit.get(c, "")) for c in criteria],
-                 str(r.get("score")), *[str(r.get(k, "")) for k in extra],
+        crit, points = r.get("criteria") or {}, r.get("points") or {}
+        values = [cell for c in criteria for cell in (
+            [str(crit.get(c, "")), f"{points[c]}/{POINTS[1]}" if c in points else "-"]
+            if pointed else [str(crit.get(c, ""))])]
+        calc = [f"(calculated: `{r['calculation']}`)" if r.get("calculation") else ""] \
+            if calculated else []
+        cells = [str(rank), r["title"], *values,
+                 str(r.get("score")), *[str(r.get(k, "")) for k in extra], *calc,
                  cite_ids(r["evidence_ids"])]
         lines.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in cells)
                      + " |")
@@ -575,7 +764,8 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
     quotes = {str(e["id"]): str(e.get("quote", "")) for e in evidence}
     steps: list[StepResult] = []
     asks = _rank_asks(ctx)
-    checklist = risk_checklist(ctx, audience) if "ranks" not in asks else None
+    options = "ranks" in asks  # a ranking of anything but risks: items scored by points
+    checklist = risk_checklist(ctx, audience) if not options else None
     vocabulary = {"checklist": checklist} if checklist is not None else {}
     told = {**decision_for(ctx), **sources_for(ctx, evidence)}  # the same every round
     for rnd in range(1, max_rounds + 1) if evidence else ():
@@ -583,11 +773,12 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
         rank_step = run_model_step(ctx, prompt=_prompt(ctx, "rank"), inputs={
             "task": "rank", "question": question, "audience": audience, **told,
             "evidence": writer_evidence(evidence),
-            "round": rnd, "feedback": problems, **vocabulary, **asks}, schema=RankAnswer,
-            json_schema=_rank_schema(asks),
-            rules=_rank_rules(set(known), quotes, asks), round=rnd, label=f"round {rnd}")
+            "round": rnd, "feedback": problems, **vocabulary, **asks},
+            schema=OptionsAnswer if options else RankAnswer, json_schema=_rank_schema(asks),
+            rules=(_options_rules if options else _rank_rules)(set(known), quotes, asks),
+            round=rnd, label=f"round {rnd}")
         ranked = rank_step.parsed
-        risks = _risks_of(ranked, index)
+        risks = _risks_of(ranked, index, asks)
         ctx.safe_point(f"check round {rnd}/{max_rounds}")
         check_step = run_model_step(ctx, prompt=_prompt(ctx, "check", "check_prompt"), inputs={
             "task": "check", "evidence_ids_known": known, "claims": [
@@ -626,6 +817,7 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
            "evidence": index, "notice": "; ".join(notices(*responses)),
            "conflicts": conflicts_of(ctx, quotes),
            "ranks": asks.get("ranks", "risks"), "criteria": asks.get("criteria", []),
+           **({"weights": weights_of(asks)} if options else {}),
            "ask": asks.get("ask", []), "models": models_of(*steps),
            "quotes": {i: quotes[i] for r in risks for i in r["evidence_ids"] if i in quotes},
            "sources": source_titles(ctx, evidence, {i for r in risks for i in r["evidence_ids"]})}

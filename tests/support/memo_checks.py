@@ -100,14 +100,17 @@ def _without_ids(text: str) -> str:
     return re.sub(r"\b[A-Z]\d+(?:-e\d+)?\b", " ", LOCATED_CITE_RE.sub(" ", text))
 
 
-def line_problems(line: str, ids: set[str], quotes: dict[str, str]) -> list[str]:
+def line_problems(line: str, ids: set[str], quotes: dict[str, str],
+                  ranges: bool = False) -> list[str]:
     """Each figure ``line`` states that none of the quotes of ``ids`` holds and its checked
     calculation (``(calculated: `...`)``) does not give, and that calculation's own problems
-    (recomputed, operands in the cited quotes: keepstep's claim rules)."""
+    (recomputed, operands in the cited quotes: keepstep's claim rules). ``ranges``: a
+    ranked item's row, where a difference written beside both its cited ends passes, as the
+    rank step's rules let it (``kinds.claims.range_differences``)."""
     calculation = _CALCULATED_RE.search(line)
     text = _without_ids(_CALCULATED_RE.sub(" ", line))
     found = figure_problems("line", text, sorted(ids), quotes,
-                            calculation.group(1) if calculation else None)
+                            calculation.group(1) if calculation else None, ranges=ranges)
     return [f"{p.rule}: {p.message} ({p.value})" for p in found]
 
 
@@ -152,7 +155,8 @@ def unsupported_figures(memo: str, sources: dict[str, str]) -> list[str]:
             line = re.sub(r"^\s*(?:\d+[.)]|[-*+])\s+", "", line)  # a list item's number
             line = re.sub(r"\(score (\d+)\)",
                           lambda m: " " if m.group(1) in scores else m.group(0), line)
-            if line.startswith("|") and header:
+            row = line.startswith("|") and bool(header)
+            if row:
                 cells = [c.strip() for c in line.strip().strip("|").split("|")]
                 line = " ".join(c for h, c in zip(header, cells, strict=False)
                                 if h not in ("Rank", "Evidence") and not h.startswith("Score"))
@@ -160,7 +164,8 @@ def unsupported_figures(memo: str, sources: dict[str, str]) -> list[str]:
                 # are the score's parts, not figures of the sources.
                 line = re.sub(r"\b[1-5]\s*/\s*5\b", " ", line)
             problems += [f"{name}: {p} in {line.strip()[:70]!r}"
-                         for p in line_problems(line, ids, quotes)]
+                         for p in line_problems(line, ids, quotes,
+                                                ranges=row)]
     return problems
 
 
