@@ -628,20 +628,25 @@ def test_a_derived_figure_reaches_the_document_as_a_checked_calculation() -> Non
 
 
 def test_a_ranking_must_carry_the_criteria_and_fields_its_unit_asks_for() -> None:
-    """An option without a value for a criterion, or without the asked rationale, is revised."""
+    """An option without a value for a criterion, or without the asked rationale, is revised.
+    (Options are answered as "items" with points per criterion since issue 20's rebuildable
+    scores: the feedback names items[0], not risks[0] as before; code adds the points.)"""
     artifacts = _verified()
-    thin = {"risks": [{"id": "R1", "title": "Annual subscription", "score": 20,
-                       "evidence_ids": ["B1-e1"], "criteria": {"fit": "good"}}]}
-    full = {"risks": [{"id": "R1", "title": "Annual subscription", "score": 20,
+    thin = {"items": [{"id": "R1", "title": "Annual subscription", "evidence_ids": ["B1-e1"],
+                       "criteria": {"fit": "good"}, "points": {"fit": 4}}]}
+    full = {"items": [{"id": "R1", "title": "Annual subscription",
                        "evidence_ids": ["B1-e1"], "rationale": "lower price",
-                       "criteria": {"fit": "good", "price per meter": "NVK 40"}}]}
+                       "criteria": {"fit": "good", "price per meter": "NVK 40"},
+                       "points": {"fit": 4, "price per meter": 5}}]}
     ctx = _ctx("R1", artifacts, Script(rank=[thin, full], check=[{"problems": []}]))
     assert _run(ctx).passed
     ranks = [c for c in ctx.calls if c["task"] == "rank"]
     assert len(ranks) == 2
     feedback = ranks[1]["messages"][-1]["content"]
-    assert "risks[0].criteria [criterion]" in feedback and "risks[0].rationale [asked]" in feedback
-    assert ctx.json_output("ranking.json")["risks"][0]["rationale"] == "lower price"
+    assert "items[0].criteria [criterion]" in feedback and "items[0].rationale [asked]" in feedback
+    assert "items[0].points [points]" in feedback
+    ranked = ctx.json_output("ranking.json")["risks"][0]
+    assert ranked["rationale"] == "lower price" and ranked["score"] == 9
 
 
 def test_gaps_are_a_list_in_the_findings_only_when_no_section_lists_them() -> None:

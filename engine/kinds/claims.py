@@ -355,5 +355,5 @@ def support_problems(field_name: str, claims: list[Any], answer: SupportAnswer |
 __all__ = ["FREE_CONSTANTS", "CalculationError", "SupportAnswer", "SupportVerdict",
            "calculation_problems", "claim_rules", "evaluate", "figure_holders", "figure_problems",
            "figure_value",
-           "figures_of", "range_differences", "split_calculation", "stated_figures", "states", "support_inputs",
-           "support_problems"]
+           "figures_of", "range_differences", "split_calculation", "stated_figures", "states",
+           "support_inputs", "support_problems"]

@@ -34,7 +34,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from keepstep.engine.gateway.answers import Problem, json_schema_of, problem
-from keepstep.engine.gateway.offline_rules import normalise
 from keepstep.engine.kinds.citable import citable_conflicts, conflict_evidence, expand
 from keepstep.engine.kinds.claims import (
     SupportAnswer,
@@ -615,7 +614,8 @@ def _risks_of(response: Any, index: dict[str, dict[str, str]],
             if isinstance(r.get("criteria"), dict) and r["criteria"]:
                 item["criteria"] = {str(k): str(v) for k, v in r["criteria"].items()}
             if options:
-                points = r.get("points") if isinstance(r.get("points"), dict) else {}
+                given = r.get("points")
+                points: dict[str, Any] = given if isinstance(given, dict) else {}
                 computed = points_score(points, asks)
                 if points or computed is not None or r.get("score") is None:
                     item["points"] = {str(k): v for k, v in points.items()}
