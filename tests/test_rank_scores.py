@@ -62,6 +62,9 @@ def test_code_computes_an_options_score_from_its_points() -> None:
     states is not taken; a missing or off-scale point is named; the order is the computed
     scores'."""
     assert points_score({"hull price": 4, "delivery": 3}, ASKS) == 7
+    from keepstep.engine.core.presets import RankParams
+    declared = RankParams.model_validate({**ASKS, "weights": {"hull price": 2}})
+    assert declared.weights == {"hull price": 2}  # a plan may declare weights
     weighted = {**ASKS, "weights": {"hull price": 2}}
     assert points_score({"hull price": 4, "delivery": 3}, weighted) == 11
     assert points_score({"hull price": 4}, ASKS) is None

@@ -74,7 +74,14 @@ class _Ranked(_Params):
                        "x impact), or options, vendors, price points ... (scored on the "
                        "criteria); the documents' table is a table of these")
     criteria: list[str] = Field(default_factory=list, description="the criteria each ranked "
-                                "item is given a value for (the table's columns)")
+                                "item is given a value for (the table's columns); a ranking "
+                                "of anything but risks also gives 1-5 points per criterion, "
+                                "and code computes the score from them (their sum): the model "
+                                "never states a total")
+    weights: dict[str, int] = Field(default_factory=dict, description="options (not risks): an "
+                                    "integer weight per criterion ({ \"hull price\" = 2 }; 1 "
+                                    "for a criterion not named): the score is the sum of weight "
+                                    "x points")
     ask: list[Literal["likelihood", "impact", "rationale", "owner", "mitigation"]] = Field(
         default_factory=list, description="further fields each ranked item must carry")
 

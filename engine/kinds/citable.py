@@ -107,6 +107,15 @@ def ranking_text(unit: str, doc: Mapping[str, Any], item: Mapping[str, Any]) -> 
             + f" with score {item.get('score')}.")
     if crit:
         text += f" Criteria: {crit}."
+    points = item.get("points")
+    if isinstance(points, dict) and points:
+        text += (" Points (1-5 per criterion; the score is "
+                 + ("their weighted sum" if any(int(w) != 1 for w in
+                                                (doc.get("weights") or {}).values())
+                    else "their sum") + "): "
+                 + "; ".join(f"{k}: {v}" for k, v in points.items()) + ".")
+    if item.get("calculation"):
+        text += f" Calculation (recomputed by code): {item['calculation']}."
     if item.get("rationale"):
         text += f" Rationale: {str(item['rationale']).strip()}"
     return text

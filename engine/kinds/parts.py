@@ -459,9 +459,13 @@ def risk_table(src: Sources, repeat: bool = False) -> str:
 def executive_summary(src: Sources, repeat: bool = False) -> str:
     summary = [f"- **{s['title']}**: {claim_line(c, src.index, src)}"
                for s in src.syntheses if (c := _first_fresh(src, s, repeat)) is not None]
-    if src.risks():
-        top = src.risks()[0]
-        summary.append(f"- **Top risk**: {top['title']} (score {top['score']}) "
+    ranked = next((d for d in src.rankings if d.get("risks")), None)
+    if ranked is not None:
+        # The top of what the ranking ranks: a risk, or the top-ranked option (vendor, ...).
+        top = ranked["risks"][0]
+        label = "Top risk" if str(ranked.get("ranks") or "risks") == "risks" else \
+            f"Top-ranked {_noun(ranked)}"
+        summary.append(f"- **{label}**: {top['title']} (score {top['score']}) "
                        f"{_cite(top['evidence_ids'], src.index)}")
     return "\n".join(summary) or "No synthesis was given for this report."
 
