@@ -147,6 +147,9 @@ def test_the_memo_repeats_nothing_cites_what_holds_each_figure_and_names_the_mod
     # It was the one figure no check held before; now every figure of every cited line is.
     assert unsupported_figures(memo, source_texts(replayed["root"])) == []
     assert "varying by 4 million euro (18 to 22 million)" in sections(memo)["options"]
+    # The recorded answers predate points per criterion: their stated scores are kept (the
+    # earlier shape parses) and the line under the table says they cannot be rebuilt.
+    assert "it has no points per criterion to rebuild it from" in memo
     assert "offline heuristic" not in memo.lower()
     assert f"_Models that answered: {RECORDED_MODEL}" in memo
     # The recommendation states a derived figure (the year's berth fees at 2,600 calls) as a
