@@ -413,6 +413,39 @@ def test_a_ranking_of_options_renders_as_a_table_of_options() -> None:
     assert "round(s)" not in memo and "likelihood × impact" not in memo
 
 
+def test_the_prose_of_a_document_over_options_speaks_of_the_top_ranked_option() -> None:
+    """A document's model-written prose over a ranking of options is given its top-ranked
+    option as "top_ranked" (what it ranks named), no "risks"; the render prompt asks for the
+    top risk only when INPUT gives risks (issue 20)."""
+    artifacts = _synthesis_and_ranking()
+    asked: list[dict[str, Any]] = []
+
+    def writer(payload: dict[str, Any]) -> dict[str, Any]:
+        if payload.get("task") == "support":
+            return _all_supported(payload)
+        asked.append(payload)
+        return {"sentences": [{"text": "The annual subscription ranks first of the options.",
+                               "evidence_ids": ["B1-e1"]}]}
+
+    ctx = _ctx("D1", artifacts, writer)
+    assert _run(ctx).passed
+    prose = [p for p in asked if p.get("task") == "render" and "top_ranked" in p]
+    assert prose, [(p.get("task"), sorted(p)) for p in asked]
+    assert prose[0]["risks"] == []
+    assert [(t["ranks"], t["title"]) for t in prose[0]["top_ranked"]] == [
+        ("options", "Annual subscription")]
+    system = next(c for c in ctx.calls if c["task"] == "render")["messages"]
+    text = " ".join(str(m["content"]) for m in system)
+    assert 'the top risk when INPUT gives "risks"' in text
+    assert 'the top-ranked option when it gives "top_ranked"' in text
+    assert "Top risk" not in ctx.outputs["memo.md"].decode()
+    # Written by rule (offline), the summary labels the top of a ranking of options as such.
+    offline = _ctx("D1", artifacts, lambda p: {"sentences": []}, profile=None)
+    assert _run(offline).passed
+    memo = offline.outputs["memo.md"].decode()
+    assert "**Top-ranked option**: Annual subscription" in memo and "Top risk" not in memo
+
+
 def test_no_finding_is_repeated_across_sections() -> None:
     """The summary takes each synthesis's lead finding; the findings section does not show
     it again (ME-042's report and decision brief, and a small memo)."""
