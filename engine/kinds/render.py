@@ -30,7 +30,7 @@ import io
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from keepstep.engine.core.presets import (
     FillSpec,
@@ -77,12 +77,23 @@ SPEC = KindSpec(
 )
 
 
+class Sentence(Claim):
+    """A document's sentence: a claim that may also cite INPUT's citable records."""
+
+    evidence_ids: list[str] = Field(description="the ids from INPUT it rests on: evidence "
+                                    "ids (the quote that holds each figure it states) and "
+                                    "ids of INPUT's citable_records — a disagreement (K1, "
+                                    "...) whose record says which value holds, a ranked item "
+                                    "(its record_id) whose place, score or rationale it "
+                                    "states")
+
+
 class RenderAnswer(BaseModel):
     """The render step's answer: the section's sentences, each citing evidence ids."""
 
     model_config = ConfigDict(extra="allow")
 
-    sentences: list[Claim]
+    sentences: list[Sentence]
 
 
 def table_columns(template: str) -> list[str]:
@@ -153,8 +164,10 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
             for n, c in enumerate(answer.sentences) if _words(c.text) in shown]
 
     # The decision the document serves (the contract's goal): the section answers each of
-    # its questions first (the render prompt says how).
-    decision = str(src.contract.get("goal") or src.project_contract.get("goal") or "").strip()
+    # its questions first (the render prompt says how). Only a goal the unit reads reaches the
+    # request: a contract dependency's (its contract.json) or, when the unit declares
+    # contract:goal, the project's — so a goal edit invalidates exactly the renders that use it.
+    decision = decision_of(ctx, src)
     step = run_model_step(ctx, prompt="render", inputs={
         "task": "render", "document": document, "section": section,
         "audience": src.audience, **({"decision": decision} if decision else {}), **inputs,
@@ -177,6 +190,14 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
              for c in step.value.sentences]
     src.written |= {_words(c.text) for c in step.value.sentences}
     return "\n".join(lines) or "Nothing to add to what the sections above say.", steps
+
+
+def decision_of(ctx: UnitContext, src: Sources) -> str:
+    """The goal a render unit reads (see ``_sentences_step``); "" when it reads none."""
+    goal = src.contract.get("goal")
+    if not goal and "goal" in ctx.unit.input_refs("contract"):
+        goal = src.project_contract.get("goal")
+    return str(goal or "").strip()
 
 
 def _words(text: str) -> str:

@@ -63,17 +63,28 @@ from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_st
 GENERAL_AUDIENCE = "general"
 
 
+# How a derived figure's arithmetic is written (the Claim schema of synthesize and render;
+# kinds.claims checks exactly this).
+CALCULATION_RULE = (
+    "for a derived figure (a price, margin, break-even): the arithmetic, e.g. "
+    "\"1200 * (1 - 15%) = 1020\". Operands are figures stated in the cited quotes or records, "
+    "as written there with their scale (\"18 million\" is 18 or 18000000), or 1, 100, 1000, "
+    "7, 12, 24, 52, 60, 365 to convert periods; an intermediate result is never an operand: "
+    "write each step over quoted figures and separate the steps with ';' (\"2600 * 140 = "
+    "364000; 2600 * (140 - 120) = 52000\"). Every result after '=' is a figure the text "
+    "states. Code recomputes every step")
+
+
 class Claim(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     text: str = Field(description="one or two sentences")
-    evidence_ids: list[str] = Field(description="the ids of the evidence it rests on (the "
-                                    "quote that holds each figure it states)")
-    calculation: str | None = Field(default=None, description="for a derived figure (a "
-                                    "price, margin, break-even): the arithmetic from figures "
-                                    "of the cited quotes, e.g. \"1200 * (1 - 15%) = 1020\" "
-                                    "(numbers only; 12, 52, 365 ... convert periods; several "
-                                    "separated by ';'); code recomputes it")
+    evidence_ids: list[str] = Field(description="the ids from INPUT it rests on: evidence "
+                                    "ids (the quote that holds each figure it states) and, "
+                                    "where INPUT gives \"conflicts\", the id (K1, ...) of "
+                                    "each disagreement whose record it restates (which value "
+                                    "holds, and why)")
+    calculation: str | None = Field(default=None, description=CALCULATION_RULE)
     confidence: Literal["high", "medium", "low"] | None = Field(
         default=None, description="how firmly the cited evidence carries the claim")
     confidence_reason: str | None = Field(
@@ -129,8 +140,16 @@ class CheckAnswer(BaseModel):
     problems: list[str]
 
 
-# Tokens of one support verdict (the claim's id, the verdict, a one-sentence reason).
-SUPPORT_ANSWER_TOKENS = 50
+# Tokens of one support verdict: its keys and punctuation, the claim's id and the verdict
+# (~25), and a reason of one full sentence (~55; the model remarks of the recorded run said
+# 50 a claim was too tight: reasons shrank to a few words), and the answer's frame. It sizes
+# the request's max_tokens as other requests are sized (gateway.profile.max_tokens_for).
+SUPPORT_ANSWER_TOKENS, SUPPORT_FRAME_TOKENS = 80, 20
+
+
+def support_answer_tokens(claims: int) -> int:
+    """Tokens a support check's answer over ``claims`` claims is expected to take."""
+    return SUPPORT_FRAME_TOKENS + SUPPORT_ANSWER_TOKENS * claims
 
 
 def support_judge(ctx: UnitContext, field_name: str, quotes: Mapping[str, str],
@@ -148,7 +167,7 @@ def support_judge(ctx: UnitContext, field_name: str, quotes: Mapping[str, str],
         step = run_model_step(ctx, prompt="support", schema=SupportAnswer,
                               inputs=support_inputs(field_name, claims, quotes, headers),
                               label="support check",
-                              answer_tokens=SUPPORT_ANSWER_TOKENS * len(claims))
+                              answer_tokens=support_answer_tokens(len(claims)))
         record.setdefault("steps", []).append(step)
         if not step.ok:
             record["verdicts"] = {}
