@@ -11,10 +11,13 @@ support it, contradict it or not address it (an enum), and every claim not suppo
 back to the writer as a named problem to revise.
 
 Callers may rely on: ``calculation_problems`` passing exactly when every operand is a cited
-figure (a number a cited quote writes in digits or as a word, or one of ``FREE_CONSTANTS``:
+figure (a number a cited quote writes in digits or as a word, at its written scale or as
+the whole number — "18 million" is 18 or 18000000, "22000000" is also 22 (million) — or one
+of ``FREE_CONSTANTS``:
 1, 100, 1000 and the calendar's 7, 12, 24, 52, 60, 365) and each recomputed result (several
 calculations separated by ``;``) is a figure the text states (to the
-precision the text writes it, or as a percentage); ``claim_rules`` giving one named problem
+precision the text writes it, or as a percentage, at either scale: "4 million" states 4 and
+4000000); ``claim_rules`` giving one named problem
 per broken rule, so a revise round can say which claim broke which.
 """
 
@@ -201,6 +204,10 @@ def calculation_problems(at: str, text: str, calculation: str, ids: list[str],
     cited: set[float] = set()
     for i in ids:
         cited |= quote_values(quotes.get(i, ""))
+    # An operand carries no scale word: a quote's 22000000 may be used as 22 (million) or
+    # 22000 (thousand), as its "18 million" may be used as 18 or 18000000.
+    cited |= {v / scale for v in cited for scale in (1e3, 1e6, 1e9)
+              if v >= scale and v % scale == 0}
     out: list[Problem] = []
     accounted: set[str] = set()
     for part in (p.strip() for p in calculation.split(";")):
