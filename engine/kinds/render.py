@@ -62,6 +62,7 @@ from keepstep.engine.kinds.common import (
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, run_model_step
 from keepstep.engine.kinds.parts import TABLE_COLUMNS, TOP_RISKS, Sources, fill_part
+from keepstep.engine.kinds.stale import label_for
 from keepstep.engine.kinds.synthesize import Claim, support_judge
 
 # A column of a table template: a list item such as "- source_id" or "- `quote`".
@@ -117,6 +118,9 @@ def _evidence_table(src: Sources, template: str, params: RenderParams) -> tuple[
     if header and "models" not in header:
         # The CSV names the models that answered whatever its template lists (issue 20).
         header.append("models")
+    if header and src.stale and "stated_before" not in header:
+        # A figure stated before its period ended is marked whatever the template lists.
+        header.append("stated_before")
     rows = sorted(src.evidence, key=lambda e: natural_key(str(e["id"])))
     if params.rows is not None:
         if params.rows.cited_by:
@@ -133,7 +137,8 @@ def _evidence_table(src: Sources, template: str, params: RenderParams) -> tuple[
         row = {**{k: str(e.get(k, "")) for k in TABLE_COLUMNS},
                "group": str(e.get("group") or src.index.get(str(e["id"]), {}).get("group", "")),
                "figures": "; ".join(str(f) for f in e.get("figures", [])),
-               "models": models}
+               "models": models,
+               "stated_before": src.stale.get(str(e["id"]), ("", []))[0]}
         writer.writerow([row.get(h, "") for h in header])
     return out.getvalue(), problems
 
@@ -168,10 +173,12 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
     # request: a contract dependency's (its contract.json) or, when the unit declares
     # contract:goal, the project's — so a goal edit invalidates exactly the renders that use it.
     decision = decision_of(ctx, src)
+    stale = {i: label for i, (label, _) in src.stale.items() if i in quotes}
     step = run_model_step(ctx, prompt="render", inputs={
         "task": "render", "document": document, "section": section,
         "audience": src.audience, **({"decision": decision} if decision else {}), **inputs,
-        "evidence": {k: v.strip() for k, v in sorted(quotes.items())}},
+        "evidence": {k: v.strip() for k, v in sorted(quotes.items())},
+        **({"stated_before_period_end": stale} if stale else {})},
         schema=RenderAnswer, rules=rules,
         judge=support_judge(ctx, "sentences", citable, record, {
             str(e["id"]): str(e["table_header"]) for e in src.evidence
@@ -181,7 +188,10 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
         return None, steps
     # A derived figure shows its checked calculation, as a finding does (the audit reads it);
     # each sentence's citation points at the quotes holding its figures.
+    # A figure stated before its period ended, written as an outcome, is labelled
+    # (kinds.stale): whatever the writer wrote, the reader is told.
     lines = [f"- {drop_record_labels(c.text.strip(), rests_on)}"
+             + label_for(c.text, expand(c.evidence_ids, rests_on)[0], src.stale)
              + (f" (calculated: `{c.calculation.strip()}`)" if c.calculation else "")
              # A cited record (a disagreement, a ranked item) stands for its evidence.
              + " " + cite(expand(figure_holders(c.text, c.evidence_ids, citable,

@@ -59,6 +59,7 @@ from keepstep.engine.kinds.common import (
 )
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_step
+from keepstep.engine.kinds.stale import label_for, stale_labels
 
 GENERAL_AUDIENCE = "general"
 
@@ -352,12 +353,17 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
     # why, the sources' dates): a claim that says which value holds rests on it.
     records = conflict_evidence(conflicts)
     citable = {**quotes, **citable_conflicts(conflicts)}
+    # A figure its source gave before the figure's period ended (kinds.stale): the request
+    # says so beside the item, and a finding stating it without saying so is labelled.
+    stale = stale_labels(evidence, recorded_source_meta(ctx))
     if evidence:
         ctx.safe_point(f"synthesize over {len(evidence)} statement(s)")
         step = run_model_step(ctx, prompt=_prompt(ctx, "synthesize"), inputs={
             "task": "synthesize", "question": question, "audience": audience,
             **decision_for(ctx), **sources_for(ctx, evidence),
             "evidence": writer_evidence(evidence),
+            **({"stated_before_period_end": {i: label for i, (label, _) in stale.items()}}
+               if stale else {}),
             **({"conflicts": conflicts} if conflicts else {}),
             **reading_hints(ctx, audience)}, schema=SynthesisAnswer,
             rules=claim_rules("claims", citable),
@@ -385,6 +391,9 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
                 claim[key] = str(c[key])
         if conflict_ids:
             claim["conflict_ids"] = conflict_ids
+        label = label_for(claim["text"], ids, stale)
+        if label:
+            claim["stated_before"] = label.strip()[1:-1]
         if f"claims[{n - 1}]" in verdicts:
             claim["support"] = verdicts[f"claims[{n - 1}]"]
         claims.append(claim)
@@ -405,7 +414,8 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
            "sources": source_titles(ctx, evidence, cited)}
     lines = [f"# {ctx.unit.title}", "", f"Question: {question}", "",
              f"Written for: {audience}", ""]
-    lines += [f"{n}. {c['text']} {cite(c['evidence_ids'], index)}"
+    lines += [f"{n}. {c['text']}" + (f" ({c['stated_before']})" if c.get("stated_before")
+                                      else "") + f" {cite(c['evidence_ids'], index)}"
               for n, c in enumerate(claims, start=1)] or ["No findings: no verified evidence."]
     if gaps:
         lines += ["", "Not answered by the sources:", *[f"- {g}" for g in gaps]]
