@@ -74,11 +74,13 @@ def test_a_quote_that_copies_a_marker_is_refused_as_before_and_told_why() -> Non
 
 # --- 2. figures: one rule for scale, numbers in words -----------------------------------------
 def test_the_extract_prompt_states_one_rule_for_a_figures_value() -> None:
-    system = " ".join(load_prompt("extract").system.split())
-    assert ('"18 million euro" is {"figure": "18 million", "value": 18000000, "unit": "euro"}'
-            in system)
-    assert '"four weeks" is {"figure": "four", "value": 4, "unit": "weeks"}' in system
-    assert '"unit" never holds a scale word' in system
+    prompt = load_prompt("extract")
+    user = " ".join(prompt.user.split())
+    assert ('So "18 million euro" is figure "18 million", value 18000000, unit "euro"; "four '
+            'weeks" is figure "four", value 4, unit "weeks".') in user
+    assert '"value": the whole number, scale word applied' in user
+    assert "never a scale word" in user
+    assert 'in digits (years and dates included) or words ("four")' in prompt.system
 
 
 def test_a_scale_split_either_way_is_one_quantity() -> None:
@@ -189,3 +191,114 @@ def test_the_schemas_say_which_records_a_claim_may_cite() -> None:
     assert "ranked item (its record_id)" in described
     assert "in evidence_ids" in load_prompt("render").system
     assert "in evidence_ids beside the evidence ids" in load_prompt("synthesize").system
+
+
+# --- 5. figures stated before their period ended -------------------------------------------------
+def test_a_periods_end_and_a_sources_date_are_read_at_their_last_day() -> None:
+    from datetime import date
+
+    from keepstep.engine.kinds.stale import period_end, source_date
+
+    assert period_end("2024") == date(2024, 12, 31)
+    assert period_end("Q1 2024") == period_end("2024-03") == period_end("March 2024") == \
+        date(2024, 3, 31)
+    assert period_end("H1 2025") == date(2025, 6, 30)
+    assert period_end("2023-2025") == date(2025, 12, 31)
+    assert period_end("2024-03-15") == date(2024, 3, 15)
+    assert period_end("") is None and period_end("this year") is None
+    assert source_date("2024-03-15") == source_date("15 March 2024") == date(2024, 3, 15)
+    assert source_date("2024") == date(2024, 12, 31)  # only a period that surely ended later
+    assert source_date("undated") is None
+
+
+STALE_EVIDENCE = [
+    {"id": "A1-e1", "source_id": "A1", "group": "A", "topic": "t", "locator": "p. 1",
+     "quote": "Readings arrived on time for 97% of meters in 2023.", "figures": ["97%", "2023"],
+     "quantities": [{"figure": "97%", "value": "97", "unit": "%", "metric": "on-time readings",
+                     "period": "2023"}]},
+    {"id": "A1-e2", "source_id": "A1", "group": "A", "topic": "t", "locator": "p. 2",
+     "quote": "The pilot covers 1,200 meters in 2024.", "figures": ["1,200", "2024"],
+     "quantities": [{"figure": "1,200", "value": "1200", "unit": "meters",
+                     "metric": "meters covered", "period": "2024"}]},
+    {"id": "B1-e1", "source_id": "B1", "group": "B", "topic": "t", "locator": "Prices",
+     "quote": "The list price is NVK 40 per meter in 2025.", "figures": ["40", "2025"],
+     "quantities": [{"figure": "40", "value": "40", "unit": "NVK", "metric": "list price",
+                     "period": "2025"}]},
+]
+STALE_META = {"A1": {"title": "Pilot report", "date": "2024-03-15"},
+              "B1": {"title": "Price list"}}  # undated: nothing of B1 can be marked
+
+
+def test_code_marks_a_figure_stated_before_its_period_ended() -> None:
+    from keepstep.engine.kinds.stale import label_for, stale_labels, stated_before
+
+    labels = stale_labels(STALE_EVIDENCE, STALE_META)
+    assert labels == {"A1-e2": ("forecast as of 15 March 2024", ["1,200"])}
+    assert stated_before(STALE_EVIDENCE, STALE_META) == {
+        "A1-e2": "forecast as of 15 March 2024"}
+    label = label_for("The pilot covered 1,200 meters.", ["A1-e2"], labels)
+    assert label == (" (forecast as of 15 March 2024: stated before the period it covers had "
+                     "ended, not an outcome)")
+    # A sentence that says what the figure is, or states none of the marked figures: no label.
+    assert label_for("The pilot was expected to cover 1,200 meters.", ["A1-e2"], labels) == ""
+    assert label_for("As of March 2024 the pilot covers 1,200 meters.", ["A1-e2"], labels) == ""
+    assert label_for("The pilot covers two towns.", ["A1-e2"], labels) == ""
+    assert label_for("Readings arrived on time for 97% of meters.", ["A1-e1"], labels) == ""
+
+
+def test_the_mark_reaches_the_requests_and_the_documents_label_it() -> None:
+    """synthesize and render requests carry the marked ids with their label; a finding (and
+    a written sentence) stating the figure as an outcome is labelled in the synthesis and the
+    document; the evidence table marks the row (CSV column and Markdown table)."""
+    import csv
+    import io
+    import json
+
+    from tests.test_documents import Script, _all_supported, _ctx, _run
+
+    doc = {"evidence": STALE_EVIDENCE, "conflicts": [], "models": ["openai/test-model"],
+           "source_meta": STALE_META}
+    artifacts = {"V1": {"verified.json": json.dumps(doc).encode()}}
+    synth = Script(synthesize=[{"claims": [
+        {"text": "The pilot covered 1,200 meters.", "evidence_ids": ["A1-e2"]},
+        {"text": "Readings arrived on time for 97% of meters.", "evidence_ids": ["A1-e1"]},
+        {"text": "The pilot was expected to cover 1,200 meters.", "evidence_ids": ["A1-e2"]}]}])
+    s1 = _ctx("S1", artifacts, lambda p: _all_supported(p) if p["task"] == "support"
+              else synth(p))
+    assert _run(s1).passed
+    [asked] = [c["payload"] for c in s1.calls if c["task"] == "synthesize"]
+    assert asked["stated_before_period_end"] == {"A1-e2": "forecast as of 15 March 2024"}
+    synthesis = json.loads(s1.outputs["synthesis.json"])
+    assert [c.get("stated_before") for c in synthesis["claims"]] == [
+        "forecast as of 15 March 2024: stated before the period it covers had ended, not an "
+        "outcome", None, None]
+    assert "1,200 meters. (forecast as of 15 March 2024: stated before" in \
+        s1.outputs["synthesis.md"].decode()
+    rank = Script(rank=[{"risks": [
+        {"id": "R1", "title": "Annual subscription", "score": 20, "evidence_ids": ["B1-e1"],
+         "criteria": {"price per meter": "NVK 40", "fit": "good"}}]}], check=[{"problems": []}])
+    _run(_ctx("R1", artifacts, rank))
+
+    # A written section: the request names the marked id; an outcome-worded sentence is labelled.
+    good = {"sentences": [{"text": "By the report, 1,200 meters are covered.",
+                           "evidence_ids": ["A1-e2"]}]}
+    d2 = _ctx("D2", artifacts, lambda p: _all_supported(p) if p["task"] == "support" else good)
+    assert _run(d2).passed
+    [asked] = [c["payload"] for c in d2.calls if c["task"] == "render"]
+    assert asked["stated_before_period_end"] == {"A1-e2": "forecast as of 15 March 2024"}
+    brief = d2.outputs["brief.md"].decode()
+    assert "- By the report, 1,200 meters are covered. (forecast as of 15 March 2024: stated " \
+        "before the period it covers had ended, not an outcome)" in brief
+
+    # Offline, the findings a document shows carry the synthesis's label.
+    d1 = _ctx("D1", artifacts, lambda p: {}, profile=None)
+    _run(d1)
+    memo = d1.outputs["memo.md"].decode()
+    assert "The pilot covered 1,200 meters. (forecast as of 15 March 2024: stated before" in memo
+
+    # The evidence table: a stated_before column whatever the template lists.
+    t1 = _ctx("T1", artifacts, lambda p: {}, profile=None)
+    assert _run(t1).passed
+    rows = list(csv.DictReader(io.StringIO(t1.outputs["table.csv"].decode())))
+    assert {r["id"]: r["stated_before"] for r in rows} == {
+        "A1-e1": "", "A1-e2": "forecast as of 15 March 2024", "B1-e1": ""}

@@ -50,13 +50,10 @@ class Quantity(BaseModel):
 
     model_config = ConfigDict(extra="allow", coerce_numbers_to_str=True)
 
-    figure: str = Field(description="the figure exactly as written in the quote, in digits "
-                        "or words, with its scale word (\"18 million\", \"four\")")
-    value: str = Field(default="", description="the whole number it states, scale applied, "
-                       "no separators: 46, 1200000, 18000000 for \"18 million\", 4 for "
-                       "\"four\"")
-    unit: str = Field(default="", description="%, EUR, units, meters, days ... never a scale "
-                      "word (\"euro\", not \"million euro\"; '' if none)")
+    figure: str = Field(description="the figure exactly as written in the quote")
+    value: str = Field(default="", description="the whole number, e.g. 46 or 18000000")
+    unit: str = Field(default="", description="%, EUR, units, days ... no scale word "
+                      "('' if none)")
     metric: str = Field(default="", description="what is measured, e.g. market share")
     entity: str = Field(default="", description="whose or what's figure it is ('' if general)")
     period: str = Field(default="", description="the year, quarter or date it holds for "

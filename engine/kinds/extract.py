@@ -90,8 +90,8 @@ class EvidenceItem(BaseModel):
         default="fact", description="what kind of statement the quote is")
     relevance: Literal["high", "medium", "low"] = Field(
         default="medium", description="how directly the quote bears on the question")
-    figures: list[str] = Field(description="every number of the quote, as written there, "
-                               "in digits or words ([] for a statement without numbers)")
+    figures: list[str] = Field(description="every number of the quote, as written there "
+                               "([] for a statement without numbers)")
     quantities: list[Quantity] = Field(
         default_factory=list, description="one entry per figure that measures something: "
         "the figure as written and what it means")

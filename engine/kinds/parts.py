@@ -174,6 +174,12 @@ class Sources:
         label (``kinds.stale``), from the sources' dates verify recorded."""
         if self._stale is None:
             self._stale = stale_labels(self.evidence, self.meta)
+            # A document reading syntheses, not the verified evidence: what they recorded.
+            for doc in self.syntheses:
+                for i, mark in (doc.get("stated_before_period_end") or {}).items():
+                    if isinstance(mark, dict) and mark.get("label"):
+                        self._stale.setdefault(str(i), (str(mark["label"]), [
+                            str(f) for f in mark.get("figures") or []]))
         return self._stale
 
     def fresh(self, key: str, repeat: bool) -> bool:

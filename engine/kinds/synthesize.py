@@ -412,6 +412,10 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
            "quotes": {i: quotes[i] for i in sorted(cited, key=natural_key) if i in quotes},
            "gaps": gaps, "conflicts": conflicts, "models": models,
            "sources": source_titles(ctx, evidence, cited)}
+    marked = {i: {"label": label, "figures": figures} for i, (label, figures) in stale.items()
+              if i in cited}
+    if marked:  # a document reading this synthesis marks them too (kinds.stale)
+        doc["stated_before_period_end"] = marked
     lines = [f"# {ctx.unit.title}", "", f"Question: {question}", "",
              f"Written for: {audience}", ""]
     lines += [f"{n}. {c['text']}" + (f" ({c['stated_before']})" if c.get("stated_before")
