@@ -23,8 +23,8 @@ from keepstep.engine.kinds.claims import (
     quote_values,
     word_numbers,
 )
-from keepstep.engine.kinds.conflicts import amount, propose, same_amount
 from keepstep.engine.kinds.conflicts import Quantity as Q
+from keepstep.engine.kinds.conflicts import amount, propose, same_amount
 from keepstep.engine.kinds.extract import ExtractAnswer, _rules
 from keepstep.engine.kinds.render import RenderAnswer
 from keepstep.engine.kinds.synthesize import SynthesisAnswer

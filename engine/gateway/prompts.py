@@ -381,8 +381,8 @@ def revise_messages(revise: Prompt, messages: list[dict[str, str]], answer: str,
             {"role": "user", "content": feedback}]
 
 
-__all__ = ["PARAGRAPH_MARK", "PROJECT_PROMPTS_DIR", "RAW_KEYS", "Prompt", "input_block", "mark_paragraphs",
-           "raw_block", "unmark_paragraphs", "load_prompt", "message_text",
+__all__ = ["PARAGRAPH_MARK", "PROJECT_PROMPTS_DIR", "RAW_KEYS", "Prompt", "input_block",
+           "mark_paragraphs", "raw_block", "unmark_paragraphs", "load_prompt", "message_text",
            "packaged_names", "parse_prompt", "prompt_hashes", "read_input_block",
            "read_revise_problems",
            "render_messages", "revise_messages"]

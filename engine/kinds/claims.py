@@ -5,10 +5,11 @@ code can: every figure the claim states is in a quote it cites, or is the result
 claim's ``calculation`` — an arithmetic expression over figures of the cited quotes that
 code recomputes (``evaluate``: numbers, + - * / and parentheses, ``15%`` as 0.15; no names,
 no calls, no ``eval``). A figure is one quantity however it is written: "18 million" states 18
-and 18000000, "four" states 4 (``quote_values``), in a quote, a claim's text and an operand. What only a reader can judge — whether the quotes *say* what the claim
-says — is asked of the model afterwards (``support_judge``): per claim, do its cited quotes
-support it, contradict it or not address it (an enum), and every claim not supported goes
-back to the writer as a named problem to revise.
+and 18000000, "four" states 4 (``quote_values``), in a quote, a claim's text and an operand.
+What only a reader can judge — whether the quotes *say* what the claim says — is asked of the
+model afterwards (``support_judge``): per claim, do its cited quotes support it, contradict it
+or not address it (an enum), and every claim not supported goes back to the writer as a named
+problem to revise.
 
 Callers may rely on: ``calculation_problems`` passing exactly when every operand is a cited
 figure (a number a cited quote writes in digits or as a word, at its written scale or as

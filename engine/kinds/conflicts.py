@@ -189,8 +189,8 @@ def amount(q: Quantity) -> float | None:
     value = number(q.value) if str(q.value).strip() else None
     if value is None:
         return None if written is None else written * scale
-    bare = number(_NUMBER_RE.search(str(q.figure)).group(0)) \
-        if _NUMBER_RE.search(str(q.figure)) else None
+    digits = _NUMBER_RE.search(str(q.figure))
+    bare = number(digits.group(0)) if digits else None
     if scale == 1.0 and written is not None and bare is not None and written != bare \
             and value == bare:
         return written  # value 18 beside the figure "18 million", unit "euro"

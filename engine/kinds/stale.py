@@ -75,12 +75,12 @@ def period_end(period: str) -> date | None:
                         else _month_end(year, month) or date(year, 12, 31))
         except ValueError:
             continue
-    for m in _QUARTER_RE.finditer(text):
-        q, year = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
-        ends.append(_month_end(int(year), int(q) * 3) or date(int(year), 12, 31))
-    for m in _HALF_RE.finditer(text):
-        h, year = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
-        ends.append(_month_end(int(year), int(h) * 6) or date(int(year), 12, 31))
+    for months, pattern in ((3, _QUARTER_RE), (6, _HALF_RE)):
+        for m in pattern.finditer(text):
+            part, year_text = (m.group(1), m.group(2)) if m.group(1) else (m.group(4),
+                                                                            m.group(3))
+            ends.append(_month_end(int(year_text), int(part) * months)
+                        or date(int(year_text), 12, 31))
     for m in _MONTH_RE.finditer(text):
         year, month = int(m.group(3)), _MONTHS[m.group(1)]
         try:
