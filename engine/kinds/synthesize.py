@@ -391,7 +391,7 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
                 claim[key] = str(c[key])
         if conflict_ids:
             claim["conflict_ids"] = conflict_ids
-        label = label_for(claim["text"], ids, stale)
+        label = label_for(str(c.get("text", "")).strip(), ids, stale)
         if label:
             claim["stated_before"] = label.strip()[1:-1]
         if f"claims[{n - 1}]" in verdicts:
