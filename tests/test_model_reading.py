@@ -244,6 +244,11 @@ def test_code_marks_a_figure_stated_before_its_period_ended() -> None:
     assert label_for("As of March 2024 the pilot covers 1,200 meters.", ["A1-e2"], labels) == ""
     assert label_for("The pilot covers two towns.", ["A1-e2"], labels) == ""
     assert label_for("Readings arrived on time for 97% of meters.", ["A1-e1"], labels) == ""
+    # Two marked sources: one label naming both dates.
+    both = {**labels, "C1-e1": ("forecast as of 1 May 2024", ["1,200"])}
+    assert label_for("The pilot covered 1,200 meters.", ["A1-e2", "C1-e1"], both) == (
+        " (forecast as of 15 March 2024 and 1 May 2024: stated before the period it covers "
+        "had ended, not an outcome)")
 
 
 def test_the_mark_reaches_the_requests_and_the_documents_label_it() -> None:

@@ -54,6 +54,9 @@ _SAYS_SO_RE = re.compile(
     re.IGNORECASE)
 
 
+_LABEL = "forecast as of "
+
+
 def _month_end(year: int, month: int) -> date | None:
     if not 1 <= month <= 12:
         return None
@@ -121,7 +124,7 @@ def stale_labels(evidence: Iterable[Mapping[str, Any]],
         figures = [q.figure for q in quantities_of(item)
                    if (end := period_end(q.period)) is not None and end > dated]
         if figures:
-            out[str(item.get("id"))] = (f"forecast as of {human_date(written)}", figures)
+            out[str(item.get("id"))] = (f"{_LABEL}{human_date(written)}", figures)
     return out
 
 
@@ -144,8 +147,9 @@ def label_for(text: str, ids: Iterable[str],
         f.replace(",", "") in stated for fig in labels[i][1] for f in stated_figures(fig))]
     if not found:
         return ""
-    return (f" ({'; '.join(dict.fromkeys(found))}: stated before the period it covers had "
-            "ended, not an outcome)")
+    dates = [label.removeprefix(_LABEL) for label in dict.fromkeys(found)]
+    return (f" ({_LABEL}{' and '.join(dates)}: stated before the period it covers had ended, "
+            "not an outcome)")
 
 
 __all__ = ["label_for", "period_end", "source_date", "stale_labels", "stated_before"]
