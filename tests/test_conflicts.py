@@ -92,7 +92,7 @@ def test_extract_asks_its_question_with_the_sources_metadata(runner: PackRunner)
     assert p1["payload"]["today"] == "2025-03-01"
     assert p1["payload"]["question"].startswith("Ridership, staff and fares (toward: Decide")
     user = p1["messages"][1]["content"]
-    assert "<<<text END_OF_TEXT\n[P1] ---" in user and '"text"' not in user.split("<<<")[0]
+    assert "<<<text END_OF_TEXT\n¶1 ---" in user and '"text"' not in user.split("<<<")[0]
     q2 = runner.contexts["U02"].calls[1]["payload"]["source"]
     assert q2["date"] == "2025-02-01" and q2["publisher"] == "Kelvmoor Port Authority"
 

@@ -279,3 +279,18 @@ def test_validate_names_an_offline_options_ranking_with_nothing_to_rank(
     assert checked.exit_code != 0
     assert "K01" in checked.output and "courses of action the sources recommend" in \
         checked.output and "set a real model" in checked.output
+
+
+def test_offline_figures_stated_before_their_period_ended_are_marked(
+        offline: dict[str, Any]) -> None:
+    """Offline the same marks as with the real model (kinds.stale): the annual report dated
+    15 March 2024 gives 2024 staff and 2025 passes, the 2023 tariff notice a 2025 fee; the
+    evidence table marks them and a finding stating one as an outcome is labelled."""
+    memo = offline["memo"]
+    rows = {line.split("|")[1].strip(): line for line in sections(memo)["evidence"].splitlines()
+            if line.startswith("| ") and "-e" in line.split("|")[1]}
+    assert "_(forecast as of 15 March 2024)_" in rows["P1-e2"]
+    assert "_(forecast as of 10 January 2023)_" in rows["Q1-e1"]
+    assert "forecast as of" not in rows["P1-e1"]  # 2023 passengers in a 2024 report: an outcome
+    assert re.search(r"960 euro annual passes for 2025\. \(forecast as of 15 March 2024: stated "
+                     r"before the period it covers had ended, not an outcome\)", memo)

@@ -712,7 +712,9 @@ def test_the_prompts_ask_for_the_decision_answered_first_with_its_figures() -> N
     answers the same prompts) tell the model to answer each question of the decision first
     (yes/no/which, with the figures, derived ones by a checked calculation) and to say the
     evidence does not support a change rather than only "not found"; a written section's
-    INPUT carries the contract's decision."""
+    INPUT carries the contract's decision when the unit reads it (declares contract:goal, or
+    depends on a contract intake), and only then: an undeclared goal would not invalidate
+    the render when it is edited (issue 20)."""
     from keepstep.engine.gateway.prompts import load_prompt
 
     for name in ("synthesize", "render"):
@@ -732,6 +734,14 @@ def test_the_prompts_ask_for_the_decision_answered_first_with_its_figures() -> N
                                     "goal": "Decide whether to extend the pilot"}, body="")
     assert _run(ctx).passed
     first = next(c["payload"] for c in ctx.calls if c["task"] == "render")
+    assert "decision" not in first  # D2 does not declare contract:goal
+    declared = _ctx("D2", artifacts, lambda p: _all_supported(p) if p["task"] == "support"
+                    else good)
+    declared.unit = declared.unit.model_copy(
+        update={"inputs": [*declared.unit.inputs, "contract:goal"]})
+    declared.contract = ctx.contract
+    assert _run(declared).passed
+    first = next(c["payload"] for c in declared.calls if c["task"] == "render")
     assert first["decision"] == "Decide whether to extend the pilot"
 
 

@@ -319,3 +319,21 @@ def test_synthesis_and_ranking_are_told_each_sources_metadata(replayed: dict[str
                                  "kind": "interview notes"}, task
     assert blocks["synthesize"]["decision"].startswith("Decide whether Tarnlake Ferries")
     assert "decision" not in blocks["rank"]
+
+
+def test_figures_stated_before_their_period_ended_are_marked(replayed: dict[str, Any]
+                                                             ) -> None:
+    """The recorded model's remarks 0001 and 0005: a 2024 count in a report dated March
+    2024, a 2025 fee in a notice dated January 2023. Code marks them from each figure's
+    period and its source's date: the memo's evidence table says so, and any sentence
+    stating one as an outcome is labelled."""
+    memo = replayed["memo"]
+    rows = {line.split("|")[1].strip(): line for line in sections(memo)["evidence"].splitlines()
+            if line.startswith("| ") and "-e" in line.split("|")[1]}
+    assert "_(forecast as of 10 January 2023)_" in rows["Q1-e1"]
+    marked = [i for i, line in rows.items() if "forecast as of" in line]
+    assert marked and all(i.split("-e")[0] in {"P1", "P2", "Q1", "Q2"} for i in marked), marked
+    for line in memo.splitlines():
+        if "stated before the period it covers had ended" in line:
+            assert re.search(r"\(forecast as of \d{1,2} \w+ \d{4}(?: and \d{1,2} \w+ \d{4})*: "
+                             r"stated before", line), line

@@ -331,6 +331,8 @@ TABLE_COLUMNS = {
     "quote": "the statement, verbatim from the source",
     "locator": "where in the source the statement is (a page, a sheet, a table), when known",
     "models": "the models that answered for the statement (from the units' call records)",
+    "stated_before": "for a figure whose period had not ended at its source's date: "
+                     "'forecast as of <the source's date>' (added whenever one has)",
 }
 
 # --- the presets ------------------------------------------------------------------------------

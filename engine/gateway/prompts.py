@@ -15,13 +15,14 @@ The user message carries the unit's inputs as ONE delimited block::
 rendered by ``input_block`` (sorted keys, one value per line, so the block ends at the first
 line that is exactly ```` ``` ````). A source text (the ``text`` input) is not sent as a JSON
 string: it follows the INPUT block as a raw, delimited block, each paragraph opening with its
-id (``[P1]``, ``[P2]`` …; the ids are not part of the text)::
+marker (``¶1``, ``¶2`` …; the markers are not part of the text, and cannot be read as a
+source id such as ``P1``, an evidence id or a claim check's passage id)::
 
     SOURCE TEXT (raw; ...)
     <<<text END_OF_TEXT
-    [P1] # Title
+    ¶1 # Title
     <BLANKLINE>
-    [P2] First paragraph ...
+    ¶2 First paragraph ...
     END_OF_TEXT
 
 The terminator never occurs in the text (a suffix is added when it would). Every model — the
@@ -161,9 +162,12 @@ def prompt_hashes(root: Path | None = None) -> dict[str, str]:
 
 # Inputs sent as raw delimited blocks after INPUT rather than as JSON strings inside it.
 RAW_KEYS = ("text",)
+# A paragraph's marker: a pilcrow and its number, which no source, evidence or passage id
+# can be read as (source ids such as P1, P2 are common).
+PARAGRAPH_MARK = "\u00b6"
 _RAW_HEADING = ("SOURCE TEXT (the source's raw text, between the two marker lines; each "
-                "paragraph opens with its id [P1], [P2] ... which is NOT part of the text: "
-                "never copy an id into a quote)")
+                f"paragraph opens with its marker {PARAGRAPH_MARK}1, {PARAGRAPH_MARK}2 ... "
+                "which is NOT part of the text: never copy a marker into a quote)")
 _RAW_RE = re.compile(r"^<<<([a-z_]+) (END_OF_[A-Z]+(?:_\d+)?)[ \t]*\n(.*?)\n\2[ \t]*$",
                      re.DOTALL | re.MULTILINE)
 _PARA = "\n\n"
@@ -191,14 +195,14 @@ def raw_block(key: str, text: str) -> str:
 
 
 def mark_paragraphs(text: str) -> str:
-    """Each blank-line-separated paragraph of ``text`` opened with its id ``[P<n>] ``
+    """Each blank-line-separated paragraph of ``text`` opened with its marker ``¶<n> ``
     (after any leading newlines); ``unmark_paragraphs`` gives the text back exactly."""
     pieces, n = text.split(_PARA), 0
     for i, piece in enumerate(pieces):
         if piece.strip():
             n += 1
             lead = len(piece) - len(piece.lstrip("\n"))
-            pieces[i] = f"{piece[:lead]}[P{n}] {piece[lead:]}"
+            pieces[i] = f"{piece[:lead]}{PARAGRAPH_MARK}{n} {piece[lead:]}"
     return _PARA.join(pieces)
 
 
@@ -208,7 +212,7 @@ def unmark_paragraphs(text: str) -> str:
         if piece.strip():
             n += 1
             lead = len(piece) - len(piece.lstrip("\n"))
-            marker = f"[P{n}] "
+            marker = f"{PARAGRAPH_MARK}{n} "
             if piece[lead:].startswith(marker):
                 pieces[i] = piece[:lead] + piece[lead + len(marker):]
     return _PARA.join(pieces)
@@ -377,8 +381,8 @@ def revise_messages(revise: Prompt, messages: list[dict[str, str]], answer: str,
             {"role": "user", "content": feedback}]
 
 
-__all__ = ["PROJECT_PROMPTS_DIR", "RAW_KEYS", "Prompt", "input_block", "mark_paragraphs",
-           "raw_block", "unmark_paragraphs", "load_prompt", "message_text",
+__all__ = ["PARAGRAPH_MARK", "PROJECT_PROMPTS_DIR", "RAW_KEYS", "Prompt", "input_block",
+           "mark_paragraphs", "raw_block", "unmark_paragraphs", "load_prompt", "message_text",
            "packaged_names", "parse_prompt", "prompt_hashes", "read_input_block",
            "read_revise_problems",
            "render_messages", "revise_messages"]

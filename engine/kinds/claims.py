@@ -4,17 +4,22 @@ A claim (a synthesis finding, a document's sentence) cites evidence ids. Code ch
 code can: every figure the claim states is in a quote it cites, or is the result of the
 claim's ``calculation`` — an arithmetic expression over figures of the cited quotes that
 code recomputes (``evaluate``: numbers, + - * / and parentheses, ``15%`` as 0.15; no names,
-no calls, no ``eval``). What only a reader can judge — whether the quotes *say* what the claim
-says — is asked of the model afterwards (``support_judge``): per claim, do its cited quotes
-support it, contradict it or not address it (an enum), and every claim not supported goes
-back to the writer as a named problem to revise.
+no calls, no ``eval``). A figure is one quantity however it is written: "18 million" states 18
+and 18000000, "four" states 4 (``quote_values``), in a quote, a claim's text and an operand.
+What only a reader can judge — whether the quotes *say* what the claim says — is asked of the
+model afterwards (``support_judge``): per claim, do its cited quotes support it, contradict it
+or not address it (an enum), and every claim not supported goes back to the writer as a named
+problem to revise.
 
 Callers may rely on: ``calculation_problems`` passing exactly when every operand is a cited
-figure (a number a cited quote writes in digits or as a word, or one of ``FREE_CONSTANTS``:
+figure (a number a cited quote writes in digits or as a word, at its written scale or as
+the whole number — "18 million" is 18 or 18000000, "22000000" is also 22 (million) — or one
+of ``FREE_CONSTANTS``:
 1, 100, 1000 and the calendar's 7, 12, 24, 52, 60, 365), the result a calculation writes after
 ``=`` (if any) is what its arithmetic gives, and each recomputed result (several
 calculations separated by ``;``) is a figure the text states (to the
-precision the text writes it, or as a percentage); ``claim_rules`` giving one named problem
+precision the text writes it, or as a percentage, at either scale: "4 million" states 4 and
+4000000); ``claim_rules`` giving one named problem
 per broken rule, so a revise round can say which claim broke which.
 
 A difference stated beside both its ends ("varying by 4 million euro (18 to 22 million)")
@@ -48,11 +53,21 @@ _OPERAND_RE = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?%?|\.\d+%?")
 # the calendar's conversions (a monthly price over a year, a weekly volume over a year).
 FREE_CONSTANTS = frozenset({1.0, 100.0, 1000.0, 7.0, 12.0, 24.0, 52.0, 60.0, 365.0})
 # Numbers a quote writes as words ("six sites", "a five-year term") are figures it states.
-_WORD_NUMBERS = {w: float(n) for n, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-    "fifteen sixteen seventeen eighteen nineteen twenty".split())} | {
-    "thirty": 30.0, "forty": 40.0, "fifty": 50.0, "hundred": 100.0, "dozen": 12.0}
+_UNITS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
+          "fourteen fifteen sixteen seventeen eighteen nineteen").split()
+_TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70,
+         "eighty": 80, "ninety": 90}
+_WORD_NUMBERS = {w: float(n) for n, w in enumerate(_UNITS)} | {
+    w: float(n) for w, n in _TENS.items()} | {
+    # "twenty-four", "twenty four"
+    f"{t}{sep}{u}": float(n + i) for t, n in _TENS.items() for i, u in enumerate(_UNITS)
+    if 0 < i < 10 for sep in ("-", " ")} | {"hundred": 100.0, "dozen": 12.0}
 _WORD_RE = re.compile(r"[a-z]+")
+_COMPOUND_RE = re.compile(rf"\b(?:{'|'.join(_TENS)})[- ](?:{'|'.join(_UNITS[1:10])})\b")
+# A scale word after a figure: "18 million" is 18000000 (the number as a quantity).
+_SCALE_WORDS = {"thousand": 1e3, "million": 1e6, "mn": 1e6, "mio": 1e6, "billion": 1e9,
+                "bn": 1e9}
+_SCALE_AFTER_RE = re.compile(r"\s*(thousand|million|mn|mio|billion|bn)\b")
 _OPS: dict[type, Callable[[float, float], float]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
     ast.Div: operator.truediv}
@@ -94,6 +109,37 @@ def stated_figures(text: str) -> list[str]:
     naming = [m.span(g) for m in _NAMING_RE.finditer(norm) for g in range(1, 5)
               if m.group(g) is not None]
     return [m.group(0) for m in _FIGURE_RE.finditer(norm) if m.span() not in naming]
+
+
+def word_numbers(text: str) -> set[float]:
+    """The numbers a text writes as words ("four weeks", "twenty-four months", "a dozen")."""
+    norm = normalise(text)
+    compounds = _COMPOUND_RE.findall(norm)
+    return {_WORD_NUMBERS[w] for w in _WORD_RE.findall(_COMPOUND_RE.sub(" ", norm)) + compounds
+            if w in _WORD_NUMBERS}
+
+
+def scaled_figures(text: str) -> list[tuple[str, float]]:
+    """Each stand-alone figure of a (normalised) text with the scale word written after it
+    ("18 million" -> ("18", 1e6); "412,000" -> ("412,000", 1.0))."""
+    out = []
+    for m in _FIGURE_RE.finditer(text):
+        scale = _SCALE_AFTER_RE.match(text, m.end())
+        out.append((m.group(0), _SCALE_WORDS[scale.group(1)] if scale and not
+                    m.group(0).endswith("%") else 1.0))
+    return out
+
+
+def quote_values(quote: str) -> set[float]:
+    """Every value a quote states: its figures as written, each with its scale word read
+    ("18 million" states 18 and 18000000), and its numbers written in words (so "18 million
+    euro" and "18000000 euro" are one quantity wherever figures are compared)."""
+    norm = normalise(quote)
+    out = word_numbers(norm)
+    for figure, scale in scaled_figures(norm):
+        value = figure_value(figure)
+        out |= {value, value * scale}
+    return out
 
 
 def figure_value(figure: str) -> float:
@@ -165,12 +211,13 @@ def calculation_problems(at: str, text: str, calculation: str, ids: list[str],
                          quotes: Mapping[str, str]) -> tuple[list[Problem], set[str]]:
     """The problems of a claim's calculation, and the figures of ``text`` it accounts for.
     Several calculations may stand in one, separated by ``;``: each is checked on its own."""
-    cited = set()
+    cited: set[float] = set()
     for i in ids:
-        quote = normalise(quotes.get(i, ""))
-        cited |= {figure_value(f) for f in figures_of(quote)}
-        cited |= {_WORD_NUMBERS[w] for w in _WORD_RE.findall(quote.lower())
-                  if w in _WORD_NUMBERS}
+        cited |= quote_values(quotes.get(i, ""))
+    # An operand carries no scale word: a quote's 22000000 may be used as 22 (million) or
+    # 22000 (thousand), as its "18 million" may be used as 18 or 18000000.
+    cited |= {v / scale for v in cited for scale in (1e3, 1e6, 1e9)
+              if v >= scale and v % scale == 0}
     out: list[Problem] = []
     accounted: set[str] = set()
     for part in (p.strip() for p in calculation.split(";")):
@@ -192,7 +239,9 @@ def calculation_problems(at: str, text: str, calculation: str, ids: list[str],
             if number not in cited and number not in FREE_CONSTANTS:
                 out.append(problem(f"{at}.calculation", "calculation_operand",
                                    "the operand is in none of the cited quotes", operand))
-        these = {f for f in figures_of(normalise(text)) if states(f, value)}
+        # "3 million" states 3000000 as well as 3 (the operands may be scaled either way).
+        these = {f for f, scale in scaled_figures(normalise(text))
+                 if states(f, value) or (scale != 1.0 and states(f, value / scale))}
         if not these:
             out.append(problem(f"{at}.calculation", "calculation_result",
                                f"the calculation gives {value:g}, which the text does not "
@@ -223,9 +272,11 @@ def figure_problems(at: str, text: str, ids: list[str], quotes: Mapping[str, str
     claim's checked calculation does not give (with ``ranges``, nor is the difference of a
     range of cited figures written beside it); and the calculation's own problems.
     ``field`` names the checked field in the problem (``{at}.{field}``)."""
-    cited = set()
+    cited: set[str] = set()
+    values: set[float] = set()
     for i in ids:
         cited |= set(figures_of(normalise(quotes.get(i, ""))))
+        values |= quote_values(quotes.get(i, ""))
     out: list[Problem] = []
     derived: set[str] = set()
     if calculation:
@@ -234,10 +285,25 @@ def figure_problems(at: str, text: str, ids: list[str], quotes: Mapping[str, str
             derived = set()
     if ranges:
         derived |= range_differences(text, cited)
+    # A figure the quote writes another way is the same figure: "4" for "four", "18,000,000"
+    # for "18 million" (and "18 million" for "18,000,000").
+    scales = dict(scaled_figures(normalise(text)))
     # Numbers in the calculation itself restate cited figures; only the text is checked.
     return out + [problem(f"{at}.{field}", "cited_figure", "the figure is in none of the cited "
                           "quotes (a derived figure needs its calculation)", f)
-                  for f in stated_figures(text) if f not in cited and f not in derived]
+                  for f in stated_figures(text) if f not in cited and f not in derived
+                  and _value_of(f, scales) not in values]
+
+
+def _value_of(figure: str, scales: Mapping[str, float]) -> float | None:
+    """A stated figure's value with the scale word the text writes after it (None when it
+    is not a number: a percentage is compared as written only)."""
+    if figure.endswith("%"):
+        return None
+    try:
+        return figure_value(figure) * scales.get(figure, 1.0)
+    except ValueError:
+        return None
 
 
 def figure_holders(text: str, ids: list[str], quotes: Mapping[str, str],
@@ -261,12 +327,13 @@ def figure_holders(text: str, ids: list[str], quotes: Mapping[str, str],
         return list(ids)
     keep: list[str] = []
     holds = False
+    scales = dict(scaled_figures(normalise(text)))
+    stated_values = {v for f in stated for v in [_value_of(f, scales)] if v is not None}
     for i in ids:
         quote = normalise(quotes.get(i, ""))
         held = set(figures_of(quote))
-        values = {figure_value(f) for f in held} | {
-            _WORD_NUMBERS[w] for w in _WORD_RE.findall(quote.lower()) if w in _WORD_NUMBERS}
-        if held & stated or values & operands:
+        values = quote_values(quote)
+        if held & stated or values & operands or values & stated_values:
             keep.append(i)
             holds = True
         elif not stated_figures(quote):
@@ -354,6 +421,6 @@ def support_problems(field_name: str, claims: list[Any], answer: SupportAnswer |
 
 __all__ = ["FREE_CONSTANTS", "CalculationError", "SupportAnswer", "SupportVerdict",
            "calculation_problems", "claim_rules", "evaluate", "figure_holders", "figure_problems",
-           "figure_value",
+           "figure_value", "quote_values", "scaled_figures", "word_numbers",
            "figures_of", "range_differences", "split_calculation", "stated_figures", "states",
            "support_inputs", "support_problems"]

@@ -3,7 +3,9 @@
 A **candidate** is proposed by code from the structured figures (``quantities``) of verified
 evidence: two or more items from different sources that give the same metric for the same
 entity and period, with different values (values are compared after their scale words and
-thousands separators are read: ``1.2 million`` and ``1,200,000`` are one value), or — since a
+thousands separators are read, in the unit without its scale words: ``1.2 million`` and
+``1,200,000`` are one value, and value 18 in "million euro" is value 18000000 in "euro" —
+``amount``), or — since a
 model words one quantity differently in each source — two figures of different sources with
 the same entity name and unit whose metrics share a salient word (at most ``MAX_CANDIDATES``
 in all, most alike first). A verify
@@ -49,8 +51,9 @@ class Quantity(BaseModel):
     model_config = ConfigDict(extra="allow", coerce_numbers_to_str=True)
 
     figure: str = Field(description="the figure exactly as written in the quote")
-    value: str = Field(default="", description="the number alone, e.g. 46 or 1200000")
-    unit: str = Field(default="", description="%, EUR, units, meters, days ... ('' if none)")
+    value: str = Field(default="", description="the whole number, e.g. 46 or 18000000")
+    unit: str = Field(default="", description="%, EUR, units, days ... no scale word "
+                      "('' if none)")
     metric: str = Field(default="", description="what is measured, e.g. market share")
     entity: str = Field(default="", description="whose or what's figure it is ('' if general)")
     period: str = Field(default="", description="the year, quarter or date it holds for "
@@ -159,6 +162,50 @@ def _key(text: str) -> str:
     return re.sub(r"[^a-z0-9%]+", " ", str(text).lower()).strip()
 
 
+# Scale words a unit may carry ("million euro"): read into the amount, never into the unit.
+_UNIT_SCALES = {"thousand": 1e3, "thousands": 1e3, "million": 1e6, "millions": 1e6,
+                "mn": 1e6, "mio": 1e6, "billion": 1e9, "billions": 1e9, "bn": 1e9}
+
+
+def base_unit(unit: str) -> tuple[str, float]:
+    """A quantity's unit without its scale words, and the scale they give:
+    ``"million euro"`` -> ("euro", 1e6); ``"euro"`` -> ("euro", 1.0)."""
+    scale, words = 1.0, []
+    for word in _key(unit).split():
+        if word in _UNIT_SCALES:
+            scale *= _UNIT_SCALES[word]
+        else:
+            words.append(word)
+    return " ".join(words), scale
+
+
+def amount(q: Quantity) -> float | None:
+    """The quantity in its base unit (``base_unit``), however the model split it: "18
+    million euro" given as value 18 with unit "million euro", or as value 18000000 with unit
+    "euro", is 18000000 either way (and a value without its scale beside a figure that
+    writes one, "18" for "18 million", is read with the figure's scale). None: no number."""
+    _unit, scale = base_unit(q.unit)
+    written = number(q.figure)
+    value = number(q.value) if str(q.value).strip() else None
+    if value is None:
+        return None if written is None else written * scale
+    digits = _NUMBER_RE.search(str(q.figure))
+    bare = number(digits.group(0)) if digits else None
+    if scale == 1.0 and written is not None and bare is not None and written != bare \
+            and value == bare:
+        return written  # value 18 beside the figure "18 million", unit "euro"
+    if scale != 1.0 and written is not None and value == written and written != bare:
+        return value  # value 18000000 beside the figure "18 million", unit "million euro"
+    return value * scale
+
+
+def same_amount(a: Quantity, b: Quantity) -> bool:
+    """Whether two quantities state the same amount of the same base unit (see ``amount``)."""
+    x, y = amount(a), amount(b)
+    return x is not None and y is not None and base_unit(a.unit)[0] == base_unit(b.unit)[0] \
+        and f"{x:.6g}" == f"{y:.6g}"
+
+
 def quantities_of(item: Mapping[str, Any]) -> list[Quantity]:
     """An evidence item's structured figures (``quantities``), malformed ones skipped."""
     out = []
@@ -179,12 +226,14 @@ def propose(evidence: Iterable[Mapping[str, Any]],
     side per source kept. ``meta`` maps a source id to its metadata (date, title)."""
     meta = meta or {}
     groups: dict[tuple[str, str, str, str], list[ConflictSide]] = {}
+    amounts: dict[tuple[str, tuple[str, str, str, str]], str] = {}
     for item in evidence:
         sid, eid = str(item.get("source_id", "")), str(item.get("id", ""))
         for q in quantities_of(item):
             if not q.metric.strip():
                 continue
-            key = (_key(q.metric), _key(q.entity), _key(q.period), _key(q.unit))
+            # One unit however its scale is split between value and unit ("million euro").
+            key = (_key(q.metric), _key(q.entity), _key(q.period), base_unit(q.unit)[0])
             sides = groups.setdefault(key, [])
             if any(s.evidence_id == eid for s in sides):
                 continue
@@ -193,9 +242,10 @@ def propose(evidence: Iterable[Mapping[str, Any]],
                 evidence_id=eid, source_id=sid, value=q.figure, quote=str(item.get("quote", "")),
                 locator=item.get("locator") if isinstance(item.get("locator"), str) else None,
                 source_date=str(info.get("date", "")), source_title=str(info.get("title", ""))))
+            amounts[eid, key] = _amount_key(q)
     found: list[tuple[tuple[str, str, str, str], list[ConflictSide]]] = []
     for key, sides in groups.items():
-        values = {_value_key(s.value) for s in sides}
+        values = {amounts[s.evidence_id, key] for s in sides}
         if len({s.source_id for s in sides}) >= 2 and len(values) >= 2:
             found.append((key, sides))
     # In the order of their first sides' evidence ids (document order), so K1 comes first.
@@ -258,7 +308,7 @@ def _near_pairs(evidence: Iterable[Mapping[str, Any]],
         for q in quantities_of(item):
             name, words = _name(q.entity), _words(q.metric)
             if name and words and number(q.value or q.figure) is not None:
-                groups.setdefault((name, _key(q.unit)), []).append(
+                groups.setdefault((name, base_unit(q.unit)[0]), []).append(
                     (n, str(item.get("source_id", "")), words, q, item))
                 n += 1
     scored: list[tuple[float, int, int, Quantity, Mapping[str, Any], Quantity,
@@ -268,7 +318,7 @@ def _near_pairs(evidence: Iterable[Mapping[str, Any]],
             for j, sb, wb, qb, ib in rows[k + 1:]:
                 if sa == sb or not (wa & wb):
                     continue
-                if _value_key(qa.value or qa.figure) == _value_key(qb.value or qb.figure):
+                if _amount_key(qa) == _amount_key(qb):
                     continue
                 scored.append((len(wa & wb) / len(wa | wb), i, j, qa, ia, qb, ib))
     scored.sort(key=lambda t: (-t[0], t[1], t[2]))
@@ -287,9 +337,9 @@ def _side(item: Mapping[str, Any], q: Quantity,
         source_date=str(info.get("date", "")), source_title=str(info.get("title", "")))
 
 
-def _value_key(value: str) -> str:
-    n = number(value)
-    return f"{n:.6g}" if n is not None else _key(value)
+def _amount_key(q: Quantity) -> str:
+    n = amount(q)
+    return f"{n:.6g}" if n is not None else _key(q.value or q.figure)
 
 
 def _first_quantities(evidence: Iterable[Mapping[str, Any]], eid: str) -> list[Quantity]:
@@ -390,5 +440,5 @@ def _natural(text: str) -> list[Any]:
 
 
 __all__ = ["CLASSES", "Candidate", "Conflict", "ConflictClass", "ConflictSide", "Quantity",
-           "load_conflicts", "number",
+           "amount", "base_unit", "load_conflicts", "number", "same_amount",
            "conflicts_text", "run_conflicts", "parse_conflicts", "propose", "quantities_of"]

@@ -32,6 +32,8 @@ from keepstep.engine.core.plan import UnitKind
 from keepstep.engine.files.convert import ConvertedSource
 from keepstep.engine.files.convert.spill import TextFile
 from keepstep.engine.gateway.answers import Problem, problem
+from keepstep.engine.gateway.prompts import PARAGRAPH_MARK
+from keepstep.engine.kinds.claims import word_numbers
 from keepstep.engine.kinds.common import (
     EVIDENCE_REQUIRED,
     JSON,
@@ -332,6 +334,15 @@ def _chunks(ctx: UnitContext, source_id: str, text: str | TextFile, base: dict[s
 
 # --- rules -----------------------------------------------------------------------------------
 
+def _digits(figure: str) -> float | None:
+    """A figure written in digits alone ("4"), as a number; None otherwise."""
+    return float(figure) if re.fullmatch(r"\d+", figure.strip()) else None
+
+
+# A paragraph marker of the raw source block (``gateway.prompts.mark_paragraphs``).
+_MARKER_RE = re.compile(rf"{PARAGRAPH_MARK}\d+\s?")
+
+
 def _rules(text: str, source_id: str, required: list[str], topics: list[str]) -> Any:
     id_re = re.compile(rf"{re.escape(source_id)}-e(\d+)")
     collapsed = collapse_ws(text)
@@ -353,8 +364,13 @@ def _rules(text: str, source_id: str, required: list[str], topics: list[str]) ->
                                         item.source_id))
             quoted = collapse_ws(item.quote)
             if not quoted or quoted not in collapsed:
-                problems.append(problem(f"{at}.quote", "verbatim",
-                                        f"not found verbatim in {source_id}", item.quote))
+                # A copied paragraph marker is not part of the text: the quote is not verbatim
+                # (revised like any other), and the feedback says why.
+                marker = _MARKER_RE.search(item.quote)
+                problems.append(problem(f"{at}.quote", "verbatim", (
+                    f"not found verbatim in {source_id}"
+                    + (f": it copies the paragraph marker {marker.group(0).strip()}, which "
+                       "is not part of the text" if marker else "")), item.quote))
             if not id_re.fullmatch(item.id):
                 problems.append(problem(f"{at}.id", "id_format",
                                         f"ids are {source_id}-e<n>", item.id))
@@ -366,14 +382,18 @@ def _rules(text: str, source_id: str, required: list[str], topics: list[str]) ->
                                         "first_id, in order)", item.id))
             seen.add(item.id)
             quote = collapse_ws(item.quote)
+            # A number the quote writes in words ("four weeks") may be given in digits (4).
+            words = word_numbers(quote)
             problems += [problem(f"{at}.figures", "invented_figure",
                                  "every figure must occur in the quote", f)
-                         for f in item.figures if str(f) not in quote]
+                         for f in item.figures if str(f) not in quote
+                         and _digits(str(f)) not in words]
             problems += [problem(f"{at}.quantities[{q}].figure", "invented_figure",
                                  "a quantity's figure is a figure of the quote, as written "
                                  "there", quantity.figure)
                          for q, quantity in enumerate(item.quantities)
-                         if not quantity.figure or collapse_ws(quantity.figure) not in quote]
+                         if not quantity.figure or (collapse_ws(quantity.figure) not in quote
+                                                    and _digits(quantity.figure) not in words)]
             if topics and item.topic is not None and item.topic not in topics:
                 problems.append(problem(f"{at}.topic", "known_topic",
                                         f"must be one of {', '.join(topics)}", item.topic))

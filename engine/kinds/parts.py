@@ -40,6 +40,7 @@ from keepstep.engine.kinds.common import (
 )
 from keepstep.engine.kinds.context import UnitContext
 from keepstep.engine.kinds.extract import DOCUMENT, REGISTER
+from keepstep.engine.kinds.stale import stale_labels
 from keepstep.engine.kinds.synthesize import META_FIELDS, POINTS, ranking_table
 
 TOP_RISKS = 3
@@ -99,6 +100,7 @@ class Sources:
             f"{OFFLINE_PROVIDER}/keepstep-offline" for d in docs
             if "models" not in d and d.get("notice")})
         self.conflicts = conflict_records(docs)
+        self._stale: dict[str, tuple[str, list[str]]] | None = None
         self.titles = {str(s["id"]): str((s.get("header") or {}).get("title") or s.get("title")
                                          or "") for s in self.inventory if s.get("id")}
         for doc in self.syntheses + self.rankings:
@@ -165,6 +167,20 @@ class Sources:
         return ("> **Written by keepstep's offline heuristic model, not a language model**: "
                 "its findings are sentences picked from the sources by rule. Check them "
                 "before relying on them.")
+
+    @property
+    def stale(self) -> dict[str, tuple[str, list[str]]]:
+        """The evidence whose figures were stated before their period ended, with each
+        label (``kinds.stale``), from the sources' dates verify recorded."""
+        if self._stale is None:
+            self._stale = stale_labels(self.evidence, self.meta)
+            # A document reading syntheses, not the verified evidence: what they recorded.
+            for doc in self.syntheses:
+                for i, mark in (doc.get("stated_before_period_end") or {}).items():
+                    if isinstance(mark, dict) and mark.get("label"):
+                        self._stale.setdefault(str(i), (str(mark["label"]), [
+                            str(f) for f in mark.get("figures") or []]))
+        return self._stale
 
     def fresh(self, key: str, repeat: bool) -> bool:
         """Whether the item ``key`` may be shown now (marks it shown)."""
@@ -419,6 +435,10 @@ def claim_line(claim: dict[str, Any], index: dict[str, dict[str, str]],
     reason = str(claim.get("confidence_reason") or "").strip().rstrip(".")
     if claim.get("confidence") in ("medium", "low") and reason:
         extra += f" This is held with {claim['confidence']} confidence: {reason}."
+    if claim.get("stated_before"):
+        # A figure its source gave before its period ended, stated as if an outcome
+        # (kinds.stale): the synthesis recorded the label; the document shows it.
+        extra += f" ({claim['stated_before']})"
     if src is not None:
         extra += caveat(claim, src)
     ids = [str(i) for i in claim.get("evidence_ids") or []]
@@ -627,7 +647,10 @@ def evidence(src: Sources, topics: list[str], n: int | None) -> str:
               + (f"{what[str(e['id'])].replace('|', '/')} | " if head else "")
               + f"{str(e.get('quote', '')).replace('|', '/')}"
               + (" _(disputed: see where the sources disagree)_" if e["id"] in disputed
-                 else "") + " |" for e in rows]
+                 else "")
+              # A figure stated before its period ended (kinds.stale): not an outcome.
+              + (f" _({src.stale[str(e['id'])][0]})_" if str(e["id"]) in src.stale else "")
+              + " |" for e in rows]
     return "\n".join(lines)
 
 

@@ -30,7 +30,7 @@ import io
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from keepstep.engine.core.presets import (
     FillSpec,
@@ -62,6 +62,7 @@ from keepstep.engine.kinds.common import (
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, run_model_step
 from keepstep.engine.kinds.parts import TABLE_COLUMNS, TOP_RISKS, Sources, fill_part
+from keepstep.engine.kinds.stale import label_for
 from keepstep.engine.kinds.synthesize import Claim, support_judge
 
 # A column of a table template: a list item such as "- source_id" or "- `quote`".
@@ -77,12 +78,23 @@ SPEC = KindSpec(
 )
 
 
+class Sentence(Claim):
+    """A document's sentence: a claim that may also cite INPUT's citable records."""
+
+    evidence_ids: list[str] = Field(description="the ids from INPUT it rests on: evidence "
+                                    "ids (the quote that holds each figure it states) and "
+                                    "ids of INPUT's citable_records — a disagreement (K1, "
+                                    "...) whose record says which value holds, a ranked item "
+                                    "(its record_id) whose place, score or rationale it "
+                                    "states")
+
+
 class RenderAnswer(BaseModel):
     """The render step's answer: the section's sentences, each citing evidence ids."""
 
     model_config = ConfigDict(extra="allow")
 
-    sentences: list[Claim]
+    sentences: list[Sentence]
 
 
 def table_columns(template: str) -> list[str]:
@@ -106,6 +118,9 @@ def _evidence_table(src: Sources, template: str, params: RenderParams) -> tuple[
     if header and "models" not in header:
         # The CSV names the models that answered whatever its template lists (issue 20).
         header.append("models")
+    if header and src.stale and "stated_before" not in header:
+        # A figure stated before its period ended is marked whatever the template lists.
+        header.append("stated_before")
     rows = sorted(src.evidence, key=lambda e: natural_key(str(e["id"])))
     if params.rows is not None:
         if params.rows.cited_by:
@@ -122,7 +137,8 @@ def _evidence_table(src: Sources, template: str, params: RenderParams) -> tuple[
         row = {**{k: str(e.get(k, "")) for k in TABLE_COLUMNS},
                "group": str(e.get("group") or src.index.get(str(e["id"]), {}).get("group", "")),
                "figures": "; ".join(str(f) for f in e.get("figures", [])),
-               "models": models}
+               "models": models,
+               "stated_before": src.stale.get(str(e["id"]), ("", []))[0]}
         writer.writerow([row.get(h, "") for h in header])
     return out.getvalue(), problems
 
@@ -153,12 +169,16 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
             for n, c in enumerate(answer.sentences) if _words(c.text) in shown]
 
     # The decision the document serves (the contract's goal): the section answers each of
-    # its questions first (the render prompt says how).
-    decision = str(src.contract.get("goal") or src.project_contract.get("goal") or "").strip()
+    # its questions first (the render prompt says how). Only a goal the unit reads reaches the
+    # request: a contract dependency's (its contract.json) or, when the unit declares
+    # contract:goal, the project's — so a goal edit invalidates exactly the renders that use it.
+    decision = decision_of(ctx, src)
+    stale = {i: label for i, (label, _) in src.stale.items() if i in quotes}
     step = run_model_step(ctx, prompt="render", inputs={
         "task": "render", "document": document, "section": section,
         "audience": src.audience, **({"decision": decision} if decision else {}), **inputs,
-        "evidence": {k: v.strip() for k, v in sorted(quotes.items())}},
+        "evidence": {k: v.strip() for k, v in sorted(quotes.items())},
+        **({"stated_before_period_end": stale} if stale else {})},
         schema=RenderAnswer, rules=rules,
         judge=support_judge(ctx, "sentences", citable, record, {
             str(e["id"]): str(e["table_header"]) for e in src.evidence
@@ -168,7 +188,10 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
         return None, steps
     # A derived figure shows its checked calculation, as a finding does (the audit reads it);
     # each sentence's citation points at the quotes holding its figures.
+    # A figure stated before its period ended, written as an outcome, is labelled
+    # (kinds.stale): whatever the writer wrote, the reader is told.
     lines = [f"- {drop_record_labels(c.text.strip(), rests_on)}"
+             + label_for(c.text, expand(c.evidence_ids, rests_on)[0], src.stale)
              + (f" (calculated: `{c.calculation.strip()}`)" if c.calculation else "")
              # A cited record (a disagreement, a ranked item) stands for its evidence.
              + " " + cite(expand(figure_holders(c.text, c.evidence_ids, citable,
@@ -177,6 +200,14 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
              for c in step.value.sentences]
     src.written |= {_words(c.text) for c in step.value.sentences}
     return "\n".join(lines) or "Nothing to add to what the sections above say.", steps
+
+
+def decision_of(ctx: UnitContext, src: Sources) -> str:
+    """The goal a render unit reads (see ``_sentences_step``); "" when it reads none."""
+    goal = src.contract.get("goal")
+    if not goal and "goal" in ctx.unit.input_refs("contract"):
+        goal = src.project_contract.get("goal")
+    return str(goal or "").strip()
 
 
 def _words(text: str) -> str:

@@ -59,27 +59,33 @@ from keepstep.engine.kinds.common import (
 )
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_step
+from keepstep.engine.kinds.stale import label_for, stale_labels
 
 GENERAL_AUDIENCE = "general"
 
 
-CALCULATION_HELP = ("for a derived figure (a difference, total, price, margin): the "
-                    "arithmetic from figures of the cited quotes, e.g. \"22 - 18 = 4\" "
-                    "(numbers only; 12, 52, 365 ... convert periods; several separated by "
-                    "';'); code recomputes it")
+# How a derived figure's arithmetic is written (the Claim schema of synthesize and render;
+# kinds.claims checks exactly this).
+CALCULATION_RULE = (
+    "for a derived figure (a price, margin, break-even): the arithmetic, e.g. "
+    "\"1200 * (1 - 15%) = 1020\". Operands are figures stated in the cited quotes or records, "
+    "as written there with their scale (\"18 million\" is 18 or 18000000), or 1, 100, 1000, "
+    "7, 12, 24, 52, 60, 365 to convert periods; an intermediate result is never an operand: "
+    "write each step over quoted figures and separate the steps with ';' (\"2600 * 140 = "
+    "364000; 2600 * (140 - 120) = 52000\"). Every result after '=' is a figure the text "
+    "states. Code recomputes every step")
 
 
 class Claim(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     text: str = Field(description="one or two sentences")
-    evidence_ids: list[str] = Field(description="the ids of the evidence it rests on (the "
-                                    "quote that holds each figure it states)")
-    calculation: str | None = Field(default=None, description="for a derived figure (a "
-                                    "price, margin, break-even): the arithmetic from figures "
-                                    "of the cited quotes, e.g. \"1200 * (1 - 15%) = 1020\" "
-                                    "(numbers only; 12, 52, 365 ... convert periods; several "
-                                    "separated by ';'); code recomputes it")
+    evidence_ids: list[str] = Field(description="the ids from INPUT it rests on: evidence "
+                                    "ids (the quote that holds each figure it states) and, "
+                                    "where INPUT gives \"conflicts\", the id (K1, ...) of "
+                                    "each disagreement whose record it restates (which value "
+                                    "holds, and why)")
+    calculation: str | None = Field(default=None, description=CALCULATION_RULE)
     confidence: Literal["high", "medium", "low"] | None = Field(
         default=None, description="how firmly the cited evidence carries the claim")
     confidence_reason: str | None = Field(
@@ -114,7 +120,7 @@ class Risk(BaseModel):
     rationale: str = Field(default="", description="why it ranks here, from the quotes")
     owner: str = Field(default="", description="who should own it, when INPUT asks")
     mitigation: str = Field(default="", description="what reduces it, when INPUT asks")
-    calculation: str | None = Field(default=None, description=CALCULATION_HELP)
+    calculation: str | None = Field(default=None, description=CALCULATION_RULE)
 
 
 # The integer scale of an option's points on one criterion; code adds them into its score.
@@ -138,7 +144,7 @@ class RankedOption(BaseModel):
     rationale: str = Field(default="", description="why each criterion gets its points, from "
                            "the quotes")
     evidence_ids: list[str]
-    calculation: str | None = Field(default=None, description=CALCULATION_HELP)
+    calculation: str | None = Field(default=None, description=CALCULATION_RULE)
     # A total stated by an answer recorded before options had points (not asked any more).
     score: int | None = None
 
@@ -183,8 +189,16 @@ class CheckAnswer(BaseModel):
     problems: list[str]
 
 
-# Tokens of one support verdict (the claim's id, the verdict, a one-sentence reason).
-SUPPORT_ANSWER_TOKENS = 50
+# Tokens of one support verdict: its keys and punctuation, the claim's id and the verdict
+# (~25), and a reason of one full sentence (~55; the model remarks of the recorded run said
+# 50 a claim was too tight: reasons shrank to a few words), and the answer's frame. It sizes
+# the request's max_tokens as other requests are sized (gateway.profile.max_tokens_for).
+SUPPORT_ANSWER_TOKENS, SUPPORT_FRAME_TOKENS = 80, 20
+
+
+def support_answer_tokens(claims: int) -> int:
+    """Tokens a support check's answer over ``claims`` claims is expected to take."""
+    return SUPPORT_FRAME_TOKENS + SUPPORT_ANSWER_TOKENS * claims
 
 
 def support_judge(ctx: UnitContext, field_name: str, quotes: Mapping[str, str],
@@ -202,7 +216,7 @@ def support_judge(ctx: UnitContext, field_name: str, quotes: Mapping[str, str],
         step = run_model_step(ctx, prompt="support", schema=SupportAnswer,
                               inputs=support_inputs(field_name, claims, quotes, headers),
                               label="support check",
-                              answer_tokens=SUPPORT_ANSWER_TOKENS * len(claims))
+                              answer_tokens=support_answer_tokens(len(claims)))
         record.setdefault("steps", []).append(step)
         if not step.ok:
             record["verdicts"] = {}
@@ -387,12 +401,17 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
     # why, the sources' dates): a claim that says which value holds rests on it.
     records = conflict_evidence(conflicts)
     citable = {**quotes, **citable_conflicts(conflicts)}
+    # A figure its source gave before the figure's period ended (kinds.stale): the request
+    # says so beside the item, and a finding stating it without saying so is labelled.
+    stale = stale_labels(evidence, recorded_source_meta(ctx))
     if evidence:
         ctx.safe_point(f"synthesize over {len(evidence)} statement(s)")
         step = run_model_step(ctx, prompt=_prompt(ctx, "synthesize"), inputs={
             "task": "synthesize", "question": question, "audience": audience,
             **decision_for(ctx), **sources_for(ctx, evidence),
             "evidence": writer_evidence(evidence),
+            **({"stated_before_period_end": {i: label for i, (label, _) in stale.items()}}
+               if stale else {}),
             **({"conflicts": conflicts} if conflicts else {}),
             **reading_hints(ctx, audience)}, schema=SynthesisAnswer,
             rules=claim_rules("claims", citable),
@@ -420,6 +439,9 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
                 claim[key] = str(c[key])
         if conflict_ids:
             claim["conflict_ids"] = conflict_ids
+        label = label_for(str(c.get("text", "")).strip(), ids, stale)
+        if label:
+            claim["stated_before"] = label.strip()[1:-1]
         if f"claims[{n - 1}]" in verdicts:
             claim["support"] = verdicts[f"claims[{n - 1}]"]
         claims.append(claim)
@@ -438,9 +460,14 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
            "quotes": {i: quotes[i] for i in sorted(cited, key=natural_key) if i in quotes},
            "gaps": gaps, "conflicts": conflicts, "models": models,
            "sources": source_titles(ctx, evidence, cited)}
+    marked = {i: {"label": label, "figures": figures} for i, (label, figures) in stale.items()
+              if i in cited}
+    if marked:  # a document reading this synthesis marks them too (kinds.stale)
+        doc["stated_before_period_end"] = marked
     lines = [f"# {ctx.unit.title}", "", f"Question: {question}", "",
              f"Written for: {audience}", ""]
-    lines += [f"{n}. {c['text']} {cite(c['evidence_ids'], index)}"
+    lines += [f"{n}. {c['text']}" + (f" ({c['stated_before']})" if c.get("stated_before")
+                                      else "") + f" {cite(c['evidence_ids'], index)}"
               for n, c in enumerate(claims, start=1)] or ["No findings: no verified evidence."]
     if gaps:
         lines += ["", "Not answered by the sources:", *[f"- {g}" for g in gaps]]

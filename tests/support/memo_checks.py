@@ -62,7 +62,10 @@ def evidence_quotes(memo: str) -> dict[str, str]:
     for line in sections(memo)["evidence"].splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 4 and cited_evidence_ids(cells[0]) == {cells[0]}:
-            quotes[cells[0]] = re.sub(r"\s*_\(disputed:[^)]*\)_$", "", cells[3])
+            # The table's own marks: a side of an open disagreement, a figure stated before
+            # its period ended (kinds.stale).
+            quotes[cells[0]] = re.sub(r"(?:\s*_\((?:disputed:|forecast as of )[^)]*\)_)+$",
+                                      "", cells[3])
     return quotes
 
 
