@@ -283,6 +283,7 @@ def conflicts_of(ctx: UnitContext, quotes: Mapping[str, str]) -> list[dict[str, 
                 "class": c.get("class") or c.get("status"), "holds": c.get("holds"),
                 "holds_ids": c.get("holds_ids"), "reason": c.get("reason"),
                 "applies": c.get("applies"),
+                "about": "advice" if c.get("about") == "advice" else None,
                 "sides": [{**{k: s[k] for k in ("evidence_id", "value", "source_id", "quote",
                                                 "locator", "source_title", "source_date")
                               if s.get(k) not in (None, "")},
