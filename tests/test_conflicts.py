@@ -35,6 +35,10 @@ PLANTED = {
     ("euro annual", "Tarnlake"): ("not-a-conflict", "960"),
     ("euro berth", "Kelvmoor"): ("outdated", "140"),
     ("euro hull", "Brisland"): ("unexplained", None),
+    # The three sources on newbuild prices advise different courses for the order (order in
+    # 2025 / wait for the 2026 list / a second yard's quote first): a disagreement over
+    # advice, its subject named by the words the advice shares.
+    ("advice on order, buyers, prices", ""): ("unexplained", None),
 }
 
 
@@ -54,7 +58,8 @@ def test_offline_each_planted_disagreement_has_its_class_and_value(runner: PackR
     holds and the evidence giving it; the apparent one is closed; nothing else is listed."""
     found = {(c.metric, c.entity): c for c in _conflicts(runner)}
     assert {k: (c.cls, c.holds) for k, c in found.items()} == PLANTED
-    assert [c.metric for c in found.values() if c.open] == ["euro hull"]
+    assert [c.metric for c in found.values() if c.open] == ["euro hull",
+                                                             "advice on order, buyers, prices"]
     hull = found[("euro hull", "Brisland")]
     assert [(s.source_id, s.value) for s in hull.sides] == [
         ("R1", "18 million"), ("R2", "22 million"), ("R3", "20 million")]
@@ -63,8 +68,15 @@ def test_offline_each_planted_disagreement_has_its_class_and_value(runner: PackR
     assert found[("full-time staff", "Tarnlake")].applies
     outcome = runner.outcomes["U04"]
     assert outcome.passed
-    assert outcome.facts["conflicts"] == 4 and outcome.facts["apparent_conflicts"] == 1
-    assert outcome.facts["open_conflicts"] == 1
+    assert outcome.facts["conflicts"] == 5 and outcome.facts["apparent_conflicts"] == 1
+    assert outcome.facts["open_conflicts"] == 2
+    advice = found[("advice on order, buyers, prices", "")]
+    assert advice.about == "advice" and not advice.holds and not advice.holds_ids
+    assert [(s.source_id, s.evidence_id) for s in advice.sides] == [
+        ("R1", "R1-e2"), ("R2", "R2-e3"), ("R3", "R3-e2")]
+    assert all(s.value == s.quote for s in advice.sides)  # each side's advice, as written
+    assert "R1: act now; R2: wait; R3: check first" in advice.reason
+    assert all(c.about == "figure" for c in found.values() if c is not advice)
 
 
 def test_every_side_carries_evidence_source_locator_and_quote(runner: PackRunner) -> None:
@@ -216,12 +228,17 @@ def test_keepstep_conflicts_lists_them(tmp_path: Path, monkeypatch: pytest.Monke
     assert ran.exit_code == 0, ran.output
     text = cli.invoke(app, ["conflicts", str(root)])
     assert text.exit_code == 0, text.output
-    assert "4 disagreement(s) between sources, 1 apparent one(s) closed" in text.output
+    assert "5 disagreement(s) between sources, 1 apparent one(s) closed" in text.output
+    assert "unexplained: advice on order, buyers, prices — no advice followed (open)" in \
+        text.output
+    assert "R2-e3 (R2, Interview notes: shipyard sales manager) advises: The yard advises " \
+        "buyers to wait for its 2026 price list before ordering." in text.output
     assert "superseded: passengers travelled · Tarnlake · 2023 — uses 398,000" in text.output
     assert "P2-e1 (P2, Review of ferry services) [2024-09-30]" in text.output
     doc = json.loads(cli.invoke(app, ["conflicts", str(root), "--json"]).output)
-    assert sorted(c["class"] for c in doc["conflicts"]) == [
-        "definition", "not-a-conflict", "outdated", "superseded", "unexplained"]
+    assert sorted((c["class"], c["about"]) for c in doc["conflicts"]) == [
+        ("definition", "figure"), ("not-a-conflict", "figure"), ("outdated", "figure"),
+        ("superseded", "figure"), ("unexplained", "advice"), ("unexplained", "figure")]
 
 
 def test_claim_checks_are_batched_by_the_answer_they_expect() -> None:
@@ -235,12 +252,16 @@ def test_claim_checks_are_batched_by_the_answer_they_expect() -> None:
     outcome = get_kind("verify")[1](ctx)
     assert outcome.passed and len(ctx.calls) > 2
     payloads = [c["payload"] for c in ctx.calls]
-    assert [bool(p["candidates"]) for p in payloads] == [True] + [False] * (len(payloads) - 1)
+    # (the last request classifies the disagreements over advice, and judges no claim)
+    assert [bool(p["candidates"]) for p in payloads] == [True] + [False] * (len(payloads) - 2) \
+        + [True]
+    assert payloads[-1]["claims"] == [] and all(
+        c["about"] == "advice" for c in payloads[-1]["candidates"])
     assert all(len(p["claims"]) * 40 <= 160 for p in payloads[1:])
     judged = [c["id"] for p in payloads for c in p["claims"]]
     assert len(judged) == len(set(judged)) == outcome.facts["checked"]
     assert payloads[0]["sources"]["Q2"]["date"] == "2025-02-01"
-    assert outcome.facts["conflicts"] == 4
+    assert outcome.facts["conflicts"] == 5
 
 
 def test_vendor_dd_offline_finds_its_newer_price_and_nothing_spurious() -> None:
@@ -334,7 +355,7 @@ async def test_the_tui_shows_the_disagreements(tmp_path: Path,
         await pilot.pause()
         assert isinstance(app.screen, ConflictsScreen)
         text = screen_text(app)
-        assert "4 disagreement(s) between sources" in text and "outdated" in text
+        assert "5 disagreement(s) between sources" in text and "outdated" in text
 
 
 def test_a_verify_unit_over_verify_units_finds_disagreements_across_the_run(
@@ -372,14 +393,17 @@ def test_a_verify_unit_over_verify_units_finds_disagreements_across_the_run(
     run.run_all()
     docs = {u: json.loads(run.artifacts[u]["verified.json"]) for u in ("V1", "V2", "V3")}
     assert [c.cls for c in load_conflicts({"V1": docs["V1"]})] == ["outdated"]
-    assert [c.cls for c in load_conflicts({"V2": docs["V2"]})] == ["unexplained"]
+    # (V2 holds the R sources: their shipyard quotes, and their advice on the order)
+    assert [(c.cls, c.about) for c in load_conflicts({"V2": docs["V2"]})] == [
+        ("unexplained", "figure"), ("unexplained", "advice")]
     across = load_conflicts({"V3": docs["V3"]})
     assert {(c.metric, c.entity): (c.cls, c.holds) for c in across} == PLANTED
-    [call] = run.contexts["V3"].calls
+    call, advice = run.contexts["V3"].calls
     assert call["payload"]["claims"] == [] and len(call["payload"]["candidates"]) == 5
+    assert advice["payload"]["claims"] == [] and len(advice["payload"]["candidates"]) == 1
     assert run.outcomes["V3"].passed and len(docs["V3"]["evidence"]) == sum(
         len(docs[u]["evidence"]) for u in ("V1", "V2"))
-    assert len(load_conflicts(docs)) == 5  # the whole run: each disagreement once
+    assert len(load_conflicts(docs)) == 6  # the whole run: each disagreement once
 
 
 def test_a_padded_table_row_quoted_with_single_spaces_is_verbatim(tmp_path: Path) -> None:

@@ -521,6 +521,6 @@ def _natural(text: str) -> list[Any]:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
 
 
-__all__ = ["CLASSES", "Candidate", "advises", "propose_advice", "Conflict", "ConflictClass", "ConflictSide", "Quantity",
-           "load_conflicts", "number",
-           "conflicts_text", "run_conflicts", "parse_conflicts", "propose", "quantities_of"]
+__all__ = ["CLASSES", "Candidate", "Conflict", "ConflictClass", "ConflictSide", "Quantity",
+           "advises", "conflicts_text", "load_conflicts", "number", "parse_conflicts",
+           "propose", "propose_advice", "quantities_of", "run_conflicts"]
