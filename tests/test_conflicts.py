@@ -429,3 +429,118 @@ def test_a_padded_table_row_quoted_with_single_spaces_is_verbatim(tmp_path: Path
     [item] = [e for e in json.loads(run.artifacts["U03"]["evidence.json"])["evidence"]
               if e["source_id"] == "R1"]
     assert item["locator"]
+
+
+# --- disagreements over advice (the proposal and the offline rules, on their own) ---------
+def _advice_item(eid: str, quote: str, kind: str = "recommendation",
+                 topic: str = "general") -> dict[str, Any]:
+    return {"id": eid, "source_id": eid.split("-e")[0], "kind": kind, "topic": topic,
+            "quote": quote}
+
+
+def test_advice_candidates_join_advice_of_different_sources_on_one_subject() -> None:
+    """Advising items (a recommendation, or an opinion worded as advice) of different sources
+    whose quotes share content words make one candidate, each side's value its advice as
+    written; advice on another subject, a plain opinion and a source's own second advice do
+    not; the ids follow the figure candidates'."""
+    from keepstep.engine.kinds.conflicts import advises, propose_advice
+
+    evidence = [
+        _advice_item("A1-e1", "Councils should tender the metering contract this year."),
+        _advice_item("B1-e4", "In our view councils should delay the metering tender until "
+                     "the pilot ends.", kind="opinion"),
+        _advice_item("C1-e2", "Residents should insulate their lofts before winter."),
+        _advice_item("D1-e1", "The metering tender drew eleven bids.", kind="opinion"),
+        _advice_item("A1-e2", "Councils should publish the metering tender results."),
+    ]
+    assert [advises(e) for e in evidence] == [True, True, True, False, True]
+    [cand] = propose_advice(evidence, {"B1": {"date": "2025-05-01", "title": "Review"}},
+                            first=4)
+    assert cand.id == "K4" and cand.about == "advice"
+    assert [s.evidence_id for s in cand.sides] == ["A1-e1", "B1-e4", "A1-e2"]
+    assert all(s.value == s.quote for s in cand.sides)
+    assert cand.sides[1].source_date == "2025-05-01"
+    assert cand.metric.startswith("advice on ") and "metering" in cand.metric
+    # one source alone is no disagreement
+    assert propose_advice([evidence[0], evidence[4]]) == []
+
+
+def test_offline_rules_classify_advice_by_its_course_and_dates() -> None:
+    """The offline rules read each side's course from its wording: different courses with
+    nothing to choose between them are unexplained (every side named with its course); the
+    same course is no conflict; where the sources' dates differ the newest advice is
+    followed; an amending side replaces the others."""
+    from keepstep.engine.gateway.offline_rules import classify, course_of
+
+    assert [course_of(q) for q in (
+        "Buyers should order the pumps now.", "We advise waiting for the 2026 list.",
+        "Get a second quote before signing.", "The council should not renew the lease.",
+        "The weather was fine.")] == ["act now", "wait", "check first", "against it", ""]
+
+    def cand(*sides: tuple[str, str, str]) -> dict[str, Any]:
+        return {"id": "K9", "about": "advice", "metric": "advice on pumps", "sides": [
+            {"evidence_id": eid, "source_id": eid.split("-e")[0], "value": v,
+             "source_date": d} for eid, v, d in sides]}
+
+    order = ("A1-e1", "Buyers should order the pumps now.", "")
+    wait = ("B1-e1", "Buyers should wait for the 2026 pump prices.", "")
+    split = classify(cand(order, wait))
+    assert split["class"] == "unexplained" and split["holds"] is None
+    assert "A1: act now; B1: wait" in split["reason"]
+    same = classify(cand(order, ("B1-e1", "Order the pumps immediately.", "")))
+    assert same["class"] == "not-a-conflict"
+    dated = classify(cand((*order[:2], "2024-01-01"), (*wait[:2], "2025-03-01")))
+    assert dated["class"] == "outdated" and dated["holds_ids"] == ["B1-e1"]
+    revised = classify(cand(order, ("B1-e1", "Our revised advice: wait for the 2026 "
+                                    "prices.", "")))
+    assert revised["class"] == "superseded" and revised["holds_ids"] == ["B1-e1"]
+
+
+def test_an_advice_classification_may_name_the_advice_followed_by_its_id() -> None:
+    """A model classifying advice may name the side followed by its evidence id alone (no
+    need to copy a whole sentence into holds); a value that is no side's is still refused."""
+    inputs = {"claims": [], "candidates": [{"id": "K1", "about": "advice", "sides": [
+        {"evidence_id": "A1-e1", "source_id": "A1", "value": "Order now."},
+        {"evidence_id": "B1-e1", "source_id": "B1", "value": "Wait a year."}]}]}
+    ok = VerifyAnswer.model_validate({"results": [], "conflicts": [{
+        "candidate": "K1", "class": "outdated", "holds": None, "holds_ids": ["B1-e1"],
+        "reason": "B1 is newer", "subject": "when to order"}]})
+    assert _verify_rules(ok, inputs) == []
+    bad = VerifyAnswer.model_validate({"results": [], "conflicts": [{
+        "candidate": "K1", "class": "outdated", "holds": "Wait two years.",
+        "holds_ids": ["B1-e1"], "reason": "B1 is newer"}]})
+    assert [p.rule for p in _verify_rules(bad, inputs)] == ["side_value"]
+
+
+def test_a_models_advice_followed_reaches_the_record_and_the_memo() -> None:
+    """When the model follows one side's advice (here: the consultant's second quote, named
+    by its evidence id, with the subject in its words), the record holds that advice and its
+    id, its metric names the model's subject, and the memo's disagreement section says whose
+    advice is followed and why."""
+    from keepstep.engine.gateway.offline_model import respond
+    from tests.support.memo_checks import disagreement_lines
+
+    def answer(payload: dict[str, Any]) -> dict[str, Any]:
+        out = respond(payload)
+        if payload.get("task") == "verify" and any(
+                c.get("about") == "advice" for c in payload.get("candidates", [])):
+            [cand] = payload["candidates"]
+            out["conflicts"] = [{
+                "candidate": cand["id"], "class": "definition", "holds": None,
+                "holds_ids": ["R3-e2"], "subject": "when and from whom to order the hull",
+                "applies": "R1 and R2 speak for buyers in general; R3 advises this board",
+                "reason": "R3 is the only advice addressed to the board itself"}]
+        return out
+
+    run = PackRunner(PACK, responder=answer)
+    run.run_all()
+    [advice] = [c for c in _conflicts(run) if c.about == "advice"]
+    assert advice.metric == "advice on when and from whom to order the hull"
+    assert advice.holds_ids == ["R3-e2"] and advice.holds and advice.holds.startswith(
+        "We recommend that the board seeks a second yard's quote")
+    memo = run.artifacts["D01"]["memo.md"].decode()
+    line = next(v for k, v in disagreement_lines(memo).items() if k[0] == "advice")
+    assert "**Advice for different cases**: we follow Consultant memo on fleet renewal's " \
+        "advice." in line
+    assert "R3 advises this board" in line and "addressed to the board itself" in line
+    assert run.outcomes["A01"].passed
