@@ -108,7 +108,9 @@ class Sources:
         # from: the project's source register (sources.toml) or the document's own header.
         self.meta: dict[str, dict[str, str]] = {}
         self.meta_from: dict[str, dict[str, str]] = {}
-        for doc in self.verified.values():
+        # (a synthesis or ranking carries the metadata of the sources it cites, so a document
+        # drawn from it alone can list them too)
+        for doc in [*self.verified.values(), *self.syntheses, *self.rankings]:
             for sid, meta in (doc.get("source_meta") or {}).items():
                 if isinstance(meta, dict):
                     self.meta.setdefault(str(sid), {str(k): str(v) for k, v in meta.items()})

@@ -240,6 +240,30 @@ def recorded_source_meta(ctx: UnitContext) -> dict[str, Any]:
     return meta
 
 
+def cited_source_meta(ctx: UnitContext, sources: Any) -> dict[str, Any]:
+    """``source_meta`` and ``source_meta_from`` of the sources a synthesis or ranking cites,
+    as its verify dependencies recorded them: a document drawn from it lists its sources'
+    title, kind, date and publisher and where each came from (the ``sources`` part) without
+    depending on the verify units itself. Empty when none were recorded."""
+    wanted = {str(sid) for sid in sources}
+    meta: dict[str, Any] = {}
+    origins: dict[str, Any] = {}
+    for dep, name in verified_deps(ctx):
+        doc = ctx.dep_json(dep.id, name)
+        for key, into in (("source_meta", meta), ("source_meta_from", origins)):
+            given = doc.get(key)
+            for sid, info in (given.items() if isinstance(given, dict) else []):
+                if str(sid) in wanted and isinstance(info, dict):
+                    into.setdefault(str(sid), info)
+    out: dict[str, Any] = {}
+    if meta:
+        out["source_meta"] = dict(sorted(meta.items(), key=lambda kv: natural_key(kv[0])))
+    if origins:
+        out["source_meta_from"] = dict(sorted(origins.items(),
+                                              key=lambda kv: natural_key(kv[0])))
+    return out
+
+
 def sources_for(ctx: UnitContext, evidence: list[dict[str, Any]]) -> dict[str, Any]:
     """INPUT's ``sources``: each source the evidence comes from with its title, kind, date
     and publisher as the verify dependencies recorded them (the register's, else the
@@ -385,6 +409,7 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
            "quotes": {i: quotes[i] for i in sorted(cited, key=natural_key) if i in quotes},
            "gaps": gaps, "conflicts": conflicts, "models": models,
            "sources": source_titles(ctx, evidence, cited)}
+    doc.update(cited_source_meta(ctx, doc["sources"]))
     lines = [f"# {ctx.unit.title}", "", f"Question: {question}", "",
              f"Written for: {audience}", ""]
     lines += [f"{n}. {c['text']} {cite(c['evidence_ids'], index)}"
@@ -630,6 +655,7 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
            "ask": asks.get("ask", []), "models": models_of(*steps),
            "quotes": {i: quotes[i] for r in risks for i in r["evidence_ids"] if i in quotes},
            "sources": source_titles(ctx, evidence, {i for r in risks for i in r["evidence_ids"]})}
+    doc.update(cited_source_meta(ctx, doc["sources"]))
     if unconverged:
         # Goes forward flagged: a later unit (a document, an audit) can record the risk.
         doc.update({"converged": False, "open_problems": problems,
