@@ -403,7 +403,11 @@ def test_a_verify_unit_over_verify_units_finds_disagreements_across_the_run(
     assert advice["payload"]["claims"] == [] and len(advice["payload"]["candidates"]) == 1
     assert run.outcomes["V3"].passed and len(docs["V3"]["evidence"]) == sum(
         len(docs[u]["evidence"]) for u in ("V1", "V2"))
-    assert len(load_conflicts(docs)) == 6  # the whole run: each disagreement once
+    whole = load_conflicts(docs)
+    assert len(whole) == 6  # the whole run: each disagreement once
+    # V1 and V2 each numbered theirs from K1: the run's ids are unique, the later qualified
+    ids = [c.id for c in whole]
+    assert len(set(ids)) == len(ids) and "K1" in ids and "V2.K1" in ids
 
 
 def test_a_padded_table_row_quoted_with_single_spaces_is_verbatim(tmp_path: Path) -> None:
@@ -544,3 +548,25 @@ def test_a_models_advice_followed_reaches_the_record_and_the_memo() -> None:
         "advice." in line
     assert "R3 advises this board" in line and "addressed to the board itself" in line
     assert run.outcomes["A01"].passed
+
+
+def test_disagreement_ids_are_unique_across_verify_units() -> None:
+    """Two verify units each number their disagreements K1, K2 ...: a document's records, and
+    a synthesis's copies, keep the first K1 and qualify the other by its unit (V2.K1), so a
+    citable record id names one disagreement (before, the second K1 was dropped from the
+    citable records); the same disagreement met twice stays one record."""
+    from keepstep.engine.kinds.citable import citable_conflicts, conflict_evidence
+    from keepstep.engine.kinds.parts import conflict_records
+
+    def record(unit: str, a: str, b: str) -> dict[str, Any]:
+        return {"id": "K1", "metric": "price", "class": "unexplained", "verify_unit": unit,
+                "sides": [{"evidence_id": a, "source_id": a[:2], "value": "1"},
+                          {"evidence_id": b, "source_id": b[:2], "value": "2"}]}
+
+    docs = [{"conflicts": [record("V1", "A1-e1", "B1-e1")]},
+            {"conflicts": [record("V2", "C1-e1", "D1-e1"), record("V2", "A1-e1", "B1-e1")]}]
+    found = conflict_records(docs)
+    assert sorted(c["id"] for c in found) == ["K1", "V2.K1"]
+    cited = citable_conflicts(found)
+    assert set(cited) == {"K1", "V2.K1"} and "C1-e1" in cited["V2.K1"]
+    assert conflict_evidence(found)["V2.K1"] == ["C1-e1", "D1-e1"]

@@ -449,11 +449,23 @@ def parse_conflicts(doc: Mapping[str, Any], verify_unit: str = "") -> list[Confl
     return out
 
 
+def run_id(conflict_id: str, verify_unit: str, taken: set[str]) -> str:
+    """A disagreement's id, unique across the run: its verify unit's own (``K1``) unless a
+    disagreement of another verify unit already took it, then qualified by its unit
+    (``U22.K1``: still no evidence id). ``taken`` gathers the ids given so far."""
+    out = conflict_id
+    if out in taken and verify_unit:
+        out = f"{verify_unit}.{conflict_id}"
+    taken.add(out)
+    return out
+
+
 def load_conflicts(docs: Mapping[str, Mapping[str, Any]]) -> list[Conflict]:
     """Every disagreement of a run from its verify units' ``verified.json`` documents
     (``{verify unit id: document}``), in unit order: a disagreement two units both found
     (the same evidence ids) is listed once, as the first unit classified it."""
     seen: set[frozenset[str]] = set()
+    taken: set[str] = set()
     out: list[Conflict] = []
     for unit_id in sorted(docs, key=_natural):
         for conflict in parse_conflicts(docs[unit_id], unit_id):
@@ -461,6 +473,9 @@ def load_conflicts(docs: Mapping[str, Mapping[str, Any]]) -> list[Conflict]:
             if key in seen:
                 continue
             seen.add(key)
+            # Two verify units each number theirs K1, K2 ...: an id a unit before took is
+            # qualified by this record's unit, so every id names one disagreement.
+            conflict.id = run_id(conflict.id, conflict.verify_unit or unit_id, taken)
             out.append(conflict)
     return out
 
@@ -523,4 +538,4 @@ def _natural(text: str) -> list[Any]:
 
 __all__ = ["CLASSES", "Candidate", "Conflict", "ConflictClass", "ConflictSide", "Quantity",
            "advises", "conflicts_text", "load_conflicts", "number", "parse_conflicts",
-           "propose", "propose_advice", "quantities_of", "run_conflicts"]
+           "propose", "propose_advice", "quantities_of", "run_conflicts", "run_id"]

@@ -38,6 +38,7 @@ from keepstep.engine.kinds.common import (
     notices,
     verified_deps,
 )
+from keepstep.engine.kinds.conflicts import run_id
 from keepstep.engine.kinds.context import UnitContext
 from keepstep.engine.kinds.extract import DOCUMENT, REGISTER
 from keepstep.engine.kinds.synthesize import META_FIELDS, ranking_table
@@ -207,6 +208,7 @@ def conflict_records(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     or ranking's copies, older ids/values/status records), one per set of evidence ids:
     metric, entity, period, cls, holds, holds_ids, reason, applies, sides."""
     out: dict[frozenset[str], dict[str, Any]] = {}
+    taken: set[str] = set()
     for doc in docs:
         for c in doc.get("conflicts") or []:
             if not isinstance(c, dict):
@@ -225,7 +227,13 @@ def conflict_records(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if not key or key in out:
                 continue
             cls = str(c.get("class") or _LEGACY_CLASS.get(str(c.get("status")), "unexplained"))
-            out[key] = {"id": str(c.get("id") or ""),
+            # An id another record took (two verify units each number theirs K1, K2 ...) is
+            # qualified by this record's verify unit, or by the synthesis or ranking whose
+            # copy it is, so each id names one disagreement.
+            cid = str(c.get("id") or "")
+            cid = run_id(cid, str(c.get("verify_unit") or doc.get("unit") or ""), taken) \
+                if cid else ""
+            out[key] = {"id": cid,
                         "metric": str(c.get("metric") or "a quantity"),
                         "entity": str(c.get("entity") or ""), "period": str(c.get("period") or ""),
                         "cls": cls, "holds": str(c.get("holds") or ""),

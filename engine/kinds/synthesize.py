@@ -57,6 +57,7 @@ from keepstep.engine.kinds.common import (
     verified_deps,
     writer_evidence,
 )
+from keepstep.engine.kinds.conflicts import run_id
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_step
 
@@ -293,16 +294,22 @@ def conflicts_of(ctx: UnitContext, quotes: Mapping[str, str]) -> list[dict[str, 
     and the value that holds."""
     evidence_ids = set(quotes)
     out = []
+    taken: set[str] = set()
+    seen: set[frozenset[str]] = set()
     for dep, name in verified_deps(ctx):
         for c in ctx.dep_json(dep.id, name).get("conflicts") or []:
             if not isinstance(c, dict):
                 continue
             sides = [s for s in c.get("sides") or [] if isinstance(s, dict)]
             ids = {str(s.get("evidence_id")) for s in sides} or {str(i) for i in c.get("ids", [])}
-            if not ids & evidence_ids:
+            if not ids & evidence_ids or frozenset(ids) in seen:
                 continue
+            seen.add(frozenset(ids))
+            # Ids unique across the verify units (each numbers its own K1, K2 ...).
+            cid = run_id(str(c.get("id") or ""), str(c.get("verify_unit") or dep.id), taken) \
+                if c.get("id") else None
             out.append({k: v for k, v in {
-                "id": c.get("id"), "metric": c.get("metric"), "entity": c.get("entity"),
+                "id": cid, "metric": c.get("metric"), "entity": c.get("entity"),
                 "period": c.get("period"),
                 "class": c.get("class") or c.get("status"), "holds": c.get("holds"),
                 "holds_ids": c.get("holds_ids"), "reason": c.get("reason"),
