@@ -94,8 +94,11 @@ def test_a_written_section_may_cite_the_disagreement_and_the_document_cites_its_
     render = next(c["payload"] for c in ctx.calls if c["task"] == "render")
     assert "The value that holds: NVK 46" in render["citable_records"]["K1"]
     brief = ctx.outputs["brief.md"].decode()
-    assert f"- {HOLDS} (Price list (B1), Prices)[^1]" in brief
-    assert "[^1]: [B1-e1, B1-e2] (B1, Prices)" in brief and "K1" not in brief
+    # one footnote per quote the record rests on (each with its source title and place)
+    assert f"- {HOLDS} (Price list (B1), Prices)[^1][^2]" in brief
+    assert "[^1]: [B1-e1] (B1, Prices) — Price list (B1), Prices: “" in brief
+    assert "[^2]: [B1-e2] (B1, Prices) — Price list (B1), Prices: “" in brief
+    assert "K1" not in brief
 
 
 def test_the_audit_fails_a_line_offering_a_settled_disagreement_as_open() -> None:

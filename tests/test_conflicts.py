@@ -35,6 +35,10 @@ PLANTED = {
     ("euro annual", "Tarnlake"): ("not-a-conflict", "960"),
     ("euro berth", "Kelvmoor"): ("outdated", "140"),
     ("euro hull", "Brisland"): ("unexplained", None),
+    # The three sources on newbuild prices advise different courses for the order (order in
+    # 2025 / wait for the 2026 list / a second yard's quote first): a disagreement over
+    # advice, its subject named by the words the advice shares.
+    ("advice on order, buyers, prices", ""): ("unexplained", None),
 }
 
 
@@ -54,7 +58,8 @@ def test_offline_each_planted_disagreement_has_its_class_and_value(runner: PackR
     holds and the evidence giving it; the apparent one is closed; nothing else is listed."""
     found = {(c.metric, c.entity): c for c in _conflicts(runner)}
     assert {k: (c.cls, c.holds) for k, c in found.items()} == PLANTED
-    assert [c.metric for c in found.values() if c.open] == ["euro hull"]
+    assert [c.metric for c in found.values() if c.open] == ["euro hull",
+                                                             "advice on order, buyers, prices"]
     hull = found[("euro hull", "Brisland")]
     assert [(s.source_id, s.value) for s in hull.sides] == [
         ("R1", "18 million"), ("R2", "22 million"), ("R3", "20 million")]
@@ -63,8 +68,15 @@ def test_offline_each_planted_disagreement_has_its_class_and_value(runner: PackR
     assert found[("full-time staff", "Tarnlake")].applies
     outcome = runner.outcomes["U04"]
     assert outcome.passed
-    assert outcome.facts["conflicts"] == 4 and outcome.facts["apparent_conflicts"] == 1
-    assert outcome.facts["open_conflicts"] == 1
+    assert outcome.facts["conflicts"] == 5 and outcome.facts["apparent_conflicts"] == 1
+    assert outcome.facts["open_conflicts"] == 2
+    advice = found[("advice on order, buyers, prices", "")]
+    assert advice.about == "advice" and not advice.holds and not advice.holds_ids
+    assert [(s.source_id, s.evidence_id) for s in advice.sides] == [
+        ("R1", "R1-e2"), ("R2", "R2-e3"), ("R3", "R3-e2")]
+    assert all(s.value == s.quote for s in advice.sides)  # each side's advice, as written
+    assert "R1: act now; R2: wait; R3: check first" in advice.reason
+    assert all(c.about == "figure" for c in found.values() if c is not advice)
 
 
 def test_every_side_carries_evidence_source_locator_and_quote(runner: PackRunner) -> None:
@@ -216,12 +228,17 @@ def test_keepstep_conflicts_lists_them(tmp_path: Path, monkeypatch: pytest.Monke
     assert ran.exit_code == 0, ran.output
     text = cli.invoke(app, ["conflicts", str(root)])
     assert text.exit_code == 0, text.output
-    assert "4 disagreement(s) between sources, 1 apparent one(s) closed" in text.output
+    assert "5 disagreement(s) between sources, 1 apparent one(s) closed" in text.output
+    assert "unexplained: advice on order, buyers, prices — no advice followed (open)" in \
+        text.output
+    assert "R2-e3 (R2, Interview notes: shipyard sales manager) advises: The yard advises " \
+        "buyers to wait for its 2026 price list before ordering." in text.output
     assert "superseded: passengers travelled · Tarnlake · 2023 — uses 398,000" in text.output
     assert "P2-e1 (P2, Review of ferry services) [2024-09-30]" in text.output
     doc = json.loads(cli.invoke(app, ["conflicts", str(root), "--json"]).output)
-    assert sorted(c["class"] for c in doc["conflicts"]) == [
-        "definition", "not-a-conflict", "outdated", "superseded", "unexplained"]
+    assert sorted((c["class"], c["about"]) for c in doc["conflicts"]) == [
+        ("definition", "figure"), ("not-a-conflict", "figure"), ("outdated", "figure"),
+        ("superseded", "figure"), ("unexplained", "advice"), ("unexplained", "figure")]
 
 
 def test_claim_checks_are_batched_by_the_answer_they_expect() -> None:
@@ -235,12 +252,16 @@ def test_claim_checks_are_batched_by_the_answer_they_expect() -> None:
     outcome = get_kind("verify")[1](ctx)
     assert outcome.passed and len(ctx.calls) > 2
     payloads = [c["payload"] for c in ctx.calls]
-    assert [bool(p["candidates"]) for p in payloads] == [True] + [False] * (len(payloads) - 1)
+    # (the last request classifies the disagreements over advice, and judges no claim)
+    assert [bool(p["candidates"]) for p in payloads] == [True] + [False] * (len(payloads) - 2) \
+        + [True]
+    assert payloads[-1]["claims"] == [] and all(
+        c["about"] == "advice" for c in payloads[-1]["candidates"])
     assert all(len(p["claims"]) * 40 <= 160 for p in payloads[1:])
     judged = [c["id"] for p in payloads for c in p["claims"]]
     assert len(judged) == len(set(judged)) == outcome.facts["checked"]
     assert payloads[0]["sources"]["Q2"]["date"] == "2025-02-01"
-    assert outcome.facts["conflicts"] == 4
+    assert outcome.facts["conflicts"] == 5
 
 
 def test_vendor_dd_offline_finds_its_newer_price_and_nothing_spurious() -> None:
@@ -334,7 +355,7 @@ async def test_the_tui_shows_the_disagreements(tmp_path: Path,
         await pilot.pause()
         assert isinstance(app.screen, ConflictsScreen)
         text = screen_text(app)
-        assert "4 disagreement(s) between sources" in text and "outdated" in text
+        assert "5 disagreement(s) between sources" in text and "outdated" in text
 
 
 def test_a_verify_unit_over_verify_units_finds_disagreements_across_the_run(
@@ -372,14 +393,21 @@ def test_a_verify_unit_over_verify_units_finds_disagreements_across_the_run(
     run.run_all()
     docs = {u: json.loads(run.artifacts[u]["verified.json"]) for u in ("V1", "V2", "V3")}
     assert [c.cls for c in load_conflicts({"V1": docs["V1"]})] == ["outdated"]
-    assert [c.cls for c in load_conflicts({"V2": docs["V2"]})] == ["unexplained"]
+    # (V2 holds the R sources: their shipyard quotes, and their advice on the order)
+    assert [(c.cls, c.about) for c in load_conflicts({"V2": docs["V2"]})] == [
+        ("unexplained", "figure"), ("unexplained", "advice")]
     across = load_conflicts({"V3": docs["V3"]})
     assert {(c.metric, c.entity): (c.cls, c.holds) for c in across} == PLANTED
-    [call] = run.contexts["V3"].calls
+    call, advice = run.contexts["V3"].calls
     assert call["payload"]["claims"] == [] and len(call["payload"]["candidates"]) == 5
+    assert advice["payload"]["claims"] == [] and len(advice["payload"]["candidates"]) == 1
     assert run.outcomes["V3"].passed and len(docs["V3"]["evidence"]) == sum(
         len(docs[u]["evidence"]) for u in ("V1", "V2"))
-    assert len(load_conflicts(docs)) == 5  # the whole run: each disagreement once
+    whole = load_conflicts(docs)
+    assert len(whole) == 6  # the whole run: each disagreement once
+    # V1 and V2 each numbered theirs from K1: the run's ids are unique, the later qualified
+    ids = [c.id for c in whole]
+    assert len(set(ids)) == len(ids) and "K1" in ids and "V2.K1" in ids
 
 
 def test_a_padded_table_row_quoted_with_single_spaces_is_verbatim(tmp_path: Path) -> None:
@@ -405,3 +433,140 @@ def test_a_padded_table_row_quoted_with_single_spaces_is_verbatim(tmp_path: Path
     [item] = [e for e in json.loads(run.artifacts["U03"]["evidence.json"])["evidence"]
               if e["source_id"] == "R1"]
     assert item["locator"]
+
+
+# --- disagreements over advice (the proposal and the offline rules, on their own) ---------
+def _advice_item(eid: str, quote: str, kind: str = "recommendation",
+                 topic: str = "general") -> dict[str, Any]:
+    return {"id": eid, "source_id": eid.split("-e")[0], "kind": kind, "topic": topic,
+            "quote": quote}
+
+
+def test_advice_candidates_join_advice_of_different_sources_on_one_subject() -> None:
+    """Advising items (a recommendation, or an opinion worded as advice) of different sources
+    whose quotes share content words make one candidate, each side's value its advice as
+    written; advice on another subject, a plain opinion and a source's own second advice do
+    not; the ids follow the figure candidates'."""
+    from keepstep.engine.kinds.conflicts import advises, propose_advice
+
+    evidence = [
+        _advice_item("A1-e1", "Councils should tender the metering contract this year."),
+        _advice_item("B1-e4", "In our view councils should delay the metering tender until "
+                     "the pilot ends.", kind="opinion"),
+        _advice_item("C1-e2", "Residents should insulate their lofts before winter."),
+        _advice_item("D1-e1", "The metering tender drew eleven bids.", kind="opinion"),
+        _advice_item("A1-e2", "Councils should publish the metering tender results."),
+    ]
+    assert [advises(e) for e in evidence] == [True, True, True, False, True]
+    [cand] = propose_advice(evidence, {"B1": {"date": "2025-05-01", "title": "Review"}},
+                            first=4)
+    assert cand.id == "K4" and cand.about == "advice"
+    assert [s.evidence_id for s in cand.sides] == ["A1-e1", "B1-e4", "A1-e2"]
+    assert all(s.value == s.quote for s in cand.sides)
+    assert cand.sides[1].source_date == "2025-05-01"
+    assert cand.metric.startswith("advice on ") and "metering" in cand.metric
+    # one source alone is no disagreement
+    assert propose_advice([evidence[0], evidence[4]]) == []
+
+
+def test_offline_rules_classify_advice_by_its_course_and_dates() -> None:
+    """The offline rules read each side's course from its wording: different courses with
+    nothing to choose between them are unexplained (every side named with its course); the
+    same course is no conflict; where the sources' dates differ the newest advice is
+    followed; an amending side replaces the others."""
+    from keepstep.engine.gateway.offline_rules import classify, course_of
+
+    assert [course_of(q) for q in (
+        "Buyers should order the pumps now.", "We advise waiting for the 2026 list.",
+        "Get a second quote before signing.", "The council should not renew the lease.",
+        "The weather was fine.")] == ["act now", "wait", "check first", "against it", ""]
+
+    def cand(*sides: tuple[str, str, str]) -> dict[str, Any]:
+        return {"id": "K9", "about": "advice", "metric": "advice on pumps", "sides": [
+            {"evidence_id": eid, "source_id": eid.split("-e")[0], "value": v,
+             "source_date": d} for eid, v, d in sides]}
+
+    order = ("A1-e1", "Buyers should order the pumps now.", "")
+    wait = ("B1-e1", "Buyers should wait for the 2026 pump prices.", "")
+    split = classify(cand(order, wait))
+    assert split["class"] == "unexplained" and split["holds"] is None
+    assert "A1: act now; B1: wait" in split["reason"]
+    same = classify(cand(order, ("B1-e1", "Order the pumps immediately.", "")))
+    assert same["class"] == "not-a-conflict"
+    dated = classify(cand((*order[:2], "2024-01-01"), (*wait[:2], "2025-03-01")))
+    assert dated["class"] == "outdated" and dated["holds_ids"] == ["B1-e1"]
+    revised = classify(cand(order, ("B1-e1", "Our revised advice: wait for the 2026 "
+                                    "prices.", "")))
+    assert revised["class"] == "superseded" and revised["holds_ids"] == ["B1-e1"]
+
+
+def test_an_advice_classification_may_name_the_advice_followed_by_its_id() -> None:
+    """A model classifying advice may name the side followed by its evidence id alone (no
+    need to copy a whole sentence into holds); a value that is no side's is still refused."""
+    inputs = {"claims": [], "candidates": [{"id": "K1", "about": "advice", "sides": [
+        {"evidence_id": "A1-e1", "source_id": "A1", "value": "Order now."},
+        {"evidence_id": "B1-e1", "source_id": "B1", "value": "Wait a year."}]}]}
+    ok = VerifyAnswer.model_validate({"results": [], "conflicts": [{
+        "candidate": "K1", "class": "outdated", "holds": None, "holds_ids": ["B1-e1"],
+        "reason": "B1 is newer", "subject": "when to order"}]})
+    assert _verify_rules(ok, inputs) == []
+    bad = VerifyAnswer.model_validate({"results": [], "conflicts": [{
+        "candidate": "K1", "class": "outdated", "holds": "Wait two years.",
+        "holds_ids": ["B1-e1"], "reason": "B1 is newer"}]})
+    assert [p.rule for p in _verify_rules(bad, inputs)] == ["side_value"]
+
+
+def test_a_models_advice_followed_reaches_the_record_and_the_memo() -> None:
+    """When the model follows one side's advice (here: the consultant's second quote, named
+    by its evidence id, with the subject in its words), the record holds that advice and its
+    id, its metric names the model's subject, and the memo's disagreement section says whose
+    advice is followed and why."""
+    from keepstep.engine.gateway.offline_model import respond
+    from tests.support.memo_checks import disagreement_lines
+
+    def answer(payload: dict[str, Any]) -> dict[str, Any]:
+        out = respond(payload)
+        if payload.get("task") == "verify" and any(
+                c.get("about") == "advice" for c in payload.get("candidates", [])):
+            [cand] = payload["candidates"]
+            out["conflicts"] = [{
+                "candidate": cand["id"], "class": "definition", "holds": None,
+                "holds_ids": ["R3-e2"], "subject": "when and from whom to order the hull",
+                "applies": "R1 and R2 speak for buyers in general; R3 advises this board",
+                "reason": "R3 is the only advice addressed to the board itself"}]
+        return out
+
+    run = PackRunner(PACK, responder=answer)
+    run.run_all()
+    [advice] = [c for c in _conflicts(run) if c.about == "advice"]
+    assert advice.metric == "advice on when and from whom to order the hull"
+    assert advice.holds_ids == ["R3-e2"] and advice.holds and advice.holds.startswith(
+        "We recommend that the board seeks a second yard's quote")
+    memo = run.artifacts["D01"]["memo.md"].decode()
+    line = next(v for k, v in disagreement_lines(memo).items() if k[0] == "advice")
+    assert "**Advice for different cases**: we follow Consultant memo on fleet renewal's " \
+        "advice." in line
+    assert "R3 advises this board" in line and "addressed to the board itself" in line
+    assert run.outcomes["A01"].passed
+
+
+def test_disagreement_ids_are_unique_across_verify_units() -> None:
+    """Two verify units each number their disagreements K1, K2 ...: a document's records, and
+    a synthesis's copies, keep the first K1 and qualify the other by its unit (V2.K1), so a
+    citable record id names one disagreement (before, the second K1 was dropped from the
+    citable records); the same disagreement met twice stays one record."""
+    from keepstep.engine.kinds.citable import citable_conflicts, conflict_evidence
+    from keepstep.engine.kinds.parts import conflict_records
+
+    def record(unit: str, a: str, b: str) -> dict[str, Any]:
+        return {"id": "K1", "metric": "price", "class": "unexplained", "verify_unit": unit,
+                "sides": [{"evidence_id": a, "source_id": a[:2], "value": "1"},
+                          {"evidence_id": b, "source_id": b[:2], "value": "2"}]}
+
+    docs = [{"conflicts": [record("V1", "A1-e1", "B1-e1")]},
+            {"conflicts": [record("V2", "C1-e1", "D1-e1"), record("V2", "A1-e1", "B1-e1")]}]
+    found = conflict_records(docs)
+    assert sorted(c["id"] for c in found) == ["K1", "V2.K1"]
+    cited = citable_conflicts(found)
+    assert set(cited) == {"K1", "V2.K1"} and "C1-e1" in cited["V2.K1"]
+    assert conflict_evidence(found)["V2.K1"] == ["C1-e1", "D1-e1"]

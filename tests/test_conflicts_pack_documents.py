@@ -30,6 +30,8 @@ from keepstep.engine.gateway.answers import check_answer, strict_schema
 from keepstep.engine.kinds.synthesize import OptionsAnswer, RankAnswer, _rank_schema
 from tests.support.fake_context import PackRunner
 from tests.support.memo_checks import (
+    ADVICE,
+    ADVICE_QUOTES,
     APPARENT,
     HOLDS,
     HULL_QUOTES,
@@ -93,7 +95,7 @@ def test_the_memos_disagreement_section_names_each_with_the_value_used_and_why(
     """Each real disagreement has its line in the memo's conflicts section: every side's
     value, the class, the value used (none for the unresolved one) and the reason."""
     lines = disagreement_lines(offline["memo"])
-    assert set(lines) == {*PLANTED, APPARENT}
+    assert set(lines) == {*PLANTED, APPARENT, ADVICE}
     for key, value in HOLDS.items():
         assert f"we use {value}" in lines[key]
     assert "**Superseded**" in lines[("passenger", "tarnlake")]
@@ -110,6 +112,28 @@ def test_the_memos_disagreement_section_names_each_with_the_value_used_and_why(
         assert record["reason"].rstrip(".").lower() in \
             line.lower().replace(" in the source register", "")
     assert "(Q2, 2025-02-01 in the source register)" in lines[("berth", "kelvmoor")]
+
+
+def test_the_disagreement_over_advice_is_listed_and_named_in_the_memo(
+        offline: dict[str, Any]) -> None:
+    """The three sources on newbuild prices advise different courses (order in 2025, wait for
+    the yard's 2026 list, a second yard's quote first): `keepstep conflicts --json` lists one
+    disagreement over advice with each side's advice, source and evidence, unresolved (the
+    offline rules read three different courses and no date or amending word); the memo's
+    disagreement section sets out every side's advice with its citation and date (or that it
+    has none) and says that no course is followed as settled, and why."""
+    [advice] = [c for c in offline["conflicts"] if c["about"] == "advice"]
+    assert advice["class"] == "unexplained" and not advice["holds"] and not advice["holds_ids"]
+    assert [(s["source_id"], s["value"][:30]) for s in advice["sides"]] == [
+        (q[0], q[1][:30]) for q in zip(("R1", "R2", "R3"), ADVICE_QUOTES, strict=True)]
+    assert "act now" in advice["reason"] and "wait" in advice["reason"]
+    line = disagreement_lines(offline["memo"])[ADVICE]
+    assert all(f"“{q}" in line for q in ADVICE_QUOTES)
+    assert line.count("undated") == 3  # the R sources carry no date
+    assert "**Unresolved**" in line and "we follow none as settled" in line
+    assert advice["reason"].rstrip(".").lower() in line.lower()
+    # cited by footnotes a reader can follow: one per side
+    assert len(re.findall(r"\[R\d-e\d\]", line)) == 3
 
 
 def test_the_memo_carries_no_production_artefact_and_lists_its_sources(

@@ -992,3 +992,31 @@ def test_a_written_section_does_not_repeat_what_the_document_already_says() -> N
     assert "- Two price lists disagree on the list price." in brief
     # Its template has no {{ notice }}: the models that answered are named all the same.
     assert f"\n_Models that answered: {MODEL}._\n" in brief
+
+
+def test_footnotes_are_one_per_quote_and_read_back_as_one_citation() -> None:
+    """A sentence citing several quotes gets one footnote per quote (its evidence id, source
+    title and place, and the quote), a quote cited again reuses its number, and the audit's
+    reading puts the notes of one citation back together as a single ``[ids] (places)``."""
+    from types import SimpleNamespace
+
+    from keepstep.engine.kinds.render import with_footnotes
+
+    src = SimpleNamespace(
+        index={"A1-e1": {"source_id": "A1", "locator": "p. 1"},
+               "A1-e2": {"source_id": "A1", "locator": "p. 2"},
+               "B1-e1": {"source_id": "B1", "locator": ""}},
+        titles={"A1": "Pilot report", "B1": "Price list"},
+        quotes={"A1-e1": "1,200 meters were fitted.", "A1-e2": "97% reported on time.",
+                "B1-e1": "The list price is NVK 46."})
+    text = ("- Fitted and on time. [A1-e1, A1-e2, B1-e1] (A1, p. 1; A1, p. 2; B1)\n"
+            "- On time. [A1-e2] (A1, p. 2)\n")
+    out = with_footnotes(text, src)  # type: ignore[arg-type]
+    assert "- Fitted and on time. (Pilot report (A1), p. 1 · p. 2; Price list (B1))[^1][^2][^3]" \
+        in out
+    assert "- On time. (Pilot report (A1), p. 2)[^2]\n" in out  # the same quote, its number
+    assert "[^2]: [A1-e2] (A1, p. 2) — Pilot report (A1), p. 2: “97% reported on time.”" in out
+    assert out.count("[^2]: ") == 1 and "[^4]" not in out
+    back = expand_footnotes(out)
+    assert "- Fitted and on time. [A1-e1, A1-e2, B1-e1] (A1, p. 1; A1, p. 2; B1)" in back
+    assert "- On time. [A1-e2] (A1, p. 2)" in back and "[^" not in back

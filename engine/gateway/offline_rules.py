@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from functools import lru_cache
+from typing import Any
 
 # Topics come with the prompt (the pack's data/topics.toml, as INPUT "topics": a list of
 # {"name", "keywords"}); without them every statement is filed under this one.
@@ -495,7 +496,9 @@ def classify(candidate: dict) -> dict:
                               if str(s.get("value")) == value],
                 "reason": reason, "applies": applies}
 
-    quotes = {id(s): str(s.get("quote", "")) for s in sides}
+    quotes = {id(s): str(s.get("quote") or s.get("value") or "") for s in sides}
+    if candidate.get("about") == "advice":
+        return _classify_advice(cid, sides, quotes, out)
     amending = [s for s in sides if _has(quotes[id(s)], _AMENDS)]
     if amending and len(amending) < len(sides):
         src = ", ".join(str(s.get("source_id")) for s in amending)
@@ -528,3 +531,60 @@ def classify(candidate: dict) -> dict:
     return {"candidate": cid, "class": "unexplained", "holds": None, "holds_ids": [],
             "reason": "the sources give different values and neither says which holds",
             "applies": ""}
+
+
+# Disagreements over advice, by rule: the course each side advises, read from its wording.
+# The first course whose words a side uses is its course; sides advising one course agree.
+_COURSES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("against it", (" not ", "n't ", " avoid", " against ", " refrain", " reject", " cancel",
+                    " drop ", " stop ", " abandon")),
+    ("wait", (" wait", " defer", " delay", " postpone", " hold off", " hold back", " later ",
+              " pause", " until ")),
+    ("check first", (" second quote", " second opinion", " compare", " competing", " tender",
+                     " another quote", " other quote", " review ", " assess", " evaluate",
+                     " seek ", " seeks ", " check ", " verify", " confirm", " investigate")),
+    ("act now", (" now", " immediately", " at once", " order ", " buy ", " sign ", " proceed",
+                 " go ahead", " commit", " invest", " adopt", " launch", " start ", " book ")),
+)
+
+
+def course_of(advice: str) -> str:
+    """The course a piece of advice takes ("wait", "check first", "act now", "against it"),
+    or "" when its wording names none of them."""
+    text = " " + re.sub(r"[^a-z0-9']+", " ", normalise(advice)) + " "
+    for course, words in _COURSES:
+        if any(w in text for w in words):
+            return course
+    return ""
+
+
+def _classify_advice(cid: str, sides: list[dict], quotes: dict[int, str],
+                     out: Any) -> dict:
+    """A candidate disagreement over advice: sides advising one course (or whose courses the
+    wording does not name) do not disagree; else the newest advice holds when one side
+    amends the others or the sources' dates differ, and the disagreement is unexplained
+    when nothing says which to follow."""
+    courses = {id(s): course_of(quotes[id(s)]) for s in sides}
+    named = {c for c in courses.values() if c}
+    if len(named) < 2:
+        return out("not-a-conflict", [], "the sources advise the same course"
+                   + (f" ({next(iter(named))})" if named else "") + " or name none the "
+                   "rules can tell apart: no opposite course words")
+    said = "; ".join(f"{s.get('source_id')}: {courses[id(s)] or 'no course named'}"
+                     for s in sides)
+    amending = [s for s in sides if _has(quotes[id(s)], _AMENDS)]
+    if amending and len(amending) < len(sides):
+        src = ", ".join(str(s.get("source_id")) for s in amending)
+        return out("superseded", amending, f"the sources advise different courses ({said}); "
+                   f"{src} revises the earlier advice")
+    dated = sorted((s for s in sides if str(s.get("source_date") or "").strip()),
+                   key=lambda s: str(s.get("source_date")))
+    if len(dated) == len(sides) and str(dated[0].get("source_date")) != str(
+            dated[-1].get("source_date")):
+        newest = [s for s in dated if s.get("source_date") == dated[-1].get("source_date")]
+        return out("outdated", newest[:1], f"the sources advise different courses ({said}); "
+                   f"the newest source ({newest[0].get('source_id')}, "
+                   f"{newest[0].get('source_date')}) is followed")
+    return {"candidate": cid, "class": "unexplained", "holds": None, "holds_ids": [],
+            "reason": f"the sources advise different courses ({said}) and nothing in them "
+                      "says which to follow", "applies": ""}

@@ -48,6 +48,8 @@ def conflict_text(c: Mapping[str, Any]) -> str:
     """A disagreement as a claim cites it: its sides (value, evidence id, source, date,
     quote), its class, the value used and why."""
     cls = str(c.get("class") or c.get("cls") or "unexplained")
+    if c.get("about") == "advice":
+        return _advice_text(c, cls)
     about = ", ".join(str(c[k]) for k in ("entity", "period") if c.get(k))
     head = f"Disagreement {c.get('id', '')} on {c.get('metric') or 'a quantity'}" + (
         f" ({about})" if about else "") + f": {_CLASS_WORDS.get(cls, cls)}."
@@ -67,6 +69,38 @@ def conflict_text(c: Mapping[str, Any]) -> str:
         f" ({', '.join(str(i) for i in c.get('holds_ids') or [])})"
         if c.get("holds_ids") else "") + "." if holds else
         " No value holds: the documents state neither as fact.")
+    applies = f" Which applies when: {c['applies']}." if c.get("applies") else ""
+    reason = f" Why: {str(c['reason']).strip()}" if c.get("reason") else ""
+    return (head + body + used + applies + reason).strip()
+
+
+_ADVICE_CLASS_WORDS = {
+    "definition": "each advice holds for its own case",
+    "superseded": "superseded (a newer source's advice replaces the older)",
+    "outdated": "out of date (the older advice is no longer current)",
+    "unexplained": "unexplained (nothing says which course to follow)",
+    "not-a-conflict": "not a conflict (the advice does not disagree)",
+}
+
+
+def _advice_text(c: Mapping[str, Any], cls: str) -> str:
+    """A disagreement over advice as a claim cites it: each source's advice (its words),
+    evidence id, source and date, the class, the advice followed and why."""
+    head = (f"Disagreement {c.get('id', '')} over advice ({c.get('metric') or 'a course'}): "
+            f"{_ADVICE_CLASS_WORDS.get(cls, cls)}.")
+    sides = []
+    for s in c.get("sides") or []:
+        source = str(s.get("source_title") or s.get("source_id") or "")
+        sid = str(s.get("source_id") or "")
+        where = f"{source} ({sid})" if source and sid and source != sid else source
+        dated = f", dated {human_date(str(s['source_date']))}" if s.get("source_date") \
+            else ", undated"
+        sides.append(f"{where}{dated} advises in {s.get('evidence_id', '')}: "
+                     f"“{s.get('value', '')}”")
+    body = " Sides: " + "; ".join(sides) + "." if sides else ""
+    ids = [str(i) for i in c.get("holds_ids") or []]
+    used = (f" The advice followed: {', '.join(ids)}." if ids and cls != "unexplained" else
+            " No advice is followed as settled: the documents set every side out.")
     applies = f" Which applies when: {c['applies']}." if c.get("applies") else ""
     reason = f" Why: {str(c['reason']).strip()}" if c.get("reason") else ""
     return (head + body + used + applies + reason).strip()

@@ -306,25 +306,40 @@ def cite(ids: Iterable[str], index: dict[str, dict[str, str]], *,
     return text + (f" (sources: {', '.join(sources)})" if sources else "")
 
 
-# A footnoted citation in a document's body, "(Title (A1), p. 2)[^3]", and its definition,
-# "[^3]: [A1-e3] (A1, p. 2) — A1-e3: “quote”".
-_FOOTNOTE_REF_RE = re.compile(r"\((?:[^()]|\([^()]*\))*\)\[\^(\d+)\]")
+# A footnoted citation in a document's body, "(Title (A1), p. 2)[^3]" or, one note per quote,
+# "(Title (A1), p. 2; Other (B1))[^3][^4]", and a note's definition,
+# "[^3]: [A1-e3] (A1, p. 2) — Title (A1), p. 2: “quote”".
+_FOOTNOTE_REF_RE = re.compile(r"\((?:[^()]|\([^()]*\))*\)((?:\[\^\d+\])+)")
 _FOOTNOTE_DEF_RE = re.compile(r"^\[\^(\d+)\]: (.*)$", re.MULTILINE)
+_NOTE_NUMBER_RE = re.compile(r"\[\^(\d+)\]")
 
 
 def expand_footnotes(text: str) -> str:
     """A document with each footnoted citation put back in place as its ``[ids] (source,
-    locator)`` form and the footnote definitions dropped: what the audit checks line by line
-    (a figure next to the ids it cites, never a digit of a title or a quote)."""
-    notes = {}
+    locator)`` form (a citation with several notes, one per quote, as one citation of all
+    their ids and places) and the footnote definitions dropped: what the audit checks line
+    by line (a figure next to the ids it cites, never a digit of a title or a quote)."""
+    notes: dict[str, tuple[str, list[str], list[str]]] = {}  # number -> (as cited, ids, places)
     for m in _FOOTNOTE_DEF_RE.finditer(text):
         found = LOCATED_CITE_RE.search(m.group(2))
         if found:
-            notes[m.group(1)] = found.group(0)
+            notes[m.group(1)] = (found.group(0), sorted(cited_evidence_ids(found.group(0))),
+                                 [p.strip() for p in found.group(1).split(";") if p.strip()])
     if not notes:
         return text
     body = _FOOTNOTE_DEF_RE.sub("", text)
-    return _FOOTNOTE_REF_RE.sub(lambda m: notes.get(m.group(1), m.group(0)), body)
+
+    def merged(m: re.Match[str]) -> str:
+        numbers = _NOTE_NUMBER_RE.findall(m.group(1))
+        if not numbers or any(n not in notes for n in numbers):
+            return m.group(0)
+        if len(numbers) == 1:
+            return notes[numbers[0]][0]
+        ids = sorted({i for n in numbers for i in notes[n][1]}, key=natural_key)
+        places = dict.fromkeys(p for n in numbers for p in notes[n][2])
+        return "[" + ", ".join(ids) + "]" + (f" ({'; '.join(places)})" if places else "")
+
+    return _FOOTNOTE_REF_RE.sub(merged, body)
 
 
 def cited_evidence_ids(text: str) -> set[str]:

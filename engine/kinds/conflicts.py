@@ -93,6 +93,10 @@ class Conflict(BaseModel):
     applies: str = Field(default="", description="for a definition: which value applies when")
     verify_unit: str = ""
     classified_by: str = ""
+    about: Literal["figure", "advice"] = Field(
+        default="figure", description="figure: the sides give different values of one "
+        "quantity; advice: the sides advise different courses (each side's value is its advice "
+        "as written)")
 
     @property
     def open(self) -> bool:
@@ -126,6 +130,7 @@ class Candidate(BaseModel):
     period: str = ""
     unit: str = ""
     sides: list[ConflictSide] = Field(min_length=2)
+    about: Literal["figure", "advice"] = "figure"
 
 
 # --- reading values ----------------------------------------------------------------------
@@ -349,6 +354,125 @@ def _first_quantities(evidence: Iterable[Mapping[str, Any]], eid: str) -> list[Q
     return []
 
 
+# --- disagreements over advice -------------------------------------------------------------
+# Sources also disagree on what to do ("order now", "wait for the 2026 list", "get a second
+# quote first"). Code proposes such a candidate from evidence that advises a course — kind
+# ``recommendation``, or an ``opinion`` worded as advice — from different sources on the same
+# subject: items whose quotes share at least ``ADVICE_OVERLAP`` content words (crudely
+# stemmed; advice verbs and function words do not count) are linked, and each connected
+# group spanning two or more sources is one candidate. Whether the courses really differ is
+# the verify unit's judgement (the model's, or the offline rules').
+MAX_ADVICE_CANDIDATES = 8
+MAX_ADVICE_SIDES = 6
+ADVICE_OVERLAP = 2
+_ADVICE_WORDING = re.compile(
+    r"\b(?:should|shouldn't|ought to|recommend\w*|advis\w*|suggest\w*|urg\w*|"
+    r"better to|best to|we would|it would be wise)\b", re.IGNORECASE)
+_FUNCTION = frozenset("""
+a an and as at be been being but by can could did do does for from had has have if in into is
+it its may might more most must not of on or our over should so than that the their them then
+there these they this those to too under until upon was we were what when which while who will
+with would you your any all also only very just again before after once now yet still even
+such other another same some each both either neither one two three own
+recommend recommends recommended recommending recommendation recommendations advise advises
+advised advising advice suggest suggests suggested suggesting urge urges urged ought better
+best wise consider considers view believe believes think thinks told says said
+""".split())
+
+
+def advises(item: Mapping[str, Any]) -> bool:
+    """Whether an evidence item advises a course: a ``recommendation``, or an ``opinion``
+    worded as advice ("should", "we advise", "recommend" ...)."""
+    kind = str(item.get("kind", "")).strip().lower()
+    if kind == "recommendation":
+        return True
+    return kind == "opinion" and bool(_ADVICE_WORDING.search(str(item.get("quote", ""))))
+
+
+def _stems(text: str) -> list[str]:
+    """The content words of ``text`` in order, each cut to its first five letters (a crude
+    stem: "ordering" and "order", "buyers" and "buyer" meet); numbers and function words
+    left out."""
+    out: list[str] = []
+    for word in re.findall(r"[a-z][a-z'-]+", str(text).lower()):
+        word = word.removesuffix("'s").strip("'-")
+        if len(word) < 3 or word in _FUNCTION or word in _GENERIC:
+            continue
+        stem = word[:5]
+        if stem not in out:
+            out.append(stem)
+    return out
+
+
+def propose_advice(evidence: Iterable[Mapping[str, Any]],
+                   meta: Mapping[str, Mapping[str, str]] | None = None,
+                   first: int = 1) -> list[Candidate]:
+    """Candidates of disagreement over advice: groups of advising items (``advises``) from
+    two or more sources on one subject (linked when their quotes share ``ADVICE_OVERLAP``
+    content words, or one and the same non-general topic), numbered ``K<first>``, ``K<first
+    + 1>`` ...; each side's value is its quote. The candidate's metric names the subject by
+    the words its sides share."""
+    meta = meta or {}
+    items = [i for i in evidence if advises(i) and str(i.get("quote", "")).strip()]
+    stems = [_stems(str(i.get("quote", ""))) for i in items]
+    parent = list(range(len(items)))
+
+    def root(n: int) -> int:
+        while parent[n] != n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    for a in range(len(items)):
+        for b in range(a + 1, len(items)):
+            if str(items[a].get("source_id")) == str(items[b].get("source_id")):
+                continue
+            shared = set(stems[a]) & set(stems[b])
+            topic = str(items[a].get("topic") or "").strip().lower()
+            same_topic = bool(topic) and topic != "general" and \
+                topic == str(items[b].get("topic") or "").strip().lower()
+            if len(shared) >= ADVICE_OVERLAP or (shared and same_topic):
+                parent[root(b)] = root(a)
+    groups: dict[int, list[int]] = {}
+    for n in range(len(items)):
+        groups.setdefault(root(n), []).append(n)
+    out: list[Candidate] = []
+    for members in sorted(groups.values(), key=lambda m: _natural(str(items[m[0]].get("id")))):
+        if len({str(items[n].get("source_id")) for n in members}) < 2:
+            continue
+        members = members[:MAX_ADVICE_SIDES]
+        counts: dict[str, int] = {}
+        for n in members:
+            for stem in stems[n]:
+                counts[stem] = counts.get(stem, 0) + 1
+        words = _subject_words([str(items[n].get("quote", "")) for n in members], counts)
+        sides = []
+        for n in members:
+            item = items[n]
+            side = _side(item, Quantity(figure=str(item.get("quote", ""))), meta)
+            sides.append(side)
+        out.append(Candidate(id=f"K{first + len(out)}",
+                             metric="advice on " + (", ".join(words) or "one course"),
+                             sides=sides, about="advice"))
+        if len(out) >= MAX_ADVICE_CANDIDATES:
+            break
+    return out
+
+
+def _subject_words(quotes: list[str], counts: Mapping[str, int]) -> list[str]:
+    """The words the sides share (their stems in two or more quotes), as first written, the
+    most shared first (at most three)."""
+    seen: dict[str, str] = {}
+    for quote in quotes:
+        for word in re.findall(r"[A-Za-z][A-Za-z'-]+", quote):
+            plain = word.lower().removesuffix("'s").strip("'-")
+            if plain not in _FUNCTION and plain not in _GENERIC and len(plain) >= 3 \
+                    and counts.get(plain[:5], 0) >= 2:
+                seen.setdefault(plain[:5], plain)
+    order = list(seen)
+    return [seen[s] for s in sorted(order, key=lambda s: (-counts[s], order.index(s)))][:3]
+
+
 # --- loading -----------------------------------------------------------------------------
 
 def parse_conflicts(doc: Mapping[str, Any], verify_unit: str = "") -> list[Conflict]:
@@ -375,11 +499,23 @@ def parse_conflicts(doc: Mapping[str, Any], verify_unit: str = "") -> list[Confl
     return out
 
 
+def run_id(conflict_id: str, verify_unit: str, taken: set[str]) -> str:
+    """A disagreement's id, unique across the run: its verify unit's own (``K1``) unless a
+    disagreement of another verify unit already took it, then qualified by its unit
+    (``U22.K1``: still no evidence id). ``taken`` gathers the ids given so far."""
+    out = conflict_id
+    if out in taken and verify_unit:
+        out = f"{verify_unit}.{conflict_id}"
+    taken.add(out)
+    return out
+
+
 def load_conflicts(docs: Mapping[str, Mapping[str, Any]]) -> list[Conflict]:
     """Every disagreement of a run from its verify units' ``verified.json`` documents
     (``{verify unit id: document}``), in unit order: a disagreement two units both found
     (the same evidence ids) is listed once, as the first unit classified it."""
     seen: set[frozenset[str]] = set()
+    taken: set[str] = set()
     out: list[Conflict] = []
     for unit_id in sorted(docs, key=_natural):
         for conflict in parse_conflicts(docs[unit_id], unit_id):
@@ -387,6 +523,9 @@ def load_conflicts(docs: Mapping[str, Mapping[str, Any]]) -> list[Conflict]:
             if key in seen:
                 continue
             seen.add(key)
+            # Two verify units each number theirs K1, K2 ...: an id a unit before took is
+            # qualified by this record's unit, so every id names one disagreement.
+            conflict.id = run_id(conflict.id, conflict.verify_unit or unit_id, taken)
             out.append(conflict)
     return out
 
@@ -423,10 +562,18 @@ def conflicts_text(found: list[Conflict]) -> str:
         what = " · ".join(x for x in (c.metric, c.entity, c.period) if x)
         used = f"uses {c.holds}" if c.holds else "no value holds (open)"
         lines += ["", f"{c.id} ({c.verify_unit})  {c.cls}: {what} — {used}"]
+        if c.about == "advice":
+            used = ("follows " + ", ".join(c.holds_ids) if c.holds_ids and not c.open
+                    else "no advice followed (open)" if c.open else "follows none")
+            lines[-1] = f"{c.id} ({c.verify_unit})  {c.cls}: {c.metric} — {used}"
         for side in c.sides:
             where = f", {side.locator}" if side.locator else ""
             dated = f" [{side.source_date}]" if side.source_date else ""
             mark = "*" if side.evidence_id in c.holds_ids else " "
+            if c.about == "advice":
+                lines.append(f"  {mark} {side.evidence_id} ({side.source_id}{where}){dated} "
+                             f"advises: {side.value}")
+                continue
             lines.append(f"  {mark} {side.value:<14} {side.evidence_id} "
                          f"({side.source_id}{where}){dated}")
         lines.append(f"    why: {c.reason}")
@@ -440,5 +587,6 @@ def _natural(text: str) -> list[Any]:
 
 
 __all__ = ["CLASSES", "Candidate", "Conflict", "ConflictClass", "ConflictSide", "Quantity",
-           "amount", "base_unit", "load_conflicts", "number", "same_amount",
-           "conflicts_text", "run_conflicts", "parse_conflicts", "propose", "quantities_of"]
+           "advises", "amount", "base_unit", "conflicts_text", "load_conflicts", "number",
+           "parse_conflicts", "propose", "propose_advice", "quantities_of", "run_conflicts",
+           "run_id", "same_amount"]

@@ -38,6 +38,7 @@ from keepstep.engine.kinds.common import (
     notices,
     verified_deps,
 )
+from keepstep.engine.kinds.conflicts import run_id
 from keepstep.engine.kinds.context import UnitContext
 from keepstep.engine.kinds.extract import DOCUMENT, REGISTER
 from keepstep.engine.kinds.stale import stale_labels
@@ -110,7 +111,9 @@ class Sources:
         # from: the project's source register (sources.toml) or the document's own header.
         self.meta: dict[str, dict[str, str]] = {}
         self.meta_from: dict[str, dict[str, str]] = {}
-        for doc in self.verified.values():
+        # (a synthesis or ranking carries the metadata of the sources it cites, so a document
+        # drawn from it alone can list them too)
+        for doc in [*self.verified.values(), *self.syntheses, *self.rankings]:
             for sid, meta in (doc.get("source_meta") or {}).items():
                 if isinstance(meta, dict):
                     self.meta.setdefault(str(sid), {str(k): str(v) for k, v in meta.items()})
@@ -221,6 +224,7 @@ def conflict_records(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     or ranking's copies, older ids/values/status records), one per set of evidence ids:
     metric, entity, period, cls, holds, holds_ids, reason, applies, sides."""
     out: dict[frozenset[str], dict[str, Any]] = {}
+    taken: set[str] = set()
     for doc in docs:
         for c in doc.get("conflicts") or []:
             if not isinstance(c, dict):
@@ -239,13 +243,20 @@ def conflict_records(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if not key or key in out:
                 continue
             cls = str(c.get("class") or _LEGACY_CLASS.get(str(c.get("status")), "unexplained"))
-            out[key] = {"id": str(c.get("id") or ""),
+            # An id another record took (two verify units each number theirs K1, K2 ...) is
+            # qualified by this record's verify unit, or by the synthesis or ranking whose
+            # copy it is, so each id names one disagreement.
+            cid = str(c.get("id") or "")
+            cid = run_id(cid, str(c.get("verify_unit") or doc.get("unit") or ""), taken) \
+                if cid else ""
+            out[key] = {"id": cid,
                         "metric": str(c.get("metric") or "a quantity"),
                         "entity": str(c.get("entity") or ""), "period": str(c.get("period") or ""),
                         "cls": cls, "holds": str(c.get("holds") or ""),
                         "holds_ids": [str(i) for i in c.get("holds_ids") or []],
                         "reason": str(c.get("reason") or ""),
-                        "applies": str(c.get("applies") or ""), "sides": sides}
+                        "applies": str(c.get("applies") or ""), "sides": sides,
+                        "about": "advice" if c.get("about") == "advice" else "figure"}
     return sorted(out.values(), key=lambda c: natural_key(min(c["sides"][0]["evidence_id"],
                                                                   default="")))
 
@@ -271,7 +282,35 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:] + "." if text else ""
 
 
+def _advice_line(c: dict[str, Any], src: Sources) -> str:
+    """A disagreement over advice: each source's advice (its words, quoted, with its date
+    where known), what kind of disagreement it is, the advice the documents follow (or none)
+    and why."""
+    sides = []
+    for s in c["sides"]:
+        date = src.meta.get(s["source_id"], {}).get("date") or s.get("source_date") or ""
+        sides.append(f"“{s['value'].strip()}” {_cite([s['evidence_id']], src.index)}, "
+                     + (f"dated {date}" if date else "undated"))
+    if c["cls"] == "unexplained":
+        verdict = "nothing in the sources says which course to follow, so we follow none as " \
+            "settled and set every side out here"
+    else:
+        followed = [s for s in c["sides"] if s["evidence_id"] in c["holds_ids"]
+                    or (c["holds"] and s["value"] == c["holds"])]
+        verdict = ("we follow " + ", ".join(
+            src.titles.get(s["source_id"]) or s["source_id"] for s in followed) + "'s advice"
+            if followed else "we follow none of them as settled")
+    why = " ".join(x for x in (_sentence(c["applies"]) if c["cls"] == "definition" else "",
+                               _sentence(_attributed(c["reason"], c, src))) if x)
+    label = "Advice for different cases" if c["cls"] == "definition" else \
+        _VERDICT.get(c["cls"], c["cls"])
+    return (f"- **Sources disagree on what to do ({c['metric']})**: " + "; ".join(sides)
+            + f". **{label}**: {verdict}." + (f" {why}" if why else ""))
+
+
 def _conflict_line(c: dict[str, Any], src: Sources) -> str:
+    if c.get("about") == "advice":
+        return _advice_line(c, src)
     what = c["metric"] + (f" ({', '.join(x for x in (c['entity'], c['period']) if x)})"
                           if c["entity"] or c["period"] else "")
     sides = "; ".join(f"{s['value']} {_cite([s['evidence_id']], src.index)}"
@@ -299,7 +338,7 @@ def caveat(claim: dict[str, Any], src: Sources) -> str:
     ids = set(claim.get("evidence_ids") or [])
     notes = []
     for c in real_conflicts(src.conflicts):
-        if c["cls"] == "definition":
+        if c["cls"] == "definition" or c.get("about") == "advice":
             continue
         hit = [s for s in c["sides"] if s["evidence_id"] in ids
                and s["evidence_id"] not in c["holds_ids"]
@@ -404,14 +443,19 @@ def conflicts(src: Sources) -> str:
     real = real_conflicts(src.conflicts)
     apparent = [c for c in src.conflicts if c["cls"] == "not-a-conflict"]
     if not real and not apparent:
-        return ("The verified figures hold no disagreement between sources: no two sources "
-                "give different values for the same quantity.")
+        return ("The verified evidence holds no disagreement between sources: no two sources "
+                "give different values for the same quantity or advise different courses.")
     lines = [_conflict_line(c, src) for c in real]
-    if apparent:
-        lines += ["", "Figures that look alike but do not disagree:"]
+    for about, heading in (("figure", "Figures that look alike but do not disagree:"),
+                           ("advice", "Advice that looks alike but does not disagree:")):
+        shown = [c for c in apparent if c.get("about", "figure") == about]
+        if not shown:
+            continue
+        lines += ["", heading]
         lines += [f"- {c['metric']}: " + ", ".join(
-            f"{s['value']} {_cite([s['evidence_id']], src.index)}" for s in c["sides"])
-            + (f" — {c['reason'].rstrip('.')}." if c["reason"] else ".") for c in apparent]
+            (f"“{s['value'].strip()}”" if about == "advice" else s["value"])
+            + f" {_cite([s['evidence_id']], src.index)}" for s in c["sides"])
+            + (f" — {c['reason'].rstrip('.')}." if c["reason"] else ".") for c in shown]
     return "\n".join(lines).strip()
 
 

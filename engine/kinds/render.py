@@ -375,15 +375,25 @@ def adds_to_title(locator: str, title: str) -> bool:
 
 def with_footnotes(text: str, src: Sources) -> str:
     """Citations a reader can follow: each ``[ids] (source, locator; ...)`` becomes the
-    sources' titles and locators, with the evidence ids and their quotes as a numbered
-    footnote (one per distinct citation). The footnote keeps the ``[ids] (source, locator)``
-    form, so the audit reads the same ids and sources back."""
-    notes: dict[str, int] = {}
+    sources' titles and locators, followed by one numbered footnote per quote it cites — the
+    quote, its evidence id, source title and locator — and a quote cited again reuses its
+    number, so a sentence resting on three quotes points at three short notes, never one
+    note bundling them. Each footnote keeps the ``[id] (source, locator)`` form, so the audit
+    reads the same ids and sources back (``expand_footnotes`` merges a citation's notes)."""
+    notes: dict[str, int] = {}  # evidence id -> its footnote number
+
+    def place(i: str) -> str:
+        sid = src.index[i]["source_id"] if i in src.index else ""
+        title = src.titles.get(sid, "")
+        name = f"{title} ({sid})" if title else sid
+        loc = src.index.get(i, {}).get("locator", "") or ""
+        return f"{name}, {loc}" if loc and adds_to_title(loc, title) else name
 
     def sub(match: re.Match[str]) -> str:
         whole = match.group(0)
-        n = notes.setdefault(whole, len(notes) + 1)
         ids = sorted(cited_evidence_ids(whole), key=natural_key)
+        if not ids:
+            return whole
         where: dict[str, list[str]] = {}
         for i in ids:
             if i in src.index and src.index[i]["source_id"]:
@@ -400,17 +410,18 @@ def with_footnotes(text: str, src: Sources) -> str:
             locs = [loc for loc in locs if adds_to_title(loc, title)]
             places.append(f"{name}, {' · '.join(locs)}" if locs else name)
         human = "; ".join(places) or ", ".join(ids)
-        return f"({human.replace('|', '/')})[^{n}]"
+        numbers = sorted(notes.setdefault(i, len(notes) + 1) for i in ids)
+        refs = "".join(f"[^{n}]" for n in numbers)
+        return f"({human.replace('|', '/')}){refs}"
 
     body = LOCATED_CITE_RE.sub(sub, text)
     if not notes:
         return text
     lines = ["", "---", ""]
-    for whole, n in notes.items():
-        ids = sorted(cited_evidence_ids(whole), key=natural_key)
-        quoted = "; ".join(
-            f"{i}: “{_short(src.quotes[i])}”" for i in ids if src.quotes.get(i))
-        lines.append(f"[^{n}]: {whole}" + (f" — {quoted}" if quoted else ""))
+    for i, n in notes.items():
+        own = cite([i], src.index, locators=True)
+        quote = f": “{_short(src.quotes[i])}”" if src.quotes.get(i) else ""
+        lines.append(f"[^{n}]: {own} — {place(i).replace('|', '/')}{quote}")
     return body.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
 
 

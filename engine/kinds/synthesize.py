@@ -57,6 +57,7 @@ from keepstep.engine.kinds.common import (
     verified_deps,
     writer_evidence,
 )
+from keepstep.engine.kinds.conflicts import run_id
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_step
 from keepstep.engine.kinds.stale import label_for, stale_labels
@@ -308,6 +309,30 @@ def recorded_source_meta(ctx: UnitContext) -> dict[str, Any]:
     return meta
 
 
+def cited_source_meta(ctx: UnitContext, sources: Any) -> dict[str, Any]:
+    """``source_meta`` and ``source_meta_from`` of the sources a synthesis or ranking cites,
+    as its verify dependencies recorded them: a document drawn from it lists its sources'
+    title, kind, date and publisher and where each came from (the ``sources`` part) without
+    depending on the verify units itself. Empty when none were recorded."""
+    wanted = {str(sid) for sid in sources}
+    meta: dict[str, Any] = {}
+    origins: dict[str, Any] = {}
+    for dep, name in verified_deps(ctx):
+        doc = ctx.dep_json(dep.id, name)
+        for key, into in (("source_meta", meta), ("source_meta_from", origins)):
+            given = doc.get(key)
+            for sid, info in (given.items() if isinstance(given, dict) else []):
+                if str(sid) in wanted and isinstance(info, dict):
+                    into.setdefault(str(sid), info)
+    out: dict[str, Any] = {}
+    if meta:
+        out["source_meta"] = dict(sorted(meta.items(), key=lambda kv: natural_key(kv[0])))
+    if origins:
+        out["source_meta_from"] = dict(sorted(origins.items(),
+                                              key=lambda kv: natural_key(kv[0])))
+    return out
+
+
 def sources_for(ctx: UnitContext, evidence: list[dict[str, Any]]) -> dict[str, Any]:
     """INPUT's ``sources``: each source the evidence comes from with its title, kind, date
     and publisher as the verify dependencies recorded them (the register's, else the
@@ -337,20 +362,27 @@ def conflicts_of(ctx: UnitContext, quotes: Mapping[str, str]) -> list[dict[str, 
     and the value that holds."""
     evidence_ids = set(quotes)
     out = []
+    taken: set[str] = set()
+    seen: set[frozenset[str]] = set()
     for dep, name in verified_deps(ctx):
         for c in ctx.dep_json(dep.id, name).get("conflicts") or []:
             if not isinstance(c, dict):
                 continue
             sides = [s for s in c.get("sides") or [] if isinstance(s, dict)]
             ids = {str(s.get("evidence_id")) for s in sides} or {str(i) for i in c.get("ids", [])}
-            if not ids & evidence_ids:
+            if not ids & evidence_ids or frozenset(ids) in seen:
                 continue
+            seen.add(frozenset(ids))
+            # Ids unique across the verify units (each numbers its own K1, K2 ...).
+            cid = run_id(str(c.get("id") or ""), str(c.get("verify_unit") or dep.id), taken) \
+                if c.get("id") else None
             out.append({k: v for k, v in {
-                "id": c.get("id"), "metric": c.get("metric"), "entity": c.get("entity"),
+                "id": cid, "metric": c.get("metric"), "entity": c.get("entity"),
                 "period": c.get("period"),
                 "class": c.get("class") or c.get("status"), "holds": c.get("holds"),
                 "holds_ids": c.get("holds_ids"), "reason": c.get("reason"),
                 "applies": c.get("applies"),
+                "about": "advice" if c.get("about") == "advice" else None,
                 "sides": [{**{k: s[k] for k in ("evidence_id", "value", "source_id", "quote",
                                                 "locator", "source_title", "source_date")
                               if s.get(k) not in (None, "")},
@@ -464,6 +496,7 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
               if i in cited}
     if marked:  # a document reading this synthesis marks them too (kinds.stale)
         doc["stated_before_period_end"] = marked
+    doc.update(cited_source_meta(ctx, doc["sources"]))
     lines = [f"# {ctx.unit.title}", "", f"Question: {question}", "",
              f"Written for: {audience}", ""]
     lines += [f"{n}. {c['text']}" + (f" ({c['stated_before']})" if c.get("stated_before")
@@ -848,6 +881,7 @@ def run_rank(ctx: UnitContext) -> KindOutcome:
            "ask": asks.get("ask", []), "models": models_of(*steps),
            "quotes": {i: quotes[i] for r in risks for i in r["evidence_ids"] if i in quotes},
            "sources": source_titles(ctx, evidence, {i for r in risks for i in r["evidence_ids"]})}
+    doc.update(cited_source_meta(ctx, doc["sources"]))
     if unconverged:
         # Goes forward flagged: a later unit (a document, an audit) can record the risk.
         doc.update({"converged": False, "open_problems": problems,

@@ -37,7 +37,7 @@ from keepstep.engine.kinds.common import (
     unit_source_ids,
     verified_deps,
 )
-from keepstep.engine.kinds.conflicts import CLASSES, Conflict, propose
+from keepstep.engine.kinds.conflicts import CLASSES, Conflict, propose, propose_advice
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.extract import paragraphs, today_of
 from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_step, step_tokens
@@ -74,6 +74,8 @@ class Classification(BaseModel):
     reason: str = Field(description="why, in one or two sentences, naming the sources")
     applies: str = Field(default="", description="for a definition: which value applies "
                          "when (what each counts)")
+    subject: str = Field(default="", description="for a disagreement over advice: what the "
+                         "advice is about, in a few words ('' for figures)")
 
 
 class VerifyAnswer(BaseModel):
@@ -119,7 +121,9 @@ def _verify_rules(answer: VerifyAnswer, inputs: Mapping[str, Any]) -> list[Probl
         if item.holds is not None and collapse_ws(item.holds).lower() not in values:
             problems.append(problem(f"{at}.holds", "side_value",
                                     "must be one side's value, copied as given", item.holds))
-        if item.holds is None and item.cls in ("superseded", "outdated", "definition"):
+        advice = candidate.get("about") == "advice"
+        if item.holds is None and item.cls in ("superseded", "outdated", "definition") and \
+                not (advice and item.holds_ids):
             problems.append(problem(f"{at}.holds", "required",
                                     f"a {item.cls} disagreement names the value that holds"))
         problems += known_ids(f"{at}.holds_ids", item.holds_ids, ids)
@@ -406,8 +410,12 @@ def run(ctx: UnitContext) -> KindOutcome:
                "passage": passages[str(e["id"])],
                **{k: e[k] for k in ("kind", "quantities") if k in e}}
               for e in candidates if str(e["id"]) not in pre]
-    proposed = [c.model_dump(exclude_none=True)
+    proposed = [c.model_dump(exclude_none=True, exclude={"about"})
                 for c in propose([_with_quantities(e) for e in candidates], meta)]
+    # Disagreements over advice (sources recommending different courses) are asked in a
+    # request of their own after the claim check, numbered after the figures' candidates.
+    advice = [c.model_dump(exclude_none=True)
+              for c in propose_advice(candidates, meta, first=len(proposed) + 1)]
     batches = _batches(ctx, claims, proposed, meta) if claims else [[]] if proposed else []
     for b, batch in enumerate(batches, start=1):
         part = f", batch {b}/{len(batches)}" if len(batches) > 1 else ""
@@ -428,6 +436,20 @@ def run(ctx: UnitContext) -> KindOutcome:
         classes.update({str(c.get("candidate")): c for c in found if isinstance(c, dict)}
                        if isinstance(found, list) and b == 1 else {})
         shape += [p.line() for p in step.problems if p.rule != "complete"]
+
+    if advice:
+        ctx.safe_point(f"advice check of {len(advice)} candidate(s)")
+        step = run_model_step(ctx, prompt=PROMPT,
+                              inputs=_inputs([], _advice_input(advice), meta, today_of(ctx)),
+                              schema=VerifyAnswer, rules=_verify_rules, label="advice",
+                              answer_tokens=expected_answer([], advice))
+        steps.append(step)
+        responses.append(step.parsed)
+        found = step.parsed.get("conflicts")
+        classes.update({str(c.get("candidate")): c for c in found if isinstance(c, dict)}
+                       if isinstance(found, list) else {})
+        shape += [p.line() for p in step.problems if p.rule != "complete"]
+        proposed += advice
 
     supported: list[dict[str, Any]] = []
     unanswered: list[str] = []
@@ -518,16 +540,30 @@ def _records(ctx: UnitContext, proposed: list[dict[str, Any]],
         holds = got.get("holds") if cls != "unexplained" else None
         holds = str(holds) if holds not in (None, "") else None
         ids = [str(i) for i in got.get("holds_ids") or [] if isinstance(i, str)]
+        if cand.get("about") == "advice" and cls != "unexplained" and holds is None and ids:
+            # Advice followed, named by its evidence id: its value is that side's advice.
+            holds = next((str(s["value"]) for s in sides if s["evidence_id"] in ids), None)
         if holds is not None and not ids:
             ids = [s["evidence_id"] for s in sides
                    if collapse_ws(str(s["value"])).lower() == collapse_ws(holds).lower()]
+        subject = collapse_ws(str(got.get("subject") or ""))
+        metric = f"advice on {subject}" if cand.get("about") == "advice" and subject \
+            else cand.get("metric", "")
         out.append(Conflict.model_validate({
-            **{k: cand[k] for k in ("id", "metric", "entity", "period", "unit") if k in cand},
+            **{k: cand[k] for k in ("id", "entity", "period", "unit", "about") if k in cand},
+            "metric": metric,
             "sides": sides, "class": cls, "holds": holds, "holds_ids": ids,
             "reason": str(got.get("reason") or "the model did not classify it"),
             "applies": str(got.get("applies") or ""), "verify_unit": ctx.unit.id,
             "classified_by": model}))
     return out
+
+
+def _advice_input(advice: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Candidates over advice as a request carries them: each side's value is its quote, so
+    the quote is not sent twice."""
+    return [{**c, "sides": [{k: v for k, v in s.items() if k != "quote"}
+                            for s in c.get("sides", [])]} for c in advice]
 
 
 def _conflict_facts(records: list[Conflict]) -> dict[str, int]:

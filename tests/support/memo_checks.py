@@ -26,12 +26,20 @@ APPARENT = ("pass", "tarnlake")  # 960 euro list price beside a 720 euro student
 # The value each settled disagreement's documents use.
 HOLDS = {("passenger", "tarnlake"): "398,000", ("berth", "kelvmoor"): "140"}
 HULL_QUOTES = ("18 million", "22 million", "20 million")
+# The courses the R sources advise for the hull order (order in 2025 / wait for the 2026 list
+# / a second yard's quote first): a disagreement over advice, not over a figure.
+ADVICE = ("advice", "order")
+ADVICE_QUOTES = ("Buyers should order a hull in 2025",
+                 "The yard advises buyers to wait for its 2026 price list",
+                 "We recommend that the board seeks a second yard's quote")
 
 
 def planted_key(record: dict[str, Any]) -> tuple[str, str] | None:
     """Which planted disagreement a `keepstep conflicts --json` record is (None: not one)."""
     metric = str(record.get("metric", "")).lower()
     sides = " ".join(str(s.get("quote", "")) for s in record.get("sides", [])).lower()
+    if record.get("about") == "advice":
+        return ADVICE if "order" in sides else None
     for words, entity in [*PLANTED, APPARENT]:
         if words == "pass" and "annual pass" not in sides:
             continue
@@ -178,6 +186,9 @@ def disagreement_lines(memo: str) -> dict[tuple[str, str], str]:
     quotes = evidence_quotes(memo)
     found: dict[tuple[str, str], str] = {}
     for line in text.split("\n- "):
+        if "disagree on what to do" in line:
+            found.setdefault(ADVICE, line)
+            continue
         cited = " ".join(quotes.get(i, "") for i in cited_evidence_ids(line)).lower()
         for words, entity in [*PLANTED, APPARENT]:
             if (words in cited and entity in cited

@@ -8,6 +8,11 @@ are the same (a hash of them); when none is — the prompts changed since the re
 its place: the n-th request of the same (unit, task, source, first id) gets the n-th
 recorded answer of that key, in the recording's order. ``RelayReplay.matched`` says how
 each request was answered, so a test can tell an exact replay from a positional one.
+
+A request the recording has no answer for raises ``ReplayMiss`` naming it — unless the
+replay was made with ``unrecorded="offline"``: then the offline heuristic model answers it
+(the rules keepstep runs without a model), and ``RelayReplay.unrecorded`` names each such
+request, so a test says exactly which answers did not come from the recorded model.
 """
 
 from __future__ import annotations
@@ -65,8 +70,12 @@ def load_pairs(folder: Path) -> list[tuple[str, dict[str, Any], str]]:
 class RelayReplay:
     """A ``completion_fn`` for ``ModelGateway`` answering from a recording."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, unrecorded: str = "raise") -> None:
         self.pairs = load_pairs(folder)
+        self.fallback = unrecorded
+        # (unit, task, source id, first id) and the INPUT block of each request the recording
+        # had no answer for, answered by the offline heuristic instead.
+        self.unrecorded: list[tuple[tuple[str, str, str, str], dict[str, Any]]] = []
         self._by_hash: dict[str, list[str]] = defaultdict(list)
         self._by_key: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
         self._answers = {}
@@ -92,7 +101,14 @@ class RelayReplay:
         else:
             recorded = self._by_key.get(key, [])
             if place >= len(recorded):
-                raise ReplayMiss(f"no recorded answer for request {place + 1} of {key}")
+                if self.fallback != "offline":
+                    raise ReplayMiss(f"no recorded answer for request {place + 1} of {key}")
+                from keepstep.engine.gateway.offline_model import respond
+
+                block = read_input_block(messages) or {}
+                self.unrecorded.append((key, block))
+                self.matched.append(("-", "offline"))
+                return json.dumps(respond(block))
             number, how = recorded[place], "position"
         self._used.add(number)
         self.matched.append((number, how))
