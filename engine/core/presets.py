@@ -309,8 +309,9 @@ PARTS: dict[str, str] = {
     "schema_fields": "the evidence schema's required and optional fields",
     "evidence_table_columns": "the columns of a CSV table dependency, each described",
     "evidence": "the verified statements as a table (filter with topic, n)",
-    "conflicts": "every disagreement between sources the verification units found: each "
-                 "side's value and evidence, its class and the value the documents use",
+    "conflicts": "every disagreement between sources the verification units found — over a "
+                 "figure or over advice: each side's value (or advice, quoted) and evidence, "
+                 "its class and the value (or advice) the documents use",
     "gaps": "what the syntheses say the sources do not answer",
     "sources": "the sources the document rests on as a table: id, title, kind, date, "
                "publisher, and whether each came from the source register (sources.toml) or "
