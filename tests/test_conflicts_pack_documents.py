@@ -313,8 +313,9 @@ def test_offline_figures_stated_before_their_period_ended_are_marked(
     memo = offline["memo"]
     rows = {line.split("|")[1].strip(): line for line in sections(memo)["evidence"].splitlines()
             if line.startswith("| ") and "-e" in line.split("|")[1]}
-    assert "_(forecast as of 15 March 2024)_" in rows["P1-e2"]
-    assert "_(forecast as of 10 January 2023)_" in rows["Q1-e1"]
-    assert "forecast as of" not in rows["P1-e1"]  # 2023 passengers in a 2024 report: an outcome
-    assert re.search(r"960 euro annual passes for 2025\. \(forecast as of 15 March 2024: stated "
-                     r"before the period it covers had ended, not an outcome\)", memo)
+    assert "_(stated 15 March 2024, before its period ended)_" in rows["P1-e2"]
+    assert "_(stated 10 January 2023, before its period ended)_" in rows["Q1-e1"]
+    # 2023 passengers in a 2024 report: an outcome
+    assert "before its period ended" not in rows["P1-e1"]
+    assert re.search(r"960 euro annual passes for 2025\. \(stated 15 March 2024, "
+                     r"before the period it covers had ended: not a final figure\)", memo)

@@ -233,22 +233,22 @@ def test_code_marks_a_figure_stated_before_its_period_ended() -> None:
     from keepstep.engine.kinds.stale import label_for, stale_labels, stated_before
 
     labels = stale_labels(STALE_EVIDENCE, STALE_META)
-    assert labels == {"A1-e2": ("forecast as of 15 March 2024", ["1,200"])}
+    assert labels == {"A1-e2": ("stated 15 March 2024", ["1,200"])}
     assert stated_before(STALE_EVIDENCE, STALE_META) == {
-        "A1-e2": "forecast as of 15 March 2024"}
+        "A1-e2": "stated 15 March 2024"}
     label = label_for("The pilot covered 1,200 meters.", ["A1-e2"], labels)
-    assert label == (" (forecast as of 15 March 2024: stated before the period it covers had "
-                     "ended, not an outcome)")
+    assert label == (" (stated 15 March 2024, before the period it covers had "
+                     "ended: not a final figure)")
     # A sentence that says what the figure is, or states none of the marked figures: no label.
     assert label_for("The pilot was expected to cover 1,200 meters.", ["A1-e2"], labels) == ""
     assert label_for("As of March 2024 the pilot covers 1,200 meters.", ["A1-e2"], labels) == ""
     assert label_for("The pilot covers two towns.", ["A1-e2"], labels) == ""
     assert label_for("Readings arrived on time for 97% of meters.", ["A1-e1"], labels) == ""
     # Two marked sources: one label naming both dates.
-    both = {**labels, "C1-e1": ("forecast as of 1 May 2024", ["1,200"])}
+    both = {**labels, "C1-e1": ("stated 1 May 2024", ["1,200"])}
     assert label_for("The pilot covered 1,200 meters.", ["A1-e2", "C1-e1"], both) == (
-        " (forecast as of 15 March 2024 and 1 May 2024: stated before the period it covers "
-        "had ended, not an outcome)")
+        " (stated 15 March 2024 and 1 May 2024, before the period it covers "
+        "had ended: not a final figure)")
 
 
 def test_the_mark_reaches_the_requests_and_the_documents_label_it() -> None:
@@ -272,12 +272,12 @@ def test_the_mark_reaches_the_requests_and_the_documents_label_it() -> None:
               else synth(p))
     assert _run(s1).passed
     [asked] = [c["payload"] for c in s1.calls if c["task"] == "synthesize"]
-    assert asked["stated_before_period_end"] == {"A1-e2": "forecast as of 15 March 2024"}
+    assert asked["stated_before_period_end"] == {"A1-e2": "stated 15 March 2024"}
     synthesis = json.loads(s1.outputs["synthesis.json"])
     assert [c.get("stated_before") for c in synthesis["claims"]] == [
-        "forecast as of 15 March 2024: stated before the period it covers had ended, not an "
-        "outcome", None, None]
-    assert "1,200 meters. (forecast as of 15 March 2024: stated before" in \
+        "stated 15 March 2024, before the period it covers had ended: not a final "
+        "figure", None, None]
+    assert "1,200 meters. (stated 15 March 2024, before" in \
         s1.outputs["synthesis.md"].decode()
     rank = Script(rank=[{"risks": [
         {"id": "R1", "title": "Annual subscription", "score": 20, "evidence_ids": ["B1-e1"],
@@ -290,20 +290,20 @@ def test_the_mark_reaches_the_requests_and_the_documents_label_it() -> None:
     d2 = _ctx("D2", artifacts, lambda p: _all_supported(p) if p["task"] == "support" else good)
     assert _run(d2).passed
     [asked] = [c["payload"] for c in d2.calls if c["task"] == "render"]
-    assert asked["stated_before_period_end"] == {"A1-e2": "forecast as of 15 March 2024"}
+    assert asked["stated_before_period_end"] == {"A1-e2": "stated 15 March 2024"}
     brief = d2.outputs["brief.md"].decode()
-    assert "- By the report, 1,200 meters are covered. (forecast as of 15 March 2024: stated " \
-        "before the period it covers had ended, not an outcome)" in brief
+    assert "- By the report, 1,200 meters are covered. (stated 15 March 2024, " \
+        "before the period it covers had ended: not a final figure)" in brief
 
     # Offline, the findings a document shows carry the synthesis's label.
     d1 = _ctx("D1", artifacts, lambda p: {}, profile=None)
     _run(d1)
     memo = d1.outputs["memo.md"].decode()
-    assert "The pilot covered 1,200 meters. (forecast as of 15 March 2024: stated before" in memo
+    assert "The pilot covered 1,200 meters. (stated 15 March 2024, before" in memo
 
     # The evidence table: a stated_before column whatever the template lists.
     t1 = _ctx("T1", artifacts, lambda p: {}, profile=None)
     assert _run(t1).passed
     rows = list(csv.DictReader(io.StringIO(t1.outputs["table.csv"].decode())))
     assert {r["id"]: r["stated_before"] for r in rows} == {
-        "A1-e1": "", "A1-e2": "forecast as of 15 March 2024", "B1-e1": ""}
+        "A1-e1": "", "A1-e2": "stated 15 March 2024", "B1-e1": ""}

@@ -320,6 +320,15 @@ def test_the_recorded_memo_is_flagged_for_a_settled_disagreement_offered_as_open
     fixed = memo.replace("so the board should confirm which applies",
                          "and 140 euro holds: the 2025 schedule replaces the 2023 notice")
     assert all(settled_as_open(fixed, c) == [] for c in records)
+    # A relative "which holds" settles it (run 4's memo was failed for this wording): only a
+    # question or a verb of finding out leaves it open.
+    relative = memo.replace("so the board should confirm which applies",
+                            "140 euro, which holds over the 120 euro of the 2023 notice")
+    assert all(settled_as_open(relative, c) == [] for c in records)
+    asked = memo.replace("so the board should confirm which applies",
+                         "so which holds?")
+    assert settled_as_open(asked, next(c for c in records
+                                       if c["metric"] == "berth fee per call"))
 
 
 def test_synthesis_and_ranking_are_told_each_sources_metadata(replayed: dict[str, Any]) -> None:
@@ -352,10 +361,10 @@ def test_figures_stated_before_their_period_ended_are_marked(replayed: dict[str,
     memo = replayed["memo"]
     rows = {line.split("|")[1].strip(): line for line in sections(memo)["evidence"].splitlines()
             if line.startswith("| ") and "-e" in line.split("|")[1]}
-    assert "_(forecast as of 10 January 2023)_" in rows["Q1-e1"]
-    marked = [i for i, line in rows.items() if "forecast as of" in line]
+    assert "_(stated 10 January 2023, before its period ended)_" in rows["Q1-e1"]
+    marked = [i for i, line in rows.items() if "before its period ended" in line]
     assert marked and all(i.split("-e")[0] in {"P1", "P2", "Q1", "Q2"} for i in marked), marked
     for line in memo.splitlines():
-        if "stated before the period it covers had ended" in line:
-            assert re.search(r"\(forecast as of \d{1,2} \w+ \d{4}(?: and \d{1,2} \w+ \d{4})*: "
-                             r"stated before", line), line
+        if "before the period it covers had ended" in line:
+            assert re.search(r"\(stated \d{1,2} \w+ \d{4}(?: and \d{1,2} \w+ \d{4})*, "
+                             r"before the period", line), line

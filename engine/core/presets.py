@@ -333,7 +333,7 @@ TABLE_COLUMNS = {
     "locator": "where in the source the statement is (a page, a sheet, a table), when known",
     "models": "the models that answered for the statement (from the units' call records)",
     "stated_before": "for a figure whose period had not ended at its source's date: "
-                     "'forecast as of <the source's date>' (added whenever one has)",
+                     "'stated <the source's date>' (added whenever one has)",
 }
 
 # --- the presets ------------------------------------------------------------------------------

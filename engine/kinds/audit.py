@@ -315,9 +315,12 @@ _HEDGE_RE = re.compile(r"unresolved|disagree|disput|conflict|differ|uncertain|ei
 
 
 # A line leaving open which of a disagreement's values holds.
-_OPEN_RE = re.compile(r"\bconfirm which\b|\bwhich (?:\w+ )?(?:applies|holds|is (?:right|correct|"
-                      r"current))\b|\bwhichever\b|\beither\b|\bunclear\b|\bnot (?:known|clear)"
-                      r"\b|\bnothing says which\b", re.IGNORECASE)
+# "which holds" asks only after a verb of finding out ("confirm which applies") or as a question
+# ("which holds?"): "140, which holds over the 120" settles it.
+_OPEN_RE = re.compile(r"\b(?:confirm|check|establish|clarify|verify|determine|decide|ask|know|"
+                      r"say|says|unclear|clear) which\b|\bwhich (?:\w+ )?(?:applies|holds|is "
+                      r"(?:right|correct|current))\s*\?|\bwhichever\b|\beither\b|\bunclear\b|"
+                      r"\bnot (?:known|clear)\b|\bnothing says which\b", re.IGNORECASE)
 # A line saying which value of a disagreement holds.
 _SETTLED_RE = re.compile(r"\bholds?\b|out of date|outdated|supersed|replac|revised|\bnewer\b|"
                          r"\bolder\b|\bearlier\b|\bcurrent\b|in force|no longer|\bapplies\b|"

@@ -693,7 +693,8 @@ def evidence(src: Sources, topics: list[str], n: int | None) -> str:
               + (" _(disputed: see where the sources disagree)_" if e["id"] in disputed
                  else "")
               # A figure stated before its period ended (kinds.stale): not an outcome.
-              + (f" _({src.stale[str(e['id'])][0]})_" if str(e["id"]) in src.stale else "")
+              + (f" _({src.stale[str(e['id'])][0]}, before its period ended)_"
+                 if str(e["id"]) in src.stale else "")
               + " |" for e in rows]
     return "\n".join(lines)
 

@@ -5,7 +5,7 @@ is a forecast, a target or a count so far, never the year's outcome. Code finds 
 what is recorded — each figure's ``period`` (its structured quantity) and its source's date
 (the metadata verify recorded, ``source_meta``) — so no model has to notice it:
 
-- ``stale_labels`` gives each such evidence item its label, ``forecast as of <date>``
+- ``stale_labels`` gives each such evidence item its label, ``stated <date>``
   (the source's date in words), which synthesize and render requests carry beside the
   evidence (``stated_before_period_end``) and the evidence table shows in its
   ``stated_before`` column;
@@ -54,7 +54,7 @@ _SAYS_SO_RE = re.compile(
     re.IGNORECASE)
 
 
-_LABEL = "forecast as of "
+_LABEL = "stated "
 
 
 def _month_end(year: int, month: int) -> date | None:
@@ -112,7 +112,7 @@ def source_date(text: str) -> date | None:
 
 def stale_labels(evidence: Iterable[Mapping[str, Any]],
                  meta: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[str, list[str]]]:
-    """evidence id -> ("forecast as of <the source's date>", the figures as written whose
+    """evidence id -> ("stated <the source's date>", the figures as written whose
     period ends after it), for each item with at least one such figure."""
     out: dict[str, tuple[str, list[str]]] = {}
     for item in evidence:
@@ -148,8 +148,8 @@ def label_for(text: str, ids: Iterable[str],
     if not found:
         return ""
     dates = [label.removeprefix(_LABEL) for label in dict.fromkeys(found)]
-    return (f" ({_LABEL}{' and '.join(dates)}: stated before the period it covers had ended, "
-            "not an outcome)")
+    return (f" ({_LABEL}{' and '.join(dates)}, before the period it covers had ended: "
+            "not a final figure)")
 
 
 __all__ = ["label_for", "period_end", "source_date", "stale_labels", "stated_before"]

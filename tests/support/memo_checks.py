@@ -72,7 +72,7 @@ def evidence_quotes(memo: str) -> dict[str, str]:
         if len(cells) == 4 and cited_evidence_ids(cells[0]) == {cells[0]}:
             # The table's own marks: a side of an open disagreement, a figure stated before
             # its period ended (kinds.stale).
-            quotes[cells[0]] = re.sub(r"(?:\s*_\((?:disputed:|forecast as of )[^)]*\)_)+$",
+            quotes[cells[0]] = re.sub(r"(?:\s*_\((?:disputed:|stated )[^)]*\)_)+$",
                                       "", cells[3])
     return quotes
 
