@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import stat
 import time
@@ -76,21 +77,27 @@ def test_running_recovery_twice_is_harmless(tmp_path: Path) -> None:
         assert run.store.get_budget(RUN).used.get("recoveries") == 1
 
 
-@pytest.mark.parametrize("damage", ["changed", "missing"])
+@pytest.mark.parametrize("damage", ["changed", "missing", "truncated"])
 def test_damaged_current_artifact_invalidates_the_unit_and_its_dependents(
         done: Path, damage: str) -> None:
-    """A changed byte or a deleted file of a current output: the unit and its dependents are
-    invalidated with an explanation, the unit is redone, and nothing else is called again."""
+    """A changed byte, a deleted file or a file cut short of a current output (a deleted or
+    cut-short file is what a power cut leaves where a file system did not keep a committed
+    file's name or bytes): the unit and its dependents are invalidated with an explanation
+    naming the file, the unit is redone, and nothing else is called again."""
     before_calls = calls_by_attempt(done)
     with open_project(done) as p:
         run = p.get_run(RUN)
         before = _outputs(run)
-        path = p.store.artifacts.root / run.facts_records()["U03"].outputs["evidence.json"].path
+        rel = run.facts_records()["U03"].outputs["evidence.json"].path
+        path = p.store.artifacts.root / rel
         if damage == "changed":
             path.chmod(stat.S_IWUSR | stat.S_IRUSR)
             data = bytearray(path.read_bytes())
             data[10] ^= 0x01
             path.write_bytes(bytes(data))
+        elif damage == "truncated":
+            path.chmod(stat.S_IWUSR | stat.S_IRUSR)
+            os.truncate(path, path.stat().st_size // 2)
         else:
             path.unlink()
         events: list[dict] = []
@@ -98,6 +105,7 @@ def test_damaged_current_artifact_invalidates_the_unit_and_its_dependents(
         assert status.decision == "done", status.reasons
         audited = next(e for e in events if e["kind"] == "recovery.audited")
         assert any(pr.startswith("U03:") for pr in audited["artifact_problems"])
+        assert any(rel in pr for pr in audited["artifact_problems"])
         [repair] = run.events(kinds=["decision.repair"])
         invalidated = repair.payload["invalidated"]
         assert set(invalidated) == {"U03", "U05", "U06", "U07", "U08"}
