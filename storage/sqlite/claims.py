@@ -129,7 +129,8 @@ class Claims(SQLiteBase):
                 insert_events(db.conn, run_id, branch_id, ts, [EventIn(
                     kind="attempt.set_aside", unit=unit, attempt_id=attempt_id,
                     payload={"folder": lost, "reason": "a folder of this attempt id was "
-                             "left by a claim lost with a power cut"})])
+                             "already there, left by a claim the database lost (a power "
+                             "cut before its sync, or a restored older database)"})])
         return Claim(run_id=run_id, branch_id=branch_id, unit=unit, attempt_id=attempt_id,
                      attempt_no=n, fencing_token=token, owner=owner, expires_at=expires,
                      claimed_at_version=expected_version)
