@@ -1,8 +1,11 @@
 """What keepstep's commit protocol costs per unit, against the raw durable primitives it needs.
 
-The protocol for one unit is two SQLite transactions (claim, commit) and one durable file
-(write + fsync(file) + fsync(dir)), so the baseline is ``2 × txn + 1 × file``. Both sides run
-interleaved, iteration by iteration, in one temporary directory on the same disk.
+The protocol for one unit is two SQLite transactions (claim, commit) and one durable file,
+so the baseline is ``2 × txn + 1 × file`` (each raw: a synced transaction; write +
+fsync(file) + fsync(dir)). keepstep does less than that baseline: its claim is not synced on
+its own (the commit syncs the log with it) and a staged file is renamed into place and then
+fsynced once, with no folder fsync (storage/artifacts.py says why) — 2 syncs per unit. Both
+sides run interleaved, iteration by iteration, in one temporary directory on the same disk.
 
 As the engine does at run start, the run's unit folders are created once
 (``ArtifactStore.prepare_units``) before the loop; that one-off cost is printed

@@ -2,10 +2,10 @@
 
 Layout: ``<root>/<run>/<unit>/<attempt>/<name>``, where an attempt id
 ``U07/a2`` maps to ``<unit>=U07``, ``<attempt>=a2``. A staged file is written
-to a temporary name, fsynced, renamed into place, and its folder fsynced, so
-after a crash a file is either whole or absent (a leftover ``.tmp`` marks an
-interrupted write). Files are never overwritten. Folders are created 0700 and
-files 0600; sealing makes a file 0400.
+to a temporary name, renamed into place and then fsynced (one sync for its bytes
+and its name; no folder fsync), so after a process crash a file is either whole
+or absent (a leftover ``.tmp`` marks an interrupted write). Files are never
+overwritten. Folders are created 0700 and files 0600; sealing makes a file 0400.
 
 ``prepare_units`` creates a run's unit folders up front with one fsync, so that
 staging a unit's first attempt creates one folder, not two.
@@ -122,6 +122,27 @@ class ArtifactStore:
             self._sync_dirs([run_dir])
         return created
 
+    def set_aside(self, run_id: str, attempt_id: str, tag: str) -> str | None:
+        """Move an existing folder of a just-claimed attempt id out of its way.
+
+        A claim is committed without a sync of its own; a power cut before the next durable
+        commit can lose it after its attempt staged files, and the next claim of the unit
+        then gets the same attempt id. Its leftover folder is renamed to
+        ``<attempt>.lost-<tag>`` (a folder with no attempt row: recovery's orphan scan lists
+        and quarantines it), so the new attempt starts empty and no file is overwritten.
+        Returns the new folder's attempt id, or None when there was nothing to move.
+        """
+        try:
+            directory = self.attempt_dir(run_id, attempt_id)
+        except UnsafeArtifactName:
+            return None
+        if not os.path.lexists(directory):
+            return None
+        _check_id(tag, "tag")
+        aside = directory.with_name(f"{directory.name}.lost-{tag}")
+        os.rename(directory, aside)
+        return f"{attempt_id}.lost-{tag}"
+
     def stage(
         self,
         run_id: str,
@@ -155,21 +176,22 @@ class ArtifactStore:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
+            # The rename comes before the sync: a process killed before it leaves a .tmp
+            # (never a torn file under the final name), and the one fsync below makes both
+            # the bytes and the file's name durable before the commit whose manifest names
+            # it. A rename stamps the file's inode (its ctime), so ext4, xfs and btrfs commit
+            # the rename, the folder it landed in (created earlier: an attempt or calls/
+            # folder) and the data together when that inode is fsynced; no folder fsync.
+            # A power cut before the fsync returns can leave a partial file under its final
+            # name, but only in an attempt that never committed (an orphan). Should a file
+            # system not keep the name, the commit names a file recovery does not find: its
+            # audit of current artifacts (every resume, every current unit) invalidates and
+            # redoes the unit — a redo, never a wrong result.
+            os.rename(tmp, target)
             if self.durable:
-                # Needed: the bytes are on disk before the name points at them, so a crash
-                # leaves a whole file or a .tmp, never a torn file under the final name.
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.rename(tmp, target)
-        # Needed: the rename (the file's name in its folder) is durable before the commit
-        # whose manifest names it. Not synced any more: the parents of folders created on
-        # the way (a new attempt folder in its unit folder, a calls/ folder). A journaling
-        # file system (ext4, xfs, btrfs, apfs) commits a folder's creation with the first
-        # fsync inside it; should one not, the commit names a file recovery cannot find,
-        # and its hash audit of current artifacts redoes the unit — a redo, never a wrong
-        # result. That saves one fsync per unit and one per first model call.
-        self._sync_dirs([directory])
         return ArtifactEntry(
             unit=attempt_id.partition("/")[0],
             attempt_id=attempt_id,

@@ -134,21 +134,36 @@ def test_prepare_units_creates_unit_folders_with_one_fsync(
         artifacts.prepare_units(RUN, ["../U03"])
 
 
-def test_staging_syncs_the_file_folder_only(
-    artifacts: ArtifactStore, synced: list[str]
+def test_staging_syncs_the_file_once_and_no_folder(
+    artifacts: ArtifactStore, synced: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Staging syncs the folder that holds the file (its rename), never the parents of the
-    folders it created: a new attempt or unit folder costs no fsync of its own."""
+    """Staging makes one fsync, of the file itself after its rename into place (its bytes
+    and its name), and syncs no folder: not the attempt folder, not a calls/ folder, not
+    the parents of folders it created."""
+    from keepstep.storage import artifacts as artifacts_module
+
+    files: list[int] = []  # inode numbers of the fsynced files
+    real_fsync = os.fsync
+
+    def record(fd: int) -> None:
+        files.append(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    def ino(path: Path) -> list[int]:
+        return [path.stat().st_ino]
+
+    monkeypatch.setattr(artifacts_module.os, "fsync", record)
     artifacts.prepare_units(RUN, ["U07"])
     synced.clear()
+    files.clear()
     _stage(artifacts, "a.json")
     attempt = artifacts.attempt_dir(RUN, ATTEMPT)
-    assert synced == [str(attempt)]
-    synced.clear()
+    assert synced == [] and files == ino(attempt / "a.json")
+    files.clear()
     _stage(artifacts, "calls/r1-001.json")
-    assert synced == [str(attempt / "calls")]
-    synced.clear()
+    assert synced == [] and files == ino(attempt / "calls" / "r1-001.json")
+    files.clear()
     _stage(artifacts, "c.json", attempt="U08/a1")  # a unit nobody prepared
     fresh = artifacts.attempt_dir(RUN, "U08/a1")
-    assert synced == [str(fresh)]
+    assert synced == [] and files == ino(fresh / "c.json")
     assert (fresh / "c.json").read_bytes() == b"{}"

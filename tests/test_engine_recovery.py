@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import stat
 import time
@@ -17,6 +18,7 @@ from keepstep.engine.api import open_project
 from keepstep.engine.gateway.client import ModelResult
 from keepstep.engine.run.recovery import recover
 from keepstep.storage import SCHEMA_VERSION, SchemaTooNew
+from keepstep.storage.hashing import file_sha256
 from tests.support.engine_harness import (
     RUN,
     StepClock,
@@ -76,21 +78,27 @@ def test_running_recovery_twice_is_harmless(tmp_path: Path) -> None:
         assert run.store.get_budget(RUN).used.get("recoveries") == 1
 
 
-@pytest.mark.parametrize("damage", ["changed", "missing"])
+@pytest.mark.parametrize("damage", ["changed", "missing", "truncated"])
 def test_damaged_current_artifact_invalidates_the_unit_and_its_dependents(
         done: Path, damage: str) -> None:
-    """A changed byte or a deleted file of a current output: the unit and its dependents are
-    invalidated with an explanation, the unit is redone, and nothing else is called again."""
+    """A changed byte, a deleted file or a file cut short of a current output (a deleted or
+    cut-short file is what a power cut leaves where a file system did not keep a committed
+    file's name or bytes): the unit and its dependents are invalidated with an explanation
+    naming the file, the unit is redone, and nothing else is called again."""
     before_calls = calls_by_attempt(done)
     with open_project(done) as p:
         run = p.get_run(RUN)
         before = _outputs(run)
-        path = p.store.artifacts.root / run.facts_records()["U03"].outputs["evidence.json"].path
+        rel = run.facts_records()["U03"].outputs["evidence.json"].path
+        path = p.store.artifacts.root / rel
         if damage == "changed":
             path.chmod(stat.S_IWUSR | stat.S_IRUSR)
             data = bytearray(path.read_bytes())
             data[10] ^= 0x01
             path.write_bytes(bytes(data))
+        elif damage == "truncated":
+            path.chmod(stat.S_IWUSR | stat.S_IRUSR)
+            os.truncate(path, path.stat().st_size // 2)
         else:
             path.unlink()
         events: list[dict] = []
@@ -98,6 +106,7 @@ def test_damaged_current_artifact_invalidates_the_unit_and_its_dependents(
         assert status.decision == "done", status.reasons
         audited = next(e for e in events if e["kind"] == "recovery.audited")
         assert any(pr.startswith("U03:") for pr in audited["artifact_problems"])
+        assert any(rel in pr for pr in audited["artifact_problems"])
         [repair] = run.events(kinds=["decision.repair"])
         invalidated = repair.payload["invalidated"]
         assert set(invalidated) == {"U03", "U05", "U06", "U07", "U08"}
@@ -235,3 +244,52 @@ def test_a_head_that_keeps_moving_stops_recovery_instead_of_recursing(done: Path
         assert run.head().version == head
         restarts = run.events(kinds=["recovery.restarted"])
         assert len(restarts) == len(tries)
+
+
+def test_a_claim_lost_with_a_power_cut_is_quarantined_and_its_unit_redone(
+        tmp_path: Path) -> None:
+    """A claim is not synced on its own. A power cut after it staged a file but before any
+    durable write loses the claim and keeps the file: recovery quarantines the stray folder
+    as an orphan, the unit's next claim takes the same attempt id and sets the leftover
+    folder aside (``<attempt>.lost-t<token>``, named in an event), the unit commits its own
+    file, and a second recovery finds nothing to do."""
+    root = make_small_project(tmp_path / "small")
+    db = root / ".keepstep" / "state.db"
+    with open_project(root) as p:
+        run = p.start_run(RUN)
+        run.run(max_units=2)
+        head = run.head().version
+        src, dst = sqlite3.connect(db), sqlite3.connect(tmp_path / "synced.db")
+        src.backup(dst)
+        src.close()
+        dst.close()
+        claim = p.store.claim(RUN, "main", "U03", expected_version=head,
+                              owner=f"localhost:{os.getpid()}:x", lease_seconds=30)
+        p.store.artifacts.stage(RUN, claim.attempt_id, "evidence.json", b'{"lost": 1}\n',
+                                media_type="application/json", producer_version="test",
+                                created_at="2030-01-01T00:00:00Z")
+    # The power cut: the database as last synced, the staged file still on disk.
+    (tmp_path / "synced.db").replace(db)
+    for suffix in ("-wal", "-shm"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+
+    with open_project(root) as p:
+        run = p.get_run(RUN)
+        events: list[dict] = []
+        status = run.resume(on_event=events.append)
+        assert status.decision == "done", status.reasons
+        orphaned = [e for e in events if e["kind"] == "recovery.orphan"]
+        assert [e["attempt"] for e in orphaned] == ["U03/a1"]
+        [aside] = run.events(kinds=["attempt.set_aside"])
+        folder = aside.payload["folder"]
+        assert aside.attempt_id == "U03/a1" and folder.startswith("U03/a1.lost-t")
+        lost = p.store.artifacts.root / RUN / folder / "evidence.json"
+        assert lost.read_bytes() == b'{"lost": 1}\n'
+        assert not lost.stat().st_mode & 0o222  # quarantined: read-only
+        record = run.facts_records()["U03"]
+        assert record.attempt == "U03/a1"
+        out = p.store.artifacts.root / record.outputs["evidence.json"].path
+        assert out.read_bytes() != b'{"lost": 1}\n'
+        assert file_sha256(str(out)) == record.outputs["evidence.json"].sha256
+        again = recover(run)
+        assert not again.blocked and not again.did_work and again.orphans == []

@@ -431,10 +431,10 @@ def test_a_commit_with_usage_needs_no_separate_usage_transaction(
     assert run_store.get_budget(RUN).used == {"wall_time_s": 2.0}
 
 
-def test_settling_a_call_and_renewing_a_lease_do_not_sync_on_their_own(
+def test_claiming_settling_a_call_and_renewing_a_lease_do_not_sync_on_their_own(
     run_store: SQLiteStore,
 ) -> None:
-    """settle_call and renew_lease commit with synchronous=NORMAL (synced by the next
+    """claim, settle_call and renew_lease commit with synchronous=NORMAL (synced by the next
     durable commit); a reservation and the unit's commit stay fully synced."""
     seen: list[str] = []
     conn = run_store.db.conn
@@ -453,7 +453,11 @@ def test_settling_a_call_and_renewing_a_lease_do_not_sync_on_their_own(
     finally:
         conn.set_trace_callback(None)
     relaxed = [s for s in seen if s.startswith("PRAGMA synchronous")]
-    assert relaxed == ["PRAGMA synchronous = NORMAL", "PRAGMA synchronous = FULL"] * 2
-    assert not any(s.startswith("PRAGMA synchronous") for s in seen[:before_settle])
+    # The claim (changed deliberately: it was synced on its own), the settlement, the renewal.
+    assert relaxed == ["PRAGMA synchronous = NORMAL", "PRAGMA synchronous = FULL"] * 3
+    reservation = seen[:before_settle]
+    last_pragma = max(i for i, s in enumerate(reservation) if s.startswith("PRAGMA synchronous"))
+    assert reservation[last_pragma] == "PRAGMA synchronous = FULL"
+    assert "COMMIT" in reservation[last_pragma:]  # the reservation commits fully synced
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL again
     assert run_store.calls(RUN)[0].status == "settled"

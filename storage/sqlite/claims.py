@@ -70,7 +70,12 @@ class Claims(SQLiteBase):
         now = self.now()
         ts = iso(now)
         crash_point("claim.before")
-        with self._write() as db:
+        # Not synced on its own: the unit's commit (or a model call's reservation, the
+        # first durable write after it) syncs the log with the claim in it. A process
+        # crash keeps it (the log is written, only not synced); a power cut before that
+        # sync loses only the claim of a unit that had not committed, whose attempt id the
+        # next claim then takes again (its leftover folder is set aside below).
+        with self._write(durable=False) as db:
             conn = db.conn
             # Head, the unit's lease (if any) and its next attempt number in one read.
             found = conn.execute(CLAIM_HEAD_SQL, [unit, unit, run_id, branch_id]).fetchone()
@@ -118,6 +123,14 @@ class Claims(SQLiteBase):
                      "expires_at": iso(expires)})],
             )
         crash_point("claim.after")
+        lost = self.artifacts.set_aside(run_id, attempt_id, f"t{token}")
+        if lost is not None:
+            with self._write() as db:
+                insert_events(db.conn, run_id, branch_id, ts, [EventIn(
+                    kind="attempt.set_aside", unit=unit, attempt_id=attempt_id,
+                    payload={"folder": lost, "reason": "a folder of this attempt id was "
+                             "already there, left by a claim the database lost (a power "
+                             "cut before its sync, or a restored older database)"})])
         return Claim(run_id=run_id, branch_id=branch_id, unit=unit, attempt_id=attempt_id,
                      attempt_no=n, fencing_token=token, owner=owner, expires_at=expires,
                      claimed_at_version=expected_version)
