@@ -218,6 +218,13 @@ def serve() -> None:
 
 
 # -- the parent's side --------------------------------------------------------------------------
+def _base_env(environ: Any) -> dict[str, str]:
+    base = dict(environ)
+    base.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    base.pop("KEEPSTEP_CRASH_AT", None)
+    return base
+
+
 class Zygote:
     """Starts the zygote and talks to it. Not thread-safe: one harness drives it."""
 
@@ -225,10 +232,12 @@ class Zygote:
                  ) -> None:
         """``storage_only``: preload keepstep.storage alone, for children that run
         tests/support/crash_child.py (``spawn(..., entry="crash_child")``)."""
-        base = dict(os.environ if env is None else env)
-        base.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        base.pop("KEEPSTEP_CRASH_AT", None)
-        self.env = base
+        base = _base_env(os.environ if env is None else env)
+        # A shared zygote outlives the test that started it: with no env given, each launch
+        # takes the environment of the test launching it (a postgres test's
+        # KEEPSTEP_STORE_URL must not reach a later SQLite fault case, nor the reverse).
+        self._follow_environ = env is None
+        self._env = base
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.faults.zygote", *(["--storage"] if storage_only
                                                              else [])],
@@ -272,6 +281,11 @@ class Zygote:
             self.exits.pop(msg["pid"], None)
         return True
 
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment a worker is launched with (a fresh copy each time)."""
+        return _base_env(os.environ) if self._follow_environ else dict(self._env)
+
     def spawn(self, argv: list[str], *, env: dict[str, str], stdout: Path, stderr: Path,
               cwd: Path | None = None, entry: str | None = None) -> int:
         """Fork a child running ``tests.faults.child.main(argv)`` (or, with ``entry=
@@ -312,7 +326,7 @@ class Zygote:
 
         def launch(args: list[str], crash_at: str | None) -> int:
             n = next(counter)
-            env = dict(self.env)
+            env = self.env
             if crash_at:
                 env["KEEPSTEP_CRASH_AT"] = crash_at
             pid = self.spawn(list(args), env=env, stdout=workdir / f"drill-worker-{n}.out",
