@@ -353,8 +353,8 @@ class RunLoop:
         self._inflight.clear()
         return abandoned
 
-    def _claim(self, unit_id: str, facts: RunFacts,
-               plan: Plan) -> tuple[Unit, Claim, dict[str, UnitRecord]] | None:
+    def _claim(self, unit_id: str, facts: RunFacts, plan: Plan,
+               ) -> tuple[Unit, Claim, dict[str, UnitRecord], dict[str, Any]] | None:
         run = self.run
         policy = run.project.files.config.policy
         try:
@@ -373,7 +373,10 @@ class RunLoop:
             deps.update({u.id: facts.records[u.id]
                          for u in evidence_sources(unit, plan.unit_map())
                          if u.id in facts.records and u.id not in deps})
-        return unit, claim, deps
+        # The run's state keys at the claimed head (plan, inputs, versions): the attempt
+        # reads them from here, not from the store (a commit replaces a key's value, never
+        # changes it in place, so this shallow copy stays as it was at the claim).
+        return unit, claim, deps, dict(self.cache.keys)
 
     def _unit_index(self, plan: Plan) -> dict[str, Unit]:
         index = self._index
@@ -381,7 +384,8 @@ class RunLoop:
             index = self._index = (plan, plan.unit_map())
         return index[1]
 
-    def _launch(self, unit: Unit, claim: Claim, deps: dict[str, UnitRecord]) -> None:
+    def _launch(self, unit: Unit, claim: Claim, deps: dict[str, UnitRecord],
+                committed: dict[str, Any]) -> None:
         started = self.run.clock()
         job = _InFlight(unit.id, claim, started)
         self._inflight[unit.id] = job
@@ -393,7 +397,7 @@ class RunLoop:
             result: AttemptResult | None = None
             error: BaseException | None = None
             try:
-                result = self.runner.run_unit(unit, claim, deps, started)
+                result = self.runner.run_unit(unit, claim, deps, started, committed)
             except RunCancelled:
                 result = AttemptResult(unit.id, claim.attempt_id, AttemptOutcome.cancelled,
                                        "cancelled")

@@ -253,10 +253,7 @@ class PostgresBase:
         params = list(params)
 
         def read(conn: PgConn) -> list[dict[str, Any]]:
-            cur = conn.execute(sql, params)
-            cols = [c.name for c in cur.description] if cur.description else []
-            return [{k: v for k, v in zip(cols, r, strict=True) if k != HIDDEN}
-                    for r in cur.fetchall()]
+            return _rows(conn.execute(sql, params))
 
         conn = getattr(self._tx, "conn", None)
         if conn is not None:  # inside this thread's write transaction
@@ -270,6 +267,22 @@ class PostgresBase:
     def _q1(self, sql: str, params: Iterable[Any] = ()) -> dict[str, Any] | None:
         rows = self._q(sql, params)
         return rows[0] if rows else None
+
+    def _q_many(self, queries: Iterable[tuple[str, Iterable[Any]]]) -> list[list[dict[str, Any]]]:
+        """Several reads sent together in a pipeline on one pooled connection, answered in
+        one round trip (each statement sees the database as it is when it runs, as separate
+        ``_q`` calls would)."""
+        batch = [(sql, list(params)) for sql, params in queries]
+        if getattr(self._tx, "conn", None) is not None:  # inside a write transaction
+            return [self._q(sql, params) for sql, params in batch]
+
+        def read(conn: PgConn) -> list[list[dict[str, Any]]]:
+            with conn.raw.pipeline():
+                curs = [conn.raw.execute(translate(sql), params) for sql, params in batch]
+            return [_rows(cur) for cur in curs]
+
+        result: list[list[dict[str, Any]]] = self._run(read, "reading the database")
+        return result
 
     @contextmanager
     def _write(self, *, durable: bool = True) -> Iterator[Any]:
@@ -433,6 +446,12 @@ class PostgresBase:
         if not self._closed:
             self._closed = True
             self._pool.close()
+
+
+def _rows(cur: PgCursor | psycopg.Cursor[Any]) -> list[dict[str, Any]]:
+    """A read's rows as dicts by column name (the hidden insertion-order column left out)."""
+    cols = [c.name for c in cur.description] if cur.description else []
+    return [{k: v for k, v in zip(cols, r, strict=True) if k != HIDDEN} for r in cur.fetchall()]
 
 
 def _end_pipeline(pipe_cm: Any) -> None:

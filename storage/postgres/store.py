@@ -24,7 +24,7 @@ import psycopg
 from keepstep.storage.artifacts import ArtifactStore
 from keepstep.storage.errors import StorageError
 from keepstep.storage.hashing import file_sha256
-from keepstep.storage.models import ArtifactEntry, Claim, CommitRequest, Head
+from keepstep.storage.models import ArtifactEntry, Claim, CommitRequest, Head, RunOverlay
 from keepstep.storage.permissions import SEALED_MODE, make_private_dir, open_private
 from keepstep.storage.postgres.connection import (
     RECONNECT_SECONDS,
@@ -39,7 +39,7 @@ from keepstep.storage.postgres.database import (
     redacted,
 )
 from keepstep.storage.sqlite.approvals import Approvals
-from keepstep.storage.sqlite.calls import Calls
+from keepstep.storage.sqlite.calls import BUDGET_SQL, Calls
 from keepstep.storage.sqlite.checkpoints import STATE_VALUES_CHUNK, STATE_VALUES_SQL, Checkpoints
 from keepstep.storage.sqlite.claims import CLAIM_HEAD_SQL, CLAIM_TOKEN_SQL, Claims
 from keepstep.storage.sqlite.effects import Effects
@@ -50,6 +50,7 @@ from keepstep.storage.sqlite.manifests import Manifests
 # (PgConn.send_ahead), the same constants they execute: a claim's fencing token and its read
 # of the head, lease and attempt number go out with BEGIN (2 round trips instead of 3); a
 # commit's read of the old state values goes out with its read of the head (2 instead of 3).
+# A commit's read of the budget (its usage, the budget it records) goes out with them too.
 # tests/postgres/test_pipeline.py counts them.
 
 # Committed files larger than this are refused at commit (a bytea value is at most 1 GB;
@@ -152,11 +153,14 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
             # The shared commit joins this transaction; its read of the old state values
             # goes out now, answered with its read of the head.
             with self._write() as db:
-                keys = sorted(delta) if all(isinstance(k, str) for k in delta) else []
+                keys = [] if not all(isinstance(k, str) for k in delta) else \
+                    sorted({*delta, *filter(None, [kwargs.get("budget_key")])})
                 for i in range(0, len(keys), STATE_VALUES_CHUNK):
                     chunk = keys[i:i + STATE_VALUES_CHUNK]
                     db.conn.send_ahead(STATE_VALUES_SQL.format(", ".join("?" * len(chunk))),
                                        [run_id, branch_id, *chunk])
+                if kwargs.get("usage") or kwargs.get("budget_key") is not None:
+                    db.conn.send_ahead(BUDGET_SQL, [run_id, branch_id])
                 version: int = super().commit_checkpoint(
                     run_id, branch_id, expected_version, delta, manifest, fencing_token,
                     **kwargs)
@@ -171,14 +175,24 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
         this host decides from the head — recovery re-hashing current outputs, a unit
         reading its dependencies — finds them here, never "missing"."""
         head: Head = super().get_head(run_id, branch_id)
-        if self._seen_heads.get((run_id, branch_id)) != head.version:
+        self._saw_head(head)
+        return head
+
+    def run_overlay(self, run_id: str, branch_id: str = "main") -> RunOverlay:
+        """The overlay (see ClaimStore.run_overlay) in one round trip; a head that moved
+        fetches the files committed meanwhile first, as ``get_head`` does."""
+        overlay: RunOverlay = super().run_overlay(run_id, branch_id)
+        self._saw_head(overlay.head)
+        return overlay
+
+    def _saw_head(self, head: Head) -> None:
+        if self._seen_heads.get((head.run_id, head.branch_id)) != head.version:
             try:
-                self.sync_artifacts(run_id)
+                self.sync_artifacts(head.run_id)
             except OSError:
                 if not self.read_only:
                     raise
-            self._seen_heads[(run_id, branch_id)] = head.version
-        return head
+            self._seen_heads[(head.run_id, head.branch_id)] = head.version
 
     def claim(self, run_id: str, branch_id: str, unit: str, *, expected_version: int,
               owner: str, lease_seconds: float) -> Claim:

@@ -51,6 +51,19 @@ def test_expired_leases_are_fenced(run: Store, clock: FakeClock) -> None:
                               unit="U1", attempt_id=old.attempt_id)
 
 
+def test_run_overlay_reads_head_leases_statuses_and_budget_together(run: Store) -> None:
+    """run_overlay answers what get_head, leases, unit_statuses and get_budget answer."""
+    run.commit_checkpoint(RUN, "main", 0, {"x": 1})
+    run.claim(RUN, "main", "U2", expected_version=1, owner="host:1:x", lease_seconds=10)
+    run.set_unit_status(RUN, "main", "U3", "blocked", "quota exhausted", {"provider": "x"})
+    run.add_usage(RUN, {"model_calls": 1})
+    overlay = run.run_overlay(RUN, "main")
+    assert overlay.head == run.get_head(RUN)
+    assert overlay.leases == run.leases(RUN, "main") and [le.unit for le in overlay.leases] == ["U2"]
+    assert overlay.statuses == run.unit_statuses(RUN) and set(overlay.statuses) == {"U3"}
+    assert overlay.budget == run.get_budget(RUN) and overlay.budget.used == {"model_calls": 1}
+
+
 def test_unit_status_is_runtime_state_cleared_by_a_commit(run: Store) -> None:
     """set_unit_status records a status and event; a commit can clear it without a new version."""
     run.set_unit_status(RUN, "main", "U1", "blocked", "quota exhausted", {"provider": "x"})
