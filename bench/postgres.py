@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 import tempfile
 import time
 from pathlib import Path
@@ -175,7 +176,8 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-def pack_workers(tmp: Path, admin: str, workers: int, provider: object) -> tuple[float, int, int]:
+def pack_workers(tmp: Path, admin: str, workers: int, provider: object,
+                 latency: float) -> tuple[float, int, int, str]:
     """ME-042 with ``workers`` worker processes in separate folders on one PostgreSQL run:
     (wall from the first claim to the last commit, model calls, best schedule on that many
     slots in calls)."""
@@ -237,9 +239,51 @@ def pack_workers(tmp: Path, admin: str, workers: int, provider: object) -> tuple
                 for c in run.calls():
                     calls[c.unit] = calls.get(c.unit, 0) + 1
                 best = slot_bound(run.plan, calls, workers)
+                where = time_spent(run, calls, latency)
         finally:
             os.environ.pop("KEEPSTEP_STORE_URL", None)
-    return max(commits) - min(claims), sum(calls.values()), best
+    return max(commits) - min(claims), sum(calls.values()), best, where
+
+
+def time_spent(run: Any, calls: dict[str, int], latency: float) -> str:
+    """Where the workers' time went, from the attempts (server clock): inside units beyond
+    their calls' latency, and idle while a unit was ready and unclaimed (a worker that
+    had not yet noticed the commit that made it ready: polling, then deciding)."""
+    import datetime as dt
+
+    def at(ts: str) -> float:
+        return dt.datetime.fromisoformat(ts).timestamp()
+
+    attempts = [a for a in run.store.attempts(run.run_id) if a.ended_at]
+    done = {a.unit: a for a in attempts if a.status == "committed"}
+    start = min(at(a.started_at) for a in attempts)
+    units = run.plan.unit_map()
+    waiting = []  # [ready, claimed) of every unit
+    for uid, a in done.items():
+        deps = [done[d.unit] for d in units[uid].depends_on if d.unit in done]
+        ready = max((at(d.ended_at) for d in deps if d.ended_at), default=start)
+        waiting.append((ready, at(a.started_at)))
+    overhead = sum(at(a.ended_at) - at(a.started_at) for a in attempts) \
+        - sum(calls.values()) * latency
+    idle_ready = 0.0
+    by_worker: dict[str, list[Any]] = {}
+    for a in attempts:
+        by_worker.setdefault(a.executor, []).append(a)
+    for mine in by_worker.values():
+        mine.sort(key=lambda a: at(a.started_at))
+        for prev, nxt in zip(mine, mine[1:], strict=False):
+            lo, hi = at(prev.ended_at), at(nxt.started_at)
+            # The part of this gap when some unit was ready and unclaimed.
+            spans = sorted((max(lo, r), min(hi, c)) for r, c in waiting if r < hi and c > lo)
+            end = lo
+            for a0, b0 in spans:
+                a0 = max(a0, end)
+                if b0 > a0:
+                    idle_ready += b0 - a0
+                    end = b0
+    return (f"inside units beyond the calls' latency: {overhead:.1f} s over "
+            f"{len(attempts)} attempts ({overhead / len(attempts) * 1000:.0f} ms each); "
+            f"workers idle while a unit was ready: {idle_ready:.1f} s")
 
 
 def main() -> int:
@@ -324,11 +368,12 @@ def main() -> int:
             with provider_process(latency=args.latency, offline=True) as provider, \
                     tempfile.TemporaryDirectory() as tmp:
                 for w in [int(x) for x in args.workers.split(",") if x]:
-                    wall, total, best = pack_workers(Path(tmp), admin, w, provider)
+                    wall, total, best, where = pack_workers(Path(tmp), admin, w, provider,
+                                                            args.latency)
                     bound = best * args.latency
                     print(f"  {w} worker(s): wall {wall:6.2f} s ({total} calls)  best on {w} "
-                          f"slot(s) {best} calls = {bound:.2f} s → {wall / bound:.2f}×",
-                          flush=True)
+                          f"slot(s) {best} calls = {bound:.2f} s → {wall / bound:.2f}×\n"
+                          f"               {where}", flush=True)
     finally:
         if cluster is not None:
             cluster.stop("immediate")
