@@ -249,6 +249,13 @@ class ClaimStore(Protocol):
         """Runtime statuses by unit."""
         ...
 
+    def wait_for_change(self, run_id: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a change to ``run_id`` that may make work
+        ready for this executor (a commit, an attempt ending, a lease given back, by any
+        executor); True as soon as one (may have) happened. A backend that cannot be told
+        waits out the timeout and returns False; either way the caller reads again."""
+        ...
+
     def run_overlay(self, run_id: str, branch_id: str = ...) -> RunOverlay:
         """The branch's head, its leases, runtime unit statuses and budget, read together
         (one round trip on a server): what a scheduler reads besides the committed facts

@@ -245,7 +245,7 @@ class RunLoop:
                 # Only units left to other executors are ready: wait while another executor
                 # is at work (its commits may make more ready here), else stop, saying so.
                 if any(facts.effective_state(u.id) == UnitState.running for u in plan.units):
-                    self._wait(self.settings.poll_seconds)
+                    self._wait_for_others()
                     continue
                 left = Decision(kind=DecisionKind.waiting, reasons=[
                     f"{u} is left to an executor whose copy matches: {self.left_out[u]}"
@@ -260,7 +260,7 @@ class RunLoop:
             if d.kind == DecisionKind.waiting:
                 # Another executor holds the only ready work: wait for its commit (or its
                 # lease to expire, which recovery's claim then fences) and decide again.
-                self._wait(self.settings.poll_seconds)
+                self._wait_for_others()
                 continue
             if d.kind == DecisionKind.done:
                 if not self.store.events(self.run.run_id, branch_id=self.run.branch_id,
@@ -293,6 +293,16 @@ class RunLoop:
                 continue
             self._done.put(item)  # _collect handles it, in order
             return
+
+    def _wait_for_others(self) -> None:
+        """Nothing of ours in flight, nothing ready here: wait for another executor's change
+        (a server store wakes this at once; else this is a poll), at most ``poll_seconds``,
+        looking at the cancel flag every tick."""
+        deadline = time.monotonic() + self.settings.poll_seconds
+        while not self._cancelled():
+            left = deadline - time.monotonic()
+            if left <= 0 or self.store.wait_for_change(self.run.run_id, min(TICK_S, left)):
+                return
 
     def _collect(self, final: Decision | None) -> Decision | None:
         """Handle every unit that ended: events, and whether the loop stops claiming."""

@@ -42,6 +42,10 @@ WRITE_LOCK_KEY = 0x6B656570  # "keep"
 # operation fails with StorageBusy; nothing is written meanwhile.
 RECONNECT_SECONDS = 60.0
 LOCK_TIMEOUT_MS = 30_000
+# The channel every commit, attempt ending and lease release notifies (the run id as payload;
+# PostgresStore sets ``_tx.notify``) and waiting executors listen on
+# (PostgresStore.wait_for_change).
+CHANGES_CHANNEL = "keepstep_changes"
 # The hidden insertion-order column some tables carry (SQLite's rowid): never returned.
 HIDDEN = "rowid"
 _RETURNING = {"events": "seq"}
@@ -342,6 +346,9 @@ class PostgresBase:
                     conn.executemany("INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) "
                                      "ON CONFLICT (sha256) DO NOTHING", blobs)
                 yield PgDb(conn)
+                notify = getattr(self._tx, "notify", None)
+                if notify:  # listening executors hear it once this commits (no round trip)
+                    conn.execute(f"SELECT pg_notify('{CHANGES_CHANNEL}', ?)", [notify])
                 # The transaction's id must be known before the COMMIT goes out (it is when
                 # the body waited for any answer; otherwise this is one more round trip).
                 row = xid_cur.fetchone()

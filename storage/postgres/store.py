@@ -24,9 +24,17 @@ import psycopg
 from keepstep.storage.artifacts import ArtifactStore
 from keepstep.storage.errors import StorageError
 from keepstep.storage.hashing import file_sha256
-from keepstep.storage.models import ArtifactEntry, Claim, CommitRequest, Head, RunOverlay
+from keepstep.storage.models import (
+    ArtifactEntry,
+    AttemptEnd,
+    Claim,
+    CommitRequest,
+    Head,
+    RunOverlay,
+)
 from keepstep.storage.permissions import SEALED_MODE, make_private_dir, open_private
 from keepstep.storage.postgres.connection import (
+    CHANGES_CHANNEL,
     RECONNECT_SECONDS,
     ConnectionLost,
     PostgresBase,
@@ -78,6 +86,9 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
         self.clock = self.now
         self.read_only = read_only
         self.artifacts = ArtifactStore(self.root / "artifacts", durable=durable_files)
+        self._password = password
+        self._listener: psycopg.Connection[Any] | None = None
+        self._listen_lock = threading.Lock()
         self._synced: dict[str, int] = {}
         self._seen_heads: dict[tuple[str, str], int] = {}
         self._sync_lock = threading.Lock()
@@ -161,11 +172,13 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
                                        [run_id, branch_id, *chunk])
                 if kwargs.get("usage") or kwargs.get("budget_key") is not None:
                     db.conn.send_ahead(BUDGET_SQL, [run_id, branch_id])
+                self._tx.notify = run_id
                 version: int = super().commit_checkpoint(
                     run_id, branch_id, expected_version, delta, manifest, fencing_token,
                     **kwargs)
         finally:
             self._tx.pending = None
+            self._tx.notify = None
         self._advance_seen(run_id, branch_id, expected_version, version)
         return version
 
@@ -212,6 +225,67 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
             self.sync_artifacts(run_id)
             self._seen_heads[(run_id, branch_id)] = expected_version
         return claim
+
+    # -- other executors' changes ---------------------------------------------------
+    # The shared methods' own transaction notifies just before its COMMIT (PostgresBase
+    # ._write), so their crash points keep their meaning.
+    def end_attempt(self, claim: Claim, end: AttemptEnd) -> bool:
+        self._tx.notify = claim.run_id  # its unit may be ready again (a retry)
+        try:
+            ended: bool = super().end_attempt(claim, end)
+        finally:
+            self._tx.notify = None
+        return ended
+
+    def release_lease(self, run_id: str, branch_id: str, unit: str, fencing_token: int) -> None:
+        self._tx.notify = run_id
+        try:
+            super().release_lease(run_id, branch_id, unit, fencing_token)
+        finally:
+            self._tx.notify = None
+
+    def wait_for_change(self, run_id: str, timeout: float) -> bool:
+        """Woken by the server (LISTEN/NOTIFY): every commit, attempt ending and lease
+        given back notifies in its own transaction (so only once it landed), and this
+        store's listening connection hears it at once. The first call starts listening
+        and returns True at once (what happened before it is unknown: read again). A lost
+        listening connection waits out the timeout (polling) and listens again next time."""
+        deadline = time.monotonic() + timeout
+        with self._listen_lock:
+            conn = self._listener
+            if conn is None:
+                try:
+                    conn = connect_once(self.url, self._password)
+                    conn.execute(f"LISTEN {CHANGES_CHANNEL}")
+                except (StorageError, psycopg.Error):
+                    time.sleep(max(0.0, deadline - time.monotonic()))
+                    return False
+                self._listener = conn
+                return True
+            try:
+                while (left := deadline - time.monotonic()) > 0:
+                    for note in conn.notifies(timeout=left, stop_after=1):
+                        if note.payload == run_id:
+                            return True
+                return False
+            except psycopg.Error:
+                self._listener = None
+                try:
+                    conn.close()
+                except psycopg.Error:
+                    pass
+                time.sleep(max(0.0, deadline - time.monotonic()))
+                return False
+
+    def close(self) -> None:
+        with self._listen_lock:
+            if self._listener is not None:
+                try:
+                    self._listener.close()
+                except psycopg.Error:
+                    pass
+                self._listener = None
+        super().close()
 
     def sync_artifacts(self, run_id: str) -> int:
         """Write every committed file of ``run_id`` this host lacks from the blobs (sealed,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from keepstep.storage import CheckpointConflict, LeaseHeld, StaleFencingToken, Store
@@ -62,6 +64,15 @@ def test_run_overlay_reads_head_leases_statuses_and_budget_together(run: Store) 
     assert overlay.leases == run.leases(RUN, "main") and [le.unit for le in overlay.leases] == ["U2"]
     assert overlay.statuses == run.unit_statuses(RUN) and set(overlay.statuses) == {"U3"}
     assert overlay.budget == run.get_budget(RUN) and overlay.budget.used == {"model_calls": 1}
+
+
+def test_wait_for_change_returns_by_its_timeout(run: Store) -> None:
+    """wait_for_change waits at most its timeout (a backend that hears changes may return
+    sooner, True); either way it answers a bool."""
+    for _ in range(2):
+        started = time.monotonic()
+        woke = run.wait_for_change(RUN, 0.2)
+        assert isinstance(woke, bool) and time.monotonic() - started < 2.0
 
 
 def test_unit_status_is_runtime_state_cleared_by_a_commit(run: Store) -> None:
