@@ -15,11 +15,16 @@ With .venv-peers holding langgraph-checkpoint-postgres (see bench/peers_postgres
 same sizes also run there against LangGraph's PostgresSaver on the same server: a chain of
 trivial nodes, durability="sync", the median gap between node starts; the last column is
 keepstep on PostgreSQL / PostgresSaver (the goal: ≤ 1.5×). LangGraph's node writes no file,
-claims nothing and checks no token, so its figure is a floor rather than the same work.
+claims nothing and checks no token, so its figure is a floor rather than the same work. Its
+cost per node grows with the chain (a 10,000-node chain ran 13 min here): from 10,000 nodes
+on, the chain is stopped after --saver-cap seconds (300) and measured over the last 200
+nodes it reached — a floor for nodes 9,800–10,000 (the line says where it stopped and the
+median of every 1,000 nodes).
 
 2. A trivial plan through the engine (bench/parallel.py's trivial kind: claim, stage one
    small file, verify, commit, decide; --jobs 1), every unit run, on SQLite and on
-   PostgreSQL: the median time between consecutive unit commits and the whole run's wall.
+   PostgreSQL: the median time between consecutive unit commits and the whole run's wall;
+   the last column is that PostgreSQL figure / PostgresSaver's at the same size (section 1).
 3. ME-042 on PostgreSQL with 1, 2 and 4 workers (separate processes in separate project
    folders, as hosts; --jobs 1 each) against a local provider answering like the offline
    model after ``--latency`` (0.3 s) per call: the wall from the first claim to the last
@@ -36,10 +41,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -77,19 +82,31 @@ def per_unit(store: object, n: int) -> float:
     return statistics.median(cycles)
 
 
-def peer(python: Path, url: str, n: int) -> float | None:
-    """LangGraph PostgresSaver's ms per node for a chain of n (None without .venv-peers)."""
+def peer(python: Path, url: str, n: int, cap: float | None) -> tuple[float, str] | None:
+    """LangGraph PostgresSaver's ms per node for a chain of n and a note (None without
+    .venv-peers). With ``cap`` (seconds) a chain still running then is stopped: the figure
+    is over the last 200 nodes it reached (a floor: its cost per node grows with position)."""
     import json
     import subprocess
 
     if not python.exists():
         return None
-    proc = subprocess.run([str(python), str(Path(__file__).with_name("peers_postgres.py")),
-                           url, "--sizes", str(n)], capture_output=True, text=True)
+    cmd = [str(python), str(Path(__file__).with_name("peers_postgres.py")), url,
+           "--sizes", str(n)]
+    if cap is not None:
+        cmd += ["--cap-seconds", str(cap)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         print(f"  (PostgresSaver failed: {proc.stderr.strip()[-300:]})", file=sys.stderr)
         return None
-    return float(json.loads(proc.stdout.strip().splitlines()[-1])["ms_per_node"])
+    line = json.loads(proc.stdout.strip().splitlines()[-1])
+    note = ""
+    if "reached" in line:
+        k = int(line["reached"])
+        note = (f"  (PostgresSaver stopped at {line['seconds']:.0f} s, node {k:,} of {n:,}: "
+                f"nodes {k - 200:,}–{k:,}; ms per node by 1,000 nodes: "
+                f"{', '.join(str(v) for v in line['windows'].values())})")
+    return float(line["ms_per_node"]), note
 
 
 class Database:
@@ -120,7 +137,6 @@ def plan_run(tmp: Path, n: int, url: str | None) -> tuple[float, float]:
     of n trivial units run by the engine at --jobs 1 on SQLite (url None) or PostgreSQL."""
     import os
     import statistics
-    from typing import Any
 
     from parallel import trivial_kind, wide_plan
 
@@ -293,6 +309,9 @@ def main() -> int:
     ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--latency", type=float, default=0.3)
     ap.add_argument("--skip", default="", help="sections to leave out: store, plan, pack")
+    ap.add_argument("--saver-cap", type=float, default=300.0,
+                    help="seconds a PostgresSaver chain of 10,000 or more may run before it is "
+                         "stopped and measured over the last 200 nodes it reached")
     ap.add_argument("--url", help="a server to use (a database is created and dropped per "
                     "size); default: a throwaway local cluster")
     args = ap.parse_args()
@@ -311,6 +330,7 @@ def main() -> int:
     from tests.support.pg_fixtures import with_database
 
     peers = Path(__file__).resolve().parents[1] / ".venv-peers" / "bin" / "python"
+    savers: dict[int, float] = {}  # units -> PostgresSaver's ms per node (section 1)
     if "store" not in skip:
         print("1. bookkeeping per trivial unit (claim + stage + commit), ms/unit")
         print(f"{'units':>7} {'SQLite':>9} {'PostgreSQL':>11} {'PG/SQLite':>10} "
@@ -338,24 +358,29 @@ def main() -> int:
                 # per node grows with the chain).
                 print(f"{n:>7} {t_lite * 1000:>9.2f} {t_pg * 1000:>11.2f} "
                       f"{t_pg / t_lite:>9.2f}x", end="", flush=True)
-                saver = peer(peers, with_database(admin, f"{name}_lg"), n)
+                found = peer(peers, with_database(admin, f"{name}_lg"), n,
+                             args.saver_cap if n >= 10_000 else None)
                 with psycopg.connect(with_database(admin, "postgres"), autocommit=True) as c:
                     c.execute(f"DROP DATABASE {name}_lg WITH (FORCE)")
-            tail = (f" {saver:>14.2f} {t_pg * 1000 / saver:>8.2f}x" if saver
-                    else f" {'(no .venv-peers)':>14}")
-            print(tail, flush=True)
+            if found:
+                saver, note = found
+                savers[n] = saver
+                print(f" {saver:>14.2f} {t_pg * 1000 / saver:>8.2f}x{note}", flush=True)
+            else:
+                print(f" {'(no .venv-peers)':>14}", flush=True)
         if "plan" not in skip:
             print("\n2. a plan of trivial units through the engine (--jobs 1): median ms between "
                   "unit commits; wall of the whole run")
             print(f"{'units':>7} {'SQLite ms':>10} {'PG ms':>8} {'PG/SQLite':>10} "
-                  f"{'SQLite wall':>12} {'PG wall':>9}")
+                  f"{'SQLite wall':>12} {'PG wall':>9} {'PG/Saver':>9}")
             for n in [int(x) for x in args.plan_sizes.split(",") if x]:
                 with tempfile.TemporaryDirectory() as tmp:
                     lite, lite_wall = plan_run(Path(tmp), n, None)
                     with Database(admin, f"bench_plan_{n}_{int(time.time())}") as url:
                         pg, pg_wall = plan_run(Path(tmp), n, url)
+                ratio = f"{pg * 1000 / savers[n]:>8.2f}x" if n in savers else f"{'-':>9}"
                 print(f"{n:>7} {lite * 1000:>10.2f} {pg * 1000:>8.2f} {pg / lite:>9.2f}x "
-                      f"{lite_wall:>11.1f}s {pg_wall:>8.1f}s", flush=True)
+                      f"{lite_wall:>11.1f}s {pg_wall:>8.1f}s {ratio}", flush=True)
         if "pack" not in skip:
             from parallel import warm_up_models
 

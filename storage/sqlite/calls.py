@@ -14,7 +14,6 @@ from keepstep.storage.models import Budget, EventIn, ModelCall
 from keepstep.storage.sqlite.connection import SQLiteBase, iso
 from keepstep.storage.sqlite.events import insert_events
 
-
 # A branch's budget: named so the PostgreSQL store can send it ahead with a commit's read of
 # the head, and read with the others of Store.run_overlay.
 BUDGET_SQL = "SELECT limits, used FROM budgets WHERE run_id = ? AND branch_id = ?"

@@ -61,7 +61,8 @@ def test_run_overlay_reads_head_leases_statuses_and_budget_together(run: Store) 
     run.add_usage(RUN, {"model_calls": 1})
     overlay = run.run_overlay(RUN, "main")
     assert overlay.head == run.get_head(RUN)
-    assert overlay.leases == run.leases(RUN, "main") and [le.unit for le in overlay.leases] == ["U2"]
+    assert overlay.leases == run.leases(RUN, "main")
+    assert [le.unit for le in overlay.leases] == ["U2"]
     assert overlay.statuses == run.unit_statuses(RUN) and set(overlay.statuses) == {"U3"}
     assert overlay.budget == run.get_budget(RUN) and overlay.budget.used == {"model_calls": 1}
 
