@@ -71,6 +71,10 @@ class FactsCache:
         with self.lock:
             if head is None:
                 head = self.store.get_head(self.run_id, self.branch_id)
+            elif self.version is not None and head.version < self.version:
+                # Read before this process's own newer commit (applied meanwhile, under
+                # this lock): the cache is the newer of the two (heads never move back).
+                return self.version
             if self.version == head.version and self.hash in (None, head.hash):
                 self.hash = head.hash
                 return head.version
