@@ -49,16 +49,20 @@ typecheck: $(STAMP)
 # keepstep against LangGraph on the ME-042 DAG. LangGraph lives only in $(PEERS), never in
 # keepstep's dependencies; bench/peers.py reads the DAG shape bench/parallel.py dumps;
 # bench/peers_ratio.py prints the interleaved ratios (bookkeeping at 36 / 1,000 / 10,000
-# units against SqliteSaver with durability="sync") and the start-up breakdown.
+# units against SqliteSaver with durability="sync") and the start-up breakdown;
+# bench/postgres.py the store's bookkeeping per unit against PostgresSaver (a throwaway
+# PostgreSQL cluster).
 $(PEERS)/.installed:
 	test -x $(PEERS)/bin/python || $(PY) -m venv $(PEERS)
-	$(PEERS)/bin/python -m pip install -q langgraph==1.2.24 langgraph-checkpoint-sqlite==3.1.2
+	$(PEERS)/bin/python -m pip install -q langgraph==1.2.24 langgraph-checkpoint-sqlite==3.1.2 \
+	  langgraph-checkpoint-postgres==3.2.0 'psycopg[binary,pool]==3.3.9'
 	touch $@
 
 bench-peers: $(STAMP) $(PEERS)/.installed
 	$(BIN)/python bench/parallel.py --dump-shape $(PEERS)/shape.json
 	$(PEERS)/bin/python bench/peers.py $(PEERS)/shape.json
 	$(BIN)/python bench/peers_ratio.py --peers-python $(PEERS)/bin/python --shape $(PEERS)/shape.json
+	$(BIN)/python bench/postgres.py --skip plan,pack
 
 clean:
 	rm -rf $(VENV) $(PEERS) demo-output .pytest_cache .typecheck .mypy_cache

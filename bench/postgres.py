@@ -15,11 +15,16 @@ With .venv-peers holding langgraph-checkpoint-postgres (see bench/peers_postgres
 same sizes also run there against LangGraph's PostgresSaver on the same server: a chain of
 trivial nodes, durability="sync", the median gap between node starts; the last column is
 keepstep on PostgreSQL / PostgresSaver (the goal: ≤ 1.5×). LangGraph's node writes no file,
-claims nothing and checks no token, so its figure is a floor rather than the same work.
+claims nothing and checks no token, so its figure is a floor rather than the same work. Its
+cost per node grows with the chain (a 10,000-node chain ran 13 min here): from 10,000 nodes
+on, the chain is stopped after --saver-cap seconds (300) and measured over the last 200
+nodes it reached — a floor for nodes 9,800–10,000 (the line says where it stopped and the
+median of every 1,000 nodes).
 
 2. A trivial plan through the engine (bench/parallel.py's trivial kind: claim, stage one
    small file, verify, commit, decide; --jobs 1), every unit run, on SQLite and on
-   PostgreSQL: the median time between consecutive unit commits and the whole run's wall.
+   PostgreSQL: the median time between consecutive unit commits and the whole run's wall;
+   the last column is that PostgreSQL figure / PostgresSaver's at the same size (section 1).
 3. ME-042 on PostgreSQL with 1, 2 and 4 workers (separate processes in separate project
    folders, as hosts; --jobs 1 each) against a local provider answering like the offline
    model after ``--latency`` (0.3 s) per call: the wall from the first claim to the last
@@ -39,6 +44,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -76,19 +82,31 @@ def per_unit(store: object, n: int) -> float:
     return statistics.median(cycles)
 
 
-def peer(python: Path, url: str, n: int) -> float | None:
-    """LangGraph PostgresSaver's ms per node for a chain of n (None without .venv-peers)."""
+def peer(python: Path, url: str, n: int, cap: float | None) -> tuple[float, str] | None:
+    """LangGraph PostgresSaver's ms per node for a chain of n and a note (None without
+    .venv-peers). With ``cap`` (seconds) a chain still running then is stopped: the figure
+    is over the last 200 nodes it reached (a floor: its cost per node grows with position)."""
     import json
     import subprocess
 
     if not python.exists():
         return None
-    proc = subprocess.run([str(python), str(Path(__file__).with_name("peers_postgres.py")),
-                           url, "--sizes", str(n)], capture_output=True, text=True)
+    cmd = [str(python), str(Path(__file__).with_name("peers_postgres.py")), url,
+           "--sizes", str(n)]
+    if cap is not None:
+        cmd += ["--cap-seconds", str(cap)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         print(f"  (PostgresSaver failed: {proc.stderr.strip()[-300:]})", file=sys.stderr)
         return None
-    return float(json.loads(proc.stdout.strip().splitlines()[-1])["ms_per_node"])
+    line = json.loads(proc.stdout.strip().splitlines()[-1])
+    note = ""
+    if "reached" in line:
+        k = int(line["reached"])
+        note = (f"  (PostgresSaver stopped at {line['seconds']:.0f} s, node {k:,} of {n:,}: "
+                f"nodes {k - 200:,}–{k:,}; ms per node by 1,000 nodes: "
+                f"{', '.join(str(v) for v in line['windows'].values())})")
+    return float(line["ms_per_node"]), note
 
 
 class Database:
@@ -119,7 +137,6 @@ def plan_run(tmp: Path, n: int, url: str | None) -> tuple[float, float]:
     of n trivial units run by the engine at --jobs 1 on SQLite (url None) or PostgreSQL."""
     import os
     import statistics
-    from typing import Any
 
     from parallel import trivial_kind, wide_plan
 
@@ -175,7 +192,8 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-def pack_workers(tmp: Path, admin: str, workers: int, provider: object) -> tuple[float, int, int]:
+def pack_workers(tmp: Path, admin: str, workers: int, provider: object,
+                 latency: float) -> tuple[float, int, int, str]:
     """ME-042 with ``workers`` worker processes in separate folders on one PostgreSQL run:
     (wall from the first claim to the last commit, model calls, best schedule on that many
     slots in calls)."""
@@ -237,9 +255,51 @@ def pack_workers(tmp: Path, admin: str, workers: int, provider: object) -> tuple
                 for c in run.calls():
                     calls[c.unit] = calls.get(c.unit, 0) + 1
                 best = slot_bound(run.plan, calls, workers)
+                where = time_spent(run, calls, latency)
         finally:
             os.environ.pop("KEEPSTEP_STORE_URL", None)
-    return max(commits) - min(claims), sum(calls.values()), best
+    return max(commits) - min(claims), sum(calls.values()), best, where
+
+
+def time_spent(run: Any, calls: dict[str, int], latency: float) -> str:
+    """Where the workers' time went, from the attempts (server clock): inside units beyond
+    their calls' latency, and idle while a unit was ready and unclaimed (a worker that
+    had not yet noticed the commit that made it ready: polling, then deciding)."""
+    import datetime as dt
+
+    def at(ts: str) -> float:
+        return dt.datetime.fromisoformat(ts).timestamp()
+
+    attempts = [a for a in run.store.attempts(run.run_id) if a.ended_at]
+    done = {a.unit: a for a in attempts if a.status == "committed"}
+    start = min(at(a.started_at) for a in attempts)
+    units = run.plan.unit_map()
+    waiting = []  # [ready, claimed) of every unit
+    for uid, a in done.items():
+        deps = [done[d.unit] for d in units[uid].depends_on if d.unit in done]
+        ready = max((at(d.ended_at) for d in deps if d.ended_at), default=start)
+        waiting.append((ready, at(a.started_at)))
+    overhead = sum(at(a.ended_at) - at(a.started_at) for a in attempts) \
+        - sum(calls.values()) * latency
+    idle_ready = 0.0
+    by_worker: dict[str, list[Any]] = {}
+    for a in attempts:
+        by_worker.setdefault(a.executor, []).append(a)
+    for mine in by_worker.values():
+        mine.sort(key=lambda a: at(a.started_at))
+        for prev, nxt in zip(mine, mine[1:], strict=False):
+            lo, hi = at(prev.ended_at), at(nxt.started_at)
+            # The part of this gap when some unit was ready and unclaimed.
+            spans = sorted((max(lo, r), min(hi, c)) for r, c in waiting if r < hi and c > lo)
+            end = lo
+            for a0, b0 in spans:
+                a0 = max(a0, end)
+                if b0 > a0:
+                    idle_ready += b0 - a0
+                    end = b0
+    return (f"inside units beyond the calls' latency: {overhead:.1f} s over "
+            f"{len(attempts)} attempts ({overhead / len(attempts) * 1000:.0f} ms each); "
+            f"workers idle while a unit was ready: {idle_ready:.1f} s")
 
 
 def main() -> int:
@@ -249,6 +309,9 @@ def main() -> int:
     ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--latency", type=float, default=0.3)
     ap.add_argument("--skip", default="", help="sections to leave out: store, plan, pack")
+    ap.add_argument("--saver-cap", type=float, default=300.0,
+                    help="seconds a PostgresSaver chain of 10,000 or more may run before it is "
+                         "stopped and measured over the last 200 nodes it reached")
     ap.add_argument("--url", help="a server to use (a database is created and dropped per "
                     "size); default: a throwaway local cluster")
     args = ap.parse_args()
@@ -267,6 +330,7 @@ def main() -> int:
     from tests.support.pg_fixtures import with_database
 
     peers = Path(__file__).resolve().parents[1] / ".venv-peers" / "bin" / "python"
+    savers: dict[int, float] = {}  # units -> PostgresSaver's ms per node (section 1)
     if "store" not in skip:
         print("1. bookkeeping per trivial unit (claim + stage + commit), ms/unit")
         print(f"{'units':>7} {'SQLite':>9} {'PostgreSQL':>11} {'PG/SQLite':>10} "
@@ -294,24 +358,29 @@ def main() -> int:
                 # per node grows with the chain).
                 print(f"{n:>7} {t_lite * 1000:>9.2f} {t_pg * 1000:>11.2f} "
                       f"{t_pg / t_lite:>9.2f}x", end="", flush=True)
-                saver = peer(peers, with_database(admin, f"{name}_lg"), n)
+                found = peer(peers, with_database(admin, f"{name}_lg"), n,
+                             args.saver_cap if n >= 10_000 else None)
                 with psycopg.connect(with_database(admin, "postgres"), autocommit=True) as c:
                     c.execute(f"DROP DATABASE {name}_lg WITH (FORCE)")
-            tail = (f" {saver:>14.2f} {t_pg * 1000 / saver:>8.2f}x" if saver
-                    else f" {'(no .venv-peers)':>14}")
-            print(tail, flush=True)
+            if found:
+                saver, note = found
+                savers[n] = saver
+                print(f" {saver:>14.2f} {t_pg * 1000 / saver:>8.2f}x{note}", flush=True)
+            else:
+                print(f" {'(no .venv-peers)':>14}", flush=True)
         if "plan" not in skip:
             print("\n2. a plan of trivial units through the engine (--jobs 1): median ms between "
                   "unit commits; wall of the whole run")
             print(f"{'units':>7} {'SQLite ms':>10} {'PG ms':>8} {'PG/SQLite':>10} "
-                  f"{'SQLite wall':>12} {'PG wall':>9}")
+                  f"{'SQLite wall':>12} {'PG wall':>9} {'PG/Saver':>9}")
             for n in [int(x) for x in args.plan_sizes.split(",") if x]:
                 with tempfile.TemporaryDirectory() as tmp:
                     lite, lite_wall = plan_run(Path(tmp), n, None)
                     with Database(admin, f"bench_plan_{n}_{int(time.time())}") as url:
                         pg, pg_wall = plan_run(Path(tmp), n, url)
+                ratio = f"{pg * 1000 / savers[n]:>8.2f}x" if n in savers else f"{'-':>9}"
                 print(f"{n:>7} {lite * 1000:>10.2f} {pg * 1000:>8.2f} {pg / lite:>9.2f}x "
-                      f"{lite_wall:>11.1f}s {pg_wall:>8.1f}s", flush=True)
+                      f"{lite_wall:>11.1f}s {pg_wall:>8.1f}s {ratio}", flush=True)
         if "pack" not in skip:
             from parallel import warm_up_models
 
@@ -324,11 +393,12 @@ def main() -> int:
             with provider_process(latency=args.latency, offline=True) as provider, \
                     tempfile.TemporaryDirectory() as tmp:
                 for w in [int(x) for x in args.workers.split(",") if x]:
-                    wall, total, best = pack_workers(Path(tmp), admin, w, provider)
+                    wall, total, best, where = pack_workers(Path(tmp), admin, w, provider,
+                                                            args.latency)
                     bound = best * args.latency
                     print(f"  {w} worker(s): wall {wall:6.2f} s ({total} calls)  best on {w} "
-                          f"slot(s) {best} calls = {bound:.2f} s → {wall / bound:.2f}×",
-                          flush=True)
+                          f"slot(s) {best} calls = {bound:.2f} s → {wall / bound:.2f}×\n"
+                          f"               {where}", flush=True)
     finally:
         if cluster is not None:
             cluster.stop("immediate")

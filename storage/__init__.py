@@ -23,7 +23,7 @@ _EXPORTS: dict[str, str] = {
     "keepstep.storage.models": "ApprovalRecord ArtifactEntry ArtifactProblem Attempt "
                                "AttemptEnd AttemptStatus Budget ChainProblem ChainReport "
                                "Checkpoint Claim CommitRequest CurrentChange EffectRecord Event "
-                               "EventIn Head Lease ModelCall OrphanAttempt UnitStatus "
+                               "EventIn Head Lease ModelCall OrphanAttempt RunOverlay UnitStatus "
                                "UnitStatusChange UnitStatusKind",
     "keepstep.storage.restores": "Baseline RestoreRefused RestoreReport restore",
     "keepstep.storage.retention": "GcItem GcReport gc",
@@ -42,7 +42,7 @@ __all__ = [
     "CommitOutcomeUnknown", "CommitRequest", "CorruptDatabase", "CurrentChange", "DatabaseLost",
     "DiskFull", "EffectRecord", "EffectStore", "Event", "EventIn", "EventStore", "GcItem",
     "GcReport", "Head", "KeepstepError", "Lease", "LeaseHeld", "ManifestStore", "ModelCall",
-    "NotFound", "OrphanAttempt", "RestoreRefused", "RestoreReport", "SCHEMA_VERSION",
+    "NotFound", "OrphanAttempt", "RestoreRefused", "RunOverlay", "RestoreReport", "SCHEMA_VERSION",
     "SQLiteStore", "SchemaMigrationFailed", "SchemaNeedsMigration", "SchemaTooNew",
     "StaleFencingToken", "StorageBusy", "StorageError", "StoragePermissionDenied", "Store",
     "UnitStatus", "UnitStatusChange", "UnitStatusKind", "UnsafeArtifactName", "backup",
@@ -111,6 +111,7 @@ if TYPE_CHECKING:
         Lease,
         ModelCall,
         OrphanAttempt,
+        RunOverlay,
         UnitStatus,
         UnitStatusChange,
         UnitStatusKind,

@@ -180,6 +180,17 @@ class Budget(BaseModel):
         return {k: v - self.used.get(k, 0) for k, v in self.limits.items()}
 
 
+class RunOverlay(BaseModel):
+    """What a scheduler reads besides the committed facts, in one read
+    (``Store.run_overlay``): the branch head, the live leases, the runtime unit statuses and
+    the budget."""
+
+    head: Head
+    leases: list[Lease]
+    statuses: dict[str, UnitStatus]
+    budget: Budget
+
+
 class ChainProblem(BaseModel):
     version: int
     branch_id: str
@@ -320,7 +331,9 @@ class CommitRequest:
     ``fencing_token`` (needs ``unit``): the unit's lease must still carry it; the lease is
     released by the commit. ``attempt_id``: marked ``committed``. ``current``: unit -> its
     current attempt (None: no longer current). ``clear_unit_status``: units whose runtime
-    status goes. ``usage``: added to the used counters (never enforced)."""
+    status goes. ``usage``: added to the used counters (never enforced). ``budget_key``:
+    the delta also records, under this key, the used counters as they stand once ``usage``
+    is added (read in the commit's own transaction: the budget at this checkpoint)."""
 
     run_id: str
     branch_id: str
@@ -335,3 +348,4 @@ class CommitRequest:
     events: tuple[EventIn, ...] = ()
     clear_unit_status: tuple[str, ...] = ()
     usage: Mapping[str, float] = field(default_factory=dict)
+    budget_key: str | None = None

@@ -35,6 +35,7 @@ from keepstep.storage.models import (
     Lease,
     ModelCall,
     OrphanAttempt,
+    RunOverlay,
     UnitStatus,
     UnitStatusKind,
 )
@@ -89,13 +90,15 @@ class CheckpointStore(Protocol):
                           events: Iterable[EventIn] = ...,
                           clear_unit_status: Iterable[str] = ...,
                           current: Mapping[str, str | None] | None = ...,
-                          usage: Mapping[str, float] | None = ...) -> int:
+                          usage: Mapping[str, float] | None = ...,
+                          budget_key: str | None = ...) -> int:
         """Append checkpoint ``expected_version + 1`` atomically; returns its version.
 
         In the same transaction: the delta applied to the state (a None value deletes
         the key), the manifest rows, the current pointers (``current``: unit -> its
         current attempt id, or None for "no longer current"), the usage added to the
-        budget's used counters (never enforced), the attempt marked committed, the
+        budget's used counters (never enforced; with ``budget_key`` the delta also records
+        the used counters as they then stand under that key), the attempt marked committed, the
         unit's lease released, the statuses cleared, and the events (after
         ``checkpoint.committed``). Nothing is written on failure.
 
@@ -244,6 +247,19 @@ class ClaimStore(Protocol):
 
     def unit_statuses(self, run_id: str, branch_id: str = ...) -> dict[str, UnitStatus]:
         """Runtime statuses by unit."""
+        ...
+
+    def wait_for_change(self, run_id: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a change to ``run_id`` that may make work
+        ready for this executor (a commit, an attempt ending, a lease given back, by any
+        executor); True as soon as one (may have) happened. A backend that cannot be told
+        waits out the timeout and returns False; either way the caller reads again."""
+        ...
+
+    def run_overlay(self, run_id: str, branch_id: str = ...) -> RunOverlay:
+        """The branch's head, its leases, runtime unit statuses and budget, read together
+        (one round trip on a server): what a scheduler reads besides the committed facts
+        before each decision. Each part is what its own method returns."""
         ...
 
 

@@ -77,3 +77,29 @@ def test_the_pool_tokens_and_facts_are_declared_on_the_objects(tmp_path: Path) -
         pool = project._worker_pool
         assert isinstance(pool, WorkerPool) and project.worker_pool is pool
     assert project._worker_pool is None  # closed with the project
+
+
+def test_a_head_read_before_this_process_own_commit_keeps_the_facts_cache(
+        tmp_path: Path) -> None:
+    """The scheduler reads the head outside the cache's lock: when a unit of ours commits (and
+    is applied to the cache) before the lock is taken, that older head must neither move the
+    cache back nor make it reload everything."""
+    from keepstep.engine.core.state import UnitRecord, UnitState, unit_key
+    from keepstep.storage import SQLiteStore
+
+    store = SQLiteStore(tmp_path / ".keepstep")
+    try:
+        store.create_run("R", {"plan": {"n": 1}})
+        cache = FactsCache(store, "R", "main")
+        assert cache.refresh() == 0
+        stale = store.get_head("R")
+        rec = UnitRecord(state=UnitState.succeeded, attempt="U1/a1")
+        version = store.commit_checkpoint("R", "main", 0,
+                                          {unit_key("U1"): rec.model_dump(mode="json")})
+        cache.apply(version, {"U1": rec})
+        generation = cache.generation
+        assert cache.refresh(stale) == 1  # the older read is ignored
+        assert cache.generation == generation and set(cache.records) == {"U1"}
+        assert cache.refresh(store.get_head("R")) == 1 and cache.generation == generation
+    finally:
+        store.close()

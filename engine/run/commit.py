@@ -87,17 +87,24 @@ class UnitCommitter:
         orphan), or when the head kept moving."""
         run, store, cache = self.run, self.store, self.cache
         kept: dict[str, UnitRecord] = {}
-        used: dict[str, float] = {}
+        # The cache is at the head as far as this process knows (its own commits are
+        # applied to it, the scheduler refreshed it before the claim): the commit is made
+        # on its version without reading the head first. Another executor's commit makes
+        # the compare-and-swap fail; only then is the head read (and the rebase checked).
+        stale = [cache.version is None]
+
+        def moved() -> None:
+            stale[0] = True
 
         def build() -> CommitRequest:
-            nonlocal kept, used
-            expected = cache.refresh()
+            nonlocal kept
+            expected = cache.refresh() if stale[0] else cache.version
+            assert expected is not None  # refreshed when it was None
             current = cache.records
             if expected != claim.claimed_at_version:
                 self._check_rebase(claim, record)
             kept = self._cutoff(claim.unit, record, current)
-            used = store.get_budget(run.run_id, run.branch_id).used
-            delta = {unit_key(claim.unit): record.model_dump(mode="json"), "budget": used,
+            delta = {unit_key(claim.unit): record.model_dump(mode="json"),
                      **{unit_key(u): r.model_dump(mode="json") for u, r in kept.items()}}
             return CommitRequest(
                 run_id=run.run_id, branch_id=run.branch_id, expected_version=expected,
@@ -105,7 +112,7 @@ class UnitCommitter:
                 attempt_id=claim.attempt_id, fencing_token=claim.fencing_token,
                 current={claim.unit: claim.attempt_id, **{u: r.attempt for u, r in kept.items()}},
                 usage={"wall_time_s": max(0.0, run.clock() - started)},
-                clear_unit_status=(claim.unit,),
+                clear_unit_status=(claim.unit,), budget_key="budget",
                 events=(EventIn(kind="unit.succeeded", unit=claim.unit,
                                 attempt_id=claim.attempt_id,
                                 payload={"outputs": {k: v.sha256[:12]
@@ -117,12 +124,12 @@ class UnitCommitter:
         with cache.lock:
             version = commit(store, build, tries=UNIT_COMMIT_TRIES, gave_up=lambda: LeaseLost(
                 f"{claim.unit}: could not commit after repeated head moves"),
-                on_learnt=lambda: learnt.append(True))
+                on_conflict=moved, on_learnt=lambda: learnt.append(True))
             assert version is not None  # build never declines
             if learnt:  # the acknowledgement was lost: read what landed
                 cache.refresh()
             else:
-                cache.apply(version, {claim.unit: record, **kept}, {"budget": used})
+                cache.apply(version, {claim.unit: record, **kept})
             return version
 
     def _check_rebase(self, claim: Claim, record: UnitRecord) -> None:

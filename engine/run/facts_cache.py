@@ -7,8 +7,27 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from keepstep.engine.core.inputs import InputSnapshot
 from keepstep.engine.core.state import UNIT_PREFIX, UnitRecord, UnitState, records_from_state
-from keepstep.storage import SQLiteStore
+from keepstep.storage import Head, SQLiteStore
+
+
+def plan_n_of(plan_info: Mapping[str, Any] | None) -> int:
+    """The plan version recorded in a ``plan`` state value."""
+    return int((plan_info or {}).get("n", 1))
+
+
+def snapshot_of(inputs_info: Mapping[str, Any] | None) -> InputSnapshot:
+    """The input snapshot recorded in an ``inputs`` state value."""
+    info = inputs_info or {}
+    return InputSnapshot(sources=info.get("sources", {}), groups=info.get("groups", {}))
+
+
+def templates_of(plan_info: Mapping[str, Any] | None) -> dict[str, str]:
+    """template name -> sha256, plus ``data:<name>`` -> sha256, from a ``plan`` state value."""
+    info = plan_info or {}
+    return {**info.get("templates", {}),
+            **{f"data:{k}": v for k, v in (info.get("data") or {}).items()}}
 
 
 class FactsCache:
@@ -21,11 +40,17 @@ class FactsCache:
     does not chain or a very long delta list loads everything again (``generation`` then
     moves, so views built on the cache know to rebuild).
 
+    ``keys`` holds the run's other state keys (plan, inputs, versions) but not ``budget``:
+    a commit records the budget in its own transaction (``CommitRequest.budget_key``), so
+    this process does not know the figure without a read; the live budget is
+    ``Store.get_budget``.
+
     Callers hold ``lock`` while reading ``records``; ``changes`` lists (unit, record or None)
     as applied, for the one consumer that drains it (the run loop's ready set).
     """
 
     MAX_DELTAS = 2000
+    UNMIRRORED = frozenset({"budget"})
 
     def __init__(self, store: SQLiteStore, run_id: str, branch_id: str) -> None:
         self.store = store
@@ -40,10 +65,16 @@ class FactsCache:
         self.generation = 0
         self.changes: list[tuple[str, UnitRecord | None]] = []
 
-    def refresh(self) -> int:
-        """Bring the cache to the branch head; returns the head version."""
+    def refresh(self, head: Head | None = None) -> int:
+        """Bring the cache to the branch head (``head`` when the caller read it just now,
+        else read here); returns the head version."""
         with self.lock:
-            head = self.store.get_head(self.run_id, self.branch_id)
+            if head is None:
+                head = self.store.get_head(self.run_id, self.branch_id)
+            elif self.version is not None and head.version < self.version:
+                # Read before this process's own newer commit (applied meanwhile, under
+                # this lock): the cache is the newer of the two (heads never move back).
+                return self.version
             if self.version == head.version and self.hash in (None, head.hash):
                 self.hash = head.hash
                 return head.version
@@ -71,7 +102,8 @@ class FactsCache:
         head = self.store.get_head(self.run_id, self.branch_id)
         state = self.store.read_state(self.run_id, self.branch_id)
         self.records = records_from_state(state)
-        self.keys = {k: v for k, v in state.items() if not k.startswith(UNIT_PREFIX)}
+        self.keys = {k: v for k, v in state.items()
+                     if not k.startswith(UNIT_PREFIX) and k not in self.UNMIRRORED}
         self.invalidated = {u for u, r in self.records.items()
                             if r.state == UnitState.invalidated}
         self.version, self.hash = head.version, head.hash
@@ -97,6 +129,8 @@ class FactsCache:
             if key.startswith(UNIT_PREFIX):
                 self._set(key[len(UNIT_PREFIX):],
                           None if value is None else UnitRecord.model_validate(value))
+            elif key in self.UNMIRRORED:
+                continue
             elif value is None:
                 self.keys.pop(key, None)
             else:
@@ -114,7 +148,8 @@ class FactsCache:
             for uid, rec in records.items():
                 self._set(uid, rec)
             for key, value in (keys or {}).items():
-                self.keys[key] = value
+                if key not in self.UNMIRRORED:
+                    self.keys[key] = value
             self.version, self.hash = version, None  # the hash is learnt at the next refresh
 
     def drain(self) -> list[tuple[str, UnitRecord | None]]:
@@ -123,4 +158,4 @@ class FactsCache:
             return out
 
 
-__all__ = ["FactsCache"]
+__all__ = ["FactsCache", "plan_n_of", "snapshot_of", "templates_of"]

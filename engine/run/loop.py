@@ -245,7 +245,7 @@ class RunLoop:
                 # Only units left to other executors are ready: wait while another executor
                 # is at work (its commits may make more ready here), else stop, saying so.
                 if any(facts.effective_state(u.id) == UnitState.running for u in plan.units):
-                    self._wait(self.settings.poll_seconds)
+                    self._wait_for_others()
                     continue
                 left = Decision(kind=DecisionKind.waiting, reasons=[
                     f"{u} is left to an executor whose copy matches: {self.left_out[u]}"
@@ -260,7 +260,7 @@ class RunLoop:
             if d.kind == DecisionKind.waiting:
                 # Another executor holds the only ready work: wait for its commit (or its
                 # lease to expire, which recovery's claim then fences) and decide again.
-                self._wait(self.settings.poll_seconds)
+                self._wait_for_others()
                 continue
             if d.kind == DecisionKind.done:
                 if not self.store.events(self.run.run_id, branch_id=self.run.branch_id,
@@ -293,6 +293,16 @@ class RunLoop:
                 continue
             self._done.put(item)  # _collect handles it, in order
             return
+
+    def _wait_for_others(self) -> None:
+        """Nothing of ours in flight, nothing ready here: wait for another executor's change
+        (a server store wakes this at once; else this is a poll), at most ``poll_seconds``,
+        looking at the cancel flag every tick."""
+        deadline = time.monotonic() + self.settings.poll_seconds
+        while not self._cancelled():
+            left = deadline - time.monotonic()
+            if left <= 0 or self.store.wait_for_change(self.run.run_id, min(TICK_S, left)):
+                return
 
     def _collect(self, final: Decision | None) -> Decision | None:
         """Handle every unit that ended: events, and whether the loop stops claiming."""
@@ -353,8 +363,8 @@ class RunLoop:
         self._inflight.clear()
         return abandoned
 
-    def _claim(self, unit_id: str, facts: RunFacts,
-               plan: Plan) -> tuple[Unit, Claim, dict[str, UnitRecord]] | None:
+    def _claim(self, unit_id: str, facts: RunFacts, plan: Plan,
+               ) -> tuple[Unit, Claim, dict[str, UnitRecord], dict[str, Any]] | None:
         run = self.run
         policy = run.project.files.config.policy
         try:
@@ -373,7 +383,10 @@ class RunLoop:
             deps.update({u.id: facts.records[u.id]
                          for u in evidence_sources(unit, plan.unit_map())
                          if u.id in facts.records and u.id not in deps})
-        return unit, claim, deps
+        # The run's state keys at the claimed head (plan, inputs, versions): the attempt
+        # reads them from here, not from the store (a commit replaces a key's value, never
+        # changes it in place, so this shallow copy stays as it was at the claim).
+        return unit, claim, deps, dict(self.cache.keys)
 
     def _unit_index(self, plan: Plan) -> dict[str, Unit]:
         index = self._index
@@ -381,7 +394,8 @@ class RunLoop:
             index = self._index = (plan, plan.unit_map())
         return index[1]
 
-    def _launch(self, unit: Unit, claim: Claim, deps: dict[str, UnitRecord]) -> None:
+    def _launch(self, unit: Unit, claim: Claim, deps: dict[str, UnitRecord],
+                committed: dict[str, Any]) -> None:
         started = self.run.clock()
         job = _InFlight(unit.id, claim, started)
         self._inflight[unit.id] = job
@@ -393,7 +407,7 @@ class RunLoop:
             result: AttemptResult | None = None
             error: BaseException | None = None
             try:
-                result = self.runner.run_unit(unit, claim, deps, started)
+                result = self.runner.run_unit(unit, claim, deps, started, committed)
             except RunCancelled:
                 result = AttemptResult(unit.id, claim.attempt_id, AttemptOutcome.cancelled,
                                        "cancelled")

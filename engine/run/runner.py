@@ -10,10 +10,11 @@ after it). The attempt ends in exactly one of two writes: the unit-success commi
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from keepstep.engine.core.inputs import InputSnapshot
 from keepstep.engine.core.plan import Plan, Unit, UnitKind
 from keepstep.engine.core.state import UnitRecord
 from keepstep.engine.kinds import get_kind
@@ -38,6 +39,7 @@ from keepstep.engine.run.ending import (
     classify,
     safe_message,
 )
+from keepstep.engine.run.facts_cache import plan_n_of, snapshot_of, templates_of
 from keepstep.storage import (
     AttemptEnd,
     AttemptStatus,
@@ -149,15 +151,25 @@ class AttemptRunner:
         self.emit = emit
 
     def run_unit(self, unit: Unit, claim: Claim, deps: dict[str, UnitRecord],
-                 started: float) -> AttemptResult:
+                 started: float, committed: Mapping[str, Any] | None = None) -> AttemptResult:
+        """Run ``claim``'s attempt. ``committed``: the run's state keys (plan, inputs,
+        versions) at the head the unit was claimed at — the facts cache's, so the attempt
+        reads no state from the store; None reads them from the store now."""
         run, store = self.run, self.store
+        if committed is None:
+            committed = {"plan": run.plan_info, "versions": run.versions,
+                         "inputs": store.read_key(run.run_id, "inputs", run.branch_id)}
+        plan_info = committed.get("plan") or {}
+        snapshot = snapshot_of(committed.get("inputs"))
+        fingerprint_inputs = (snapshot, templates_of(plan_info),
+                              dict(committed.get("versions") or {}))
         policy = run.project.files.config.policy
         lease_lost = threading.Event()
         replay = self.settings.replay
         ctx = _Attempt(
             store=store, run_id=run.run_id, branch_id=run.branch_id, plan=self.plan(),
-            plan_n=run.plan_n, unit=unit, claim=claim, files=run.project.files,
-            snapshot=run.snapshot, records=deps,
+            plan_n=plan_n_of(plan_info), unit=unit, claim=claim, files=run.project.files,
+            snapshot=snapshot, records=deps,
             # A replay answers from the recorded calls: no model client is even built.
             gateway=run.gateway() if replay is None else None,
             model=run.model_for(unit), api_base=run.project.files.config.api_base,
@@ -172,7 +184,7 @@ class AttemptRunner:
                               on_event=self.settings.on_event, lost=lease_lost)
         heartbeat.start()
         try:
-            return self._execute(ctx, claim, unit, started, heartbeat)
+            return self._execute(ctx, claim, unit, started, heartbeat, fingerprint_inputs)
         except BaseException as exc:
             ending = classify(exc, unit.id, run.project.root)
             if ending is None:
@@ -185,7 +197,9 @@ class AttemptRunner:
             heartbeat.stop()
 
     def _execute(self, ctx: AttemptContext, claim: Claim, unit: Unit, started: float,
-                 heartbeat: Heartbeat) -> AttemptResult:
+                 heartbeat: Heartbeat,
+                 fingerprint_inputs: tuple[InputSnapshot, dict[str, str], dict[str, str]],
+                 ) -> AttemptResult:
         run, store = self.run, self.store
         _spec, fn = get_kind(unit.kind.value)
         outcome = fn(ctx)
@@ -206,7 +220,7 @@ class AttemptRunner:
                 diagnosis=record_diagnosis(ctx, outcome))
         ctx.safe_point("verified")
         record = build_record(ctx, outcome, input_fingerprints(
-            unit, run.project.files, run.snapshot, run.templates, run.versions))
+            unit, run.project.files, *fingerprint_inputs))
         # The lease stops being renewed before the commit (the commit checks the token, not
         # the expiry): a renewal can then never land after the unit has committed.
         heartbeat.stop()

@@ -60,7 +60,7 @@ from keepstep.engine.run.baseline import (
 )
 from keepstep.engine.run.budget import raise_budget
 from keepstep.engine.run.effects import SettleResult, compensate, compensation_key, settle_effect
-from keepstep.engine.run.facts_cache import FactsCache
+from keepstep.engine.run.facts_cache import FactsCache, plan_n_of, snapshot_of, templates_of
 from keepstep.engine.run.gates import (
     PendingApproval,
     bound_object,
@@ -384,7 +384,7 @@ class Run:
 
     @property
     def plan_n(self) -> int:
-        return int(self.plan_info.get("n", 1))
+        return plan_n_of(self.plan_info)
 
     @property
     def plan(self) -> Plan:
@@ -419,16 +419,13 @@ class Run:
     @property
     def snapshot(self) -> InputSnapshot:
         """The input snapshot the run is at (source ids and sha256, never text)."""
-        info = self.store.read_key(self.run_id, "inputs", self.branch_id) or {}
-        return InputSnapshot(sources=info.get("sources", {}), groups=info.get("groups", {}))
+        return snapshot_of(self.store.read_key(self.run_id, "inputs", self.branch_id))
 
     @property
     def templates(self) -> dict[str, str]:
         """template name -> sha256 as recorded, plus ``data:<name>`` -> sha256 of the pack
         data files (what a unit's input fingerprint records)."""
-        info = self.plan_info
-        return {**info.get("templates", {}),
-                **{f"data:{k}": v for k, v in (info.get("data") or {}).items()}}
+        return templates_of(self.plan_info)
 
     @property
     def versions(self) -> dict[str, str]:
@@ -470,16 +467,17 @@ class Run:
         the plan. ``copy=False`` shares the cache's record map: only for a caller that holds
         ``facts_cache().lock`` while it reads (the run loop)."""
         cache = self.facts_cache()
+        # Head, leases, statuses and budget in one read (one round trip on a server); the
+        # cache reads more only when the head moved (another executor's commits).
+        overlay = self.store.run_overlay(self.run_id, self.branch_id)
         with cache.lock:
-            version = cache.refresh()
+            version = cache.refresh(overlay.head)
             records = dict(cache.records) if copy else cache.records
             plan_info = cache.keys.get("plan") or {}
             inputs_info = cache.keys.get("inputs") or {}
-        leases = {lease.unit: LeaseFact.model_validate(lease)
-                  for lease in self.store.leases(self.run_id, self.branch_id)}
-        statuses = {u: StatusFact.model_validate(st) for u, st in
-                    self.store.unit_statuses(self.run_id, self.branch_id).items()}
-        budget = BudgetFact.model_validate(self.store.get_budget(self.run_id, self.branch_id))
+        leases = {lease.unit: LeaseFact.model_validate(lease) for lease in overlay.leases}
+        statuses = {u: StatusFact.model_validate(st) for u, st in overlay.statuses.items()}
+        budget = BudgetFact.model_validate(overlay.budget)
         # model_construct: the records are parsed already; validating 10,000 of them again
         # per decision is what made scheduling grow with the plan.
         return RunFacts.model_construct(

@@ -42,6 +42,10 @@ WRITE_LOCK_KEY = 0x6B656570  # "keep"
 # operation fails with StorageBusy; nothing is written meanwhile.
 RECONNECT_SECONDS = 60.0
 LOCK_TIMEOUT_MS = 30_000
+# The channel every commit, attempt ending and lease release notifies (the run id as payload;
+# PostgresStore sets ``_tx.notify``) and waiting executors listen on
+# (PostgresStore.wait_for_change).
+CHANGES_CHANNEL = "keepstep_changes"
 # The hidden insertion-order column some tables carry (SQLite's rowid): never returned.
 HIDDEN = "rowid"
 _RETURNING = {"events": "seq"}
@@ -253,10 +257,7 @@ class PostgresBase:
         params = list(params)
 
         def read(conn: PgConn) -> list[dict[str, Any]]:
-            cur = conn.execute(sql, params)
-            cols = [c.name for c in cur.description] if cur.description else []
-            return [{k: v for k, v in zip(cols, r, strict=True) if k != HIDDEN}
-                    for r in cur.fetchall()]
+            return _rows(conn.execute(sql, params))
 
         conn = getattr(self._tx, "conn", None)
         if conn is not None:  # inside this thread's write transaction
@@ -270,6 +271,22 @@ class PostgresBase:
     def _q1(self, sql: str, params: Iterable[Any] = ()) -> dict[str, Any] | None:
         rows = self._q(sql, params)
         return rows[0] if rows else None
+
+    def _q_many(self, queries: Iterable[tuple[str, Iterable[Any]]]) -> list[list[dict[str, Any]]]:
+        """Several reads sent together in a pipeline on one pooled connection, answered in
+        one round trip (each statement sees the database as it is when it runs, as separate
+        ``_q`` calls would)."""
+        batch = [(sql, list(params)) for sql, params in queries]
+        if getattr(self._tx, "conn", None) is not None:  # inside a write transaction
+            return [self._q(sql, params) for sql, params in batch]
+
+        def read(conn: PgConn) -> list[list[dict[str, Any]]]:
+            with conn.raw.pipeline():
+                curs = [conn.raw.execute(translate(sql), params) for sql, params in batch]
+            return [_rows(cur) for cur in curs]
+
+        result: list[list[dict[str, Any]]] = self._run(read, "reading the database")
+        return result
 
     @contextmanager
     def _write(self, *, durable: bool = True) -> Iterator[Any]:
@@ -329,6 +346,9 @@ class PostgresBase:
                     conn.executemany("INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) "
                                      "ON CONFLICT (sha256) DO NOTHING", blobs)
                 yield PgDb(conn)
+                notify = getattr(self._tx, "notify", None)
+                if notify:  # listening executors hear it once this commits (no round trip)
+                    conn.execute(f"SELECT pg_notify('{CHANGES_CHANNEL}', ?)", [notify])
                 # The transaction's id must be known before the COMMIT goes out (it is when
                 # the body waited for any answer; otherwise this is one more round trip).
                 row = xid_cur.fetchone()
@@ -433,6 +453,12 @@ class PostgresBase:
         if not self._closed:
             self._closed = True
             self._pool.close()
+
+
+def _rows(cur: PgCursor | psycopg.Cursor[Any]) -> list[dict[str, Any]]:
+    """A read's rows as dicts by column name (the hidden insertion-order column left out)."""
+    cols = [c.name for c in cur.description] if cur.description else []
+    return [{k: v for k, v in zip(cols, r, strict=True) if k != HIDDEN} for r in cur.fetchall()]
 
 
 def _end_pipeline(pipe_cm: Any) -> None:

@@ -24,9 +24,17 @@ import psycopg
 from keepstep.storage.artifacts import ArtifactStore
 from keepstep.storage.errors import StorageError
 from keepstep.storage.hashing import file_sha256
-from keepstep.storage.models import ArtifactEntry, Claim, CommitRequest, Head
+from keepstep.storage.models import (
+    ArtifactEntry,
+    AttemptEnd,
+    Claim,
+    CommitRequest,
+    Head,
+    RunOverlay,
+)
 from keepstep.storage.permissions import SEALED_MODE, make_private_dir, open_private
 from keepstep.storage.postgres.connection import (
+    CHANGES_CHANNEL,
     RECONNECT_SECONDS,
     ConnectionLost,
     PostgresBase,
@@ -39,7 +47,7 @@ from keepstep.storage.postgres.database import (
     redacted,
 )
 from keepstep.storage.sqlite.approvals import Approvals
-from keepstep.storage.sqlite.calls import Calls
+from keepstep.storage.sqlite.calls import BUDGET_SQL, Calls
 from keepstep.storage.sqlite.checkpoints import STATE_VALUES_CHUNK, STATE_VALUES_SQL, Checkpoints
 from keepstep.storage.sqlite.claims import CLAIM_HEAD_SQL, CLAIM_TOKEN_SQL, Claims
 from keepstep.storage.sqlite.effects import Effects
@@ -50,6 +58,7 @@ from keepstep.storage.sqlite.manifests import Manifests
 # (PgConn.send_ahead), the same constants they execute: a claim's fencing token and its read
 # of the head, lease and attempt number go out with BEGIN (2 round trips instead of 3); a
 # commit's read of the old state values goes out with its read of the head (2 instead of 3).
+# A commit's read of the budget (its usage, the budget it records) goes out with them too.
 # tests/postgres/test_pipeline.py counts them.
 
 # Committed files larger than this are refused at commit (a bytea value is at most 1 GB;
@@ -77,6 +86,9 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
         self.clock = self.now
         self.read_only = read_only
         self.artifacts = ArtifactStore(self.root / "artifacts", durable=durable_files)
+        self._password = password
+        self._listener: psycopg.Connection[Any] | None = None
+        self._listen_lock = threading.Lock()
         self._synced: dict[str, int] = {}
         self._seen_heads: dict[tuple[str, str], int] = {}
         self._sync_lock = threading.Lock()
@@ -152,16 +164,21 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
             # The shared commit joins this transaction; its read of the old state values
             # goes out now, answered with its read of the head.
             with self._write() as db:
-                keys = sorted(delta) if all(isinstance(k, str) for k in delta) else []
+                keys = [] if not all(isinstance(k, str) for k in delta) else \
+                    sorted({*delta, *filter(None, [kwargs.get("budget_key")])})
                 for i in range(0, len(keys), STATE_VALUES_CHUNK):
                     chunk = keys[i:i + STATE_VALUES_CHUNK]
                     db.conn.send_ahead(STATE_VALUES_SQL.format(", ".join("?" * len(chunk))),
                                        [run_id, branch_id, *chunk])
+                if kwargs.get("usage") or kwargs.get("budget_key") is not None:
+                    db.conn.send_ahead(BUDGET_SQL, [run_id, branch_id])
+                self._tx.notify = run_id
                 version: int = super().commit_checkpoint(
                     run_id, branch_id, expected_version, delta, manifest, fencing_token,
                     **kwargs)
         finally:
             self._tx.pending = None
+            self._tx.notify = None
         self._advance_seen(run_id, branch_id, expected_version, version)
         return version
 
@@ -171,14 +188,24 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
         this host decides from the head — recovery re-hashing current outputs, a unit
         reading its dependencies — finds them here, never "missing"."""
         head: Head = super().get_head(run_id, branch_id)
-        if self._seen_heads.get((run_id, branch_id)) != head.version:
+        self._saw_head(head)
+        return head
+
+    def run_overlay(self, run_id: str, branch_id: str = "main") -> RunOverlay:
+        """The overlay (see ClaimStore.run_overlay) in one round trip; a head that moved
+        fetches the files committed meanwhile first, as ``get_head`` does."""
+        overlay: RunOverlay = super().run_overlay(run_id, branch_id)
+        self._saw_head(overlay.head)
+        return overlay
+
+    def _saw_head(self, head: Head) -> None:
+        if self._seen_heads.get((head.run_id, head.branch_id)) != head.version:
             try:
-                self.sync_artifacts(run_id)
+                self.sync_artifacts(head.run_id)
             except OSError:
                 if not self.read_only:
                     raise
-            self._seen_heads[(run_id, branch_id)] = head.version
-        return head
+            self._seen_heads[(head.run_id, head.branch_id)] = head.version
 
     def claim(self, run_id: str, branch_id: str, unit: str, *, expected_version: int,
               owner: str, lease_seconds: float) -> Claim:
@@ -198,6 +225,67 @@ class PostgresStore(PostgresBase, Checkpoints, Claims, Events, Calls, Approvals,
             self.sync_artifacts(run_id)
             self._seen_heads[(run_id, branch_id)] = expected_version
         return claim
+
+    # -- other executors' changes ---------------------------------------------------
+    # The shared methods' own transaction notifies just before its COMMIT (PostgresBase
+    # ._write), so their crash points keep their meaning.
+    def end_attempt(self, claim: Claim, end: AttemptEnd) -> bool:
+        self._tx.notify = claim.run_id  # its unit may be ready again (a retry)
+        try:
+            ended: bool = super().end_attempt(claim, end)
+        finally:
+            self._tx.notify = None
+        return ended
+
+    def release_lease(self, run_id: str, branch_id: str, unit: str, fencing_token: int) -> None:
+        self._tx.notify = run_id
+        try:
+            super().release_lease(run_id, branch_id, unit, fencing_token)
+        finally:
+            self._tx.notify = None
+
+    def wait_for_change(self, run_id: str, timeout: float) -> bool:
+        """Woken by the server (LISTEN/NOTIFY): every commit, attempt ending and lease
+        given back notifies in its own transaction (so only once it landed), and this
+        store's listening connection hears it at once. The first call starts listening
+        and returns True at once (what happened before it is unknown: read again). A lost
+        listening connection waits out the timeout (polling) and listens again next time."""
+        deadline = time.monotonic() + timeout
+        with self._listen_lock:
+            conn = self._listener
+            if conn is None:
+                try:
+                    conn = connect_once(self.url, self._password)
+                    conn.execute(f"LISTEN {CHANGES_CHANNEL}")
+                except (StorageError, psycopg.Error):
+                    time.sleep(max(0.0, deadline - time.monotonic()))
+                    return False
+                self._listener = conn
+                return True
+            try:
+                while (left := deadline - time.monotonic()) > 0:
+                    for note in conn.notifies(timeout=left, stop_after=1):
+                        if note.payload == run_id:
+                            return True
+                return False
+            except psycopg.Error:
+                self._listener = None
+                try:
+                    conn.close()
+                except psycopg.Error:
+                    pass
+                time.sleep(max(0.0, deadline - time.monotonic()))
+                return False
+
+    def close(self) -> None:
+        with self._listen_lock:
+            if self._listener is not None:
+                try:
+                    self._listener.close()
+                except psycopg.Error:
+                    pass
+                self._listener = None
+        super().close()
 
     def sync_artifacts(self, run_id: str) -> int:
         """Write every committed file of ``run_id`` this host lacks from the blobs (sealed,

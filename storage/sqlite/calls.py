@@ -6,6 +6,7 @@ import json
 import sqlite3
 import uuid
 from collections.abc import Mapping
+from typing import Any
 
 from keepstep.storage.errors import BudgetLimitReached, NotFound
 from keepstep.storage.hashing import canonical_json
@@ -13,10 +14,21 @@ from keepstep.storage.models import Budget, EventIn, ModelCall
 from keepstep.storage.sqlite.connection import SQLiteBase, iso
 from keepstep.storage.sqlite.events import insert_events
 
+# A branch's budget: named so the PostgreSQL store can send it ahead with a commit's read of
+# the head, and read with the others of Store.run_overlay.
+BUDGET_SQL = "SELECT limits, used FROM budgets WHERE run_id = ? AND branch_id = ?"
 
-def _budget(conn: sqlite3.Connection, run_id: str, branch_id: str) -> Budget:
-    row = conn.execute("SELECT limits, used FROM budgets WHERE run_id = ? AND branch_id = ?",
-                       [run_id, branch_id]).fetchone()
+
+def budget_of(row: Mapping[str, Any] | None) -> Budget:
+    """The Budget of a BUDGET_SQL row (an empty one for no row)."""
+    if row is None:
+        return Budget()
+    return Budget(limits=json.loads(row["limits"]), used=json.loads(row["used"]))
+
+
+def budget_in(conn: sqlite3.Connection, run_id: str, branch_id: str) -> Budget:
+    """The budget, read inside the caller's transaction."""
+    row = conn.execute(BUDGET_SQL, [run_id, branch_id]).fetchone()
     if row is None:
         return Budget()
     return Budget(limits=json.loads(row[0]), used=json.loads(row[1]))
@@ -26,7 +38,7 @@ def add_usage_in(conn: sqlite3.Connection, run_id: str, branch_id: str,
                  delta: Mapping[str, float], enforce: bool) -> Budget:
     """Add to the used counters inside the caller's transaction; with ``enforce``, raise
     BudgetLimitReached (nothing changed) when a positive increment would pass a limit."""
-    budget = _budget(conn, run_id, branch_id)
+    budget = budget_in(conn, run_id, branch_id)
     if enforce:
         over = {
             k: {"used": budget.used.get(k, 0), "requested": d, "limit": budget.limits[k]}
@@ -50,11 +62,7 @@ class Calls(SQLiteBase):
     """The calls-and-budget capability of SQLiteStore."""
 
     def get_budget(self, run_id: str, branch_id: str = "main") -> Budget:
-        row = self._q1("SELECT limits, used FROM budgets WHERE run_id = ? AND branch_id = ?",
-                       [run_id, branch_id])
-        if row is None:
-            return Budget()
-        return Budget(limits=json.loads(row["limits"]), used=json.loads(row["used"]))
+        return budget_of(self._q1(BUDGET_SQL, [run_id, branch_id]))
 
     def add_usage(self, run_id: str, delta: Mapping[str, float], *, branch_id: str = "main",
                   enforce: bool = False) -> Budget:
@@ -65,7 +73,7 @@ class Calls(SQLiteBase):
                           branch_id: str = "main", event: EventIn | None = None) -> Budget:
         ts = iso(self.now())
         with self._write() as db:
-            budget = _budget(db.conn, run_id, branch_id)
+            budget = budget_in(db.conn, run_id, branch_id)
             budget.limits.update(limits)
             db.conn.execute("UPDATE budgets SET limits = ? WHERE run_id = ? AND branch_id = ?",
                             [canonical_json(budget.limits), run_id, branch_id])

@@ -16,7 +16,7 @@ from keepstep.storage.hashing import (
     state_hash_update,
 )
 from keepstep.storage.models import ArtifactEntry, Checkpoint, CommitRequest, EventIn, Head
-from keepstep.storage.sqlite.calls import add_usage_in
+from keepstep.storage.sqlite.calls import add_usage_in, budget_in
 from keepstep.storage.sqlite.chain import (
     ChainChecks,
     checkpoint_hash,
@@ -76,6 +76,17 @@ def _apply_delta(conn: sqlite3.Connection, run_id: str, branch_id: str,
         [run_id, branch_id, new_hash],
     )
     return new_hash
+
+
+HEAD_SQL = "SELECT head_version, head_hash FROM branches WHERE run_id = ? AND branch_id = ?"
+
+
+def head_of(row: Mapping[str, Any] | None, run_id: str, branch_id: str) -> Head:
+    """The Head of a HEAD_SQL row (NotFound for no row)."""
+    if row is None:
+        raise _no_branch(run_id, branch_id)
+    return Head(run_id=run_id, branch_id=branch_id, version=row["head_version"],
+                hash=row["head_hash"])
 
 
 def _no_branch(run_id: str, branch_id: str) -> NotFound:
@@ -150,13 +161,7 @@ class Checkpoints(ChainChecks):
             "FROM branches WHERE run_id = ? ORDER BY created_at", [run_id])
 
     def get_head(self, run_id: str, branch_id: str = "main") -> Head:
-        row = self._q1(
-            "SELECT head_version, head_hash FROM branches WHERE run_id = ? AND branch_id = ?",
-            [run_id, branch_id])
-        if row is None:
-            raise _no_branch(run_id, branch_id)
-        return Head(run_id=run_id, branch_id=branch_id, version=row["head_version"],
-                    hash=row["head_hash"])
+        return head_of(self._q1(HEAD_SQL, [run_id, branch_id]), run_id, branch_id)
 
     # -- state ---------------------------------------------------------------
     def read_state(self, run_id: str, branch_id: str = "main", prefix: str = "") -> dict[str, Any]:
@@ -189,6 +194,7 @@ class Checkpoints(ChainChecks):
         clear_unit_status: Iterable[str] = (),
         current: Mapping[str, str | None] | None = None,
         usage: Mapping[str, float] | None = None,
+        budget_key: str | None = None,
     ) -> int:
         manifest = list(manifest)
         ts = iso(self.now())
@@ -228,6 +234,14 @@ class Checkpoints(ChainChecks):
                         f"(lease {'gone' if lease_token is None else 'token ' + str(lease_token)})"
                     )
             version = expected_version + 1
+            budget = add_usage_in(conn, run_id, branch_id, usage, enforce=False) \
+                if usage else None
+            if budget_key is not None:
+                # The budget at this checkpoint, recorded in its delta (this transaction's
+                # own read: no other writer can change it before the COMMIT).
+                budget = budget or budget_in(conn, run_id, branch_id)
+                values = {**values, budget_key: canonical_json(budget.used)}
+                delta_json = object_json(values)
             state_hash = _apply_delta(conn, run_id, branch_id, values,
                                       current_hash or EMPTY_STATE_HASH)
             crash_point("commit.inside_txn")
@@ -253,8 +267,6 @@ class Checkpoints(ChainChecks):
                 insert_manifest(conn, run_id, branch_id, version, manifest)
             if current:
                 write_current(conn, run_id, branch_id, version, current)
-            if usage:
-                add_usage_in(conn, run_id, branch_id, usage, enforce=False)
             if attempt_id is not None:
                 conn.execute("UPDATE attempts SET status = 'committed', ended_at = ? "
                              "WHERE run_id = ? AND attempt_id = ?", [ts, run_id, attempt_id])
@@ -286,7 +298,7 @@ class Checkpoints(ChainChecks):
             request.manifest, request.fencing_token, kind=request.kind, unit=request.unit,
             attempt_id=request.attempt_id, events=request.events,
             clear_unit_status=request.clear_unit_status, current=request.current or None,
-            usage=request.usage or None)
+            usage=request.usage or None, budget_key=request.budget_key)
 
     # -- reading checkpoints -------------------------------------------------------
     def _lineage(self, run_id: str, branch_id: str) -> list[tuple[str, int | None]]:

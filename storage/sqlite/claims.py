@@ -24,11 +24,13 @@ from keepstep.storage.models import (
     Claim,
     EventIn,
     Lease,
+    RunOverlay,
     UnitStatus,
     UnitStatusChange,
     UnitStatusKind,
 )
-from keepstep.storage.sqlite.calls import add_usage_in
+from keepstep.storage.sqlite.calls import BUDGET_SQL, add_usage_in, budget_of
+from keepstep.storage.sqlite.checkpoints import HEAD_SQL, head_of
 from keepstep.storage.sqlite.connection import SQLiteBase, iso
 from keepstep.storage.sqlite.events import insert_events
 
@@ -189,11 +191,10 @@ class Claims(SQLiteBase):
             )
 
     def leases(self, run_id: str, branch_id: str | None = None) -> list[Lease]:
-        sql, params = "SELECT * FROM leases WHERE run_id = ?", [run_id]
         if branch_id is not None:
-            sql += " AND branch_id = ?"
-            params.append(branch_id)
-        return [Lease(**r) for r in self._q(sql + " ORDER BY unit", params)]
+            return [Lease(**r) for r in self._q(BRANCH_LEASES_SQL, [run_id, branch_id])]
+        return [Lease(**r) for r in self._q(
+            "SELECT * FROM leases WHERE run_id = ? ORDER BY unit", [run_id])]
 
     def fence_expired_leases(self, run_id: str, branch_id: str = "main") -> list[Lease]:
         """Take away every expired lease (their attempts become ``fenced``)."""
@@ -343,15 +344,31 @@ class Claims(SQLiteBase):
             )
 
     def unit_statuses(self, run_id: str, branch_id: str = "main") -> dict[str, UnitStatus]:
-        rows = self._q(
-            "SELECT unit, status, reason, details, updated_at FROM unit_status "
-            "WHERE run_id = ? AND branch_id = ?", [run_id, branch_id],
-        )
-        return {
-            r["unit"]: UnitStatus(unit=r["unit"], status=r["status"], reason=r["reason"],
-                                  details=json.loads(r["details"]), updated_at=r["updated_at"])
-            for r in rows
-        }
+        return statuses_of(self._q(STATUSES_SQL, [run_id, branch_id]))
+
+    def run_overlay(self, run_id: str, branch_id: str = "main") -> RunOverlay:
+        params = [run_id, branch_id]
+        head, leases, statuses, budget = self._q_many([
+            (HEAD_SQL, params), (BRANCH_LEASES_SQL, params), (STATUSES_SQL, params),
+            (BUDGET_SQL, params)])
+        return RunOverlay(head=head_of(head[0] if head else None, run_id, branch_id),
+                          leases=[Lease(**r) for r in leases], statuses=statuses_of(statuses),
+                          budget=budget_of(budget[0] if budget else None))
+
+
+# A branch's leases and runtime statuses (also read together by Store.run_overlay).
+BRANCH_LEASES_SQL = "SELECT * FROM leases WHERE run_id = ? AND branch_id = ? ORDER BY unit"
+STATUSES_SQL = ("SELECT unit, status, reason, details, updated_at FROM unit_status "
+                "WHERE run_id = ? AND branch_id = ?")
+
+
+def statuses_of(rows: Iterable[Mapping[str, Any]]) -> dict[str, UnitStatus]:
+    """unit -> UnitStatus of STATUSES_SQL rows."""
+    return {
+        r["unit"]: UnitStatus(unit=r["unit"], status=r["status"], reason=r["reason"],
+                              details=json.loads(r["details"]), updated_at=r["updated_at"])
+        for r in rows
+    }
 
 
 def _write_unit_status(conn: Any, run_id: str, branch_id: str, unit: str,

@@ -287,3 +287,8 @@ class SQLiteBase:
     def _q1(self, sql: str, params: Iterable[Any] = ()) -> dict[str, Any] | None:
         rows = self._q(sql, params)
         return rows[0] if rows else None
+
+    def _q_many(self, queries: Iterable[tuple[str, Iterable[Any]]]) -> list[list[dict[str, Any]]]:
+        """Several reads, each answered as ``_q`` answers it (a server backend sends them
+        together: one round trip)."""
+        return [self._q(sql, params) for sql, params in queries]

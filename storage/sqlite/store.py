@@ -51,6 +51,12 @@ class SQLiteStore(Checkpoints, Claims, Events, Calls, Approvals, Effects, Manife
             artifacts_root=self.artifacts.root)
         self._init_connections(db)
 
+    def wait_for_change(self, run_id: str, timeout: float) -> bool:
+        """SQLite cannot tell another process's commit as it happens: waits out the
+        timeout (the caller then reads again, as after any poll)."""
+        time.sleep(max(0.0, timeout))
+        return False
+
     # -- maintenance (SQLite only; not part of the Store interface) -----------------------
     def backup_to(self, target: Path) -> None:
         """A consistent copy (SQLite's online backup API) into a new 0600 file ``target``."""

@@ -141,3 +141,38 @@ def test_a_connection_killed_before_the_commit_writes_nothing_and_the_call_is_re
         assert [e.seq for e in s.events(RUN, kinds=["x.after"])] == [seq]
     finally:
         s.close()
+
+
+def test_a_waiting_executor_is_woken_by_another_hosts_commit(tmp_path: Path,
+                                                             pg_url: str) -> None:
+    """wait_for_change hears another store's commit on the run at once (LISTEN/NOTIFY, sent
+    in the commit's transaction), and not a commit on another run."""
+    import threading
+    import time
+
+    listening = PostgresStore(tmp_path / "a" / ".keepstep", pg_url)
+    other = PostgresStore(tmp_path / "b" / ".keepstep", pg_url)
+    try:
+        other.create_run(RUN, {})
+        other.create_run("R2", {})
+        assert listening.wait_for_change(RUN, 5.0) is True  # starts listening
+        while listening.wait_for_change(RUN, 0.1):
+            pass  # the runs' creation, heard or not: drained
+        started = time.monotonic()
+        assert listening.wait_for_change(RUN, 0.3) is False  # nothing happened
+        assert 0.25 <= time.monotonic() - started < 2.0
+        other.commit_checkpoint("R2", "main", 0, {"x": 1})
+        assert listening.wait_for_change(RUN, 0.3) is False  # another run's commit
+        timer = threading.Timer(0.3, lambda: other.commit_checkpoint(RUN, "main", 0, {"x": 1}))
+        timer.start()
+        started = time.monotonic()
+        assert listening.wait_for_change(RUN, 10.0) is True
+        assert time.monotonic() - started < 5.0
+        timer.join()
+        c = other.claim(RUN, "main", "U1", expected_version=1, owner="b", lease_seconds=30)
+        assert listening.wait_for_change(RUN, 0.1) is False  # a claim makes nothing ready
+        other.release_lease(RUN, "main", "U1", c.fencing_token)
+        assert listening.wait_for_change(RUN, 5.0) is True  # a lease given back does
+    finally:
+        listening.close()
+        other.close()

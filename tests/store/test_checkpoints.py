@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from keepstep.storage import CheckpointConflict, NotFound, StorageError, Store
+from keepstep.storage import CheckpointConflict, CommitRequest, NotFound, StorageError, Store
 from tests.store.contract import RUN
 
 
@@ -93,6 +93,21 @@ def test_a_commit_moves_current_pointers_and_adds_usage_in_the_same_step(run: St
                               usage={"wall_time_s": 9})
     assert run.current_attempts(RUN) == {"U1": "U1/a1"}
     assert run.get_budget(RUN).used == after
+
+
+def test_a_commit_records_the_budget_at_its_checkpoint_under_budget_key(run: Store) -> None:
+    """budget_key= records the used counters as they stand once the commit's usage is added,
+    in the delta (chained and hashed like any key) and in the state."""
+    run.add_usage(RUN, {"model_calls": 2})
+    v = run.commit(CommitRequest(run_id=RUN, branch_id="main", expected_version=0,
+                                 delta={"x": 1}, usage={"wall_time_s": 1.5},
+                                 budget_key="budget"))
+    recorded = {"model_calls": 2, "wall_time_s": 1.5}
+    assert run.read_key(RUN, "budget") == recorded == run.get_budget(RUN).used
+    assert run.get_checkpoint(RUN, v).delta == {"x": 1, "budget": recorded}
+    run.commit_checkpoint(RUN, "main", v, {"y": 2}, budget_key="spent")  # no usage: as it is
+    assert run.read_key(RUN, "spent") == recorded
+    assert run.verify_chain(RUN).ok
 
 
 def test_verify_since_last_checks_only_the_new_commits_and_remembers_the_head(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from keepstep.storage import CheckpointConflict, LeaseHeld, StaleFencingToken, Store
@@ -49,6 +51,29 @@ def test_expired_leases_are_fenced(run: Store, clock: FakeClock) -> None:
     with pytest.raises(StaleFencingToken):
         run.commit_checkpoint(RUN, "main", 0, {"unit/U1": 1}, fencing_token=old.fencing_token,
                               unit="U1", attempt_id=old.attempt_id)
+
+
+def test_run_overlay_reads_head_leases_statuses_and_budget_together(run: Store) -> None:
+    """run_overlay answers what get_head, leases, unit_statuses and get_budget answer."""
+    run.commit_checkpoint(RUN, "main", 0, {"x": 1})
+    run.claim(RUN, "main", "U2", expected_version=1, owner="host:1:x", lease_seconds=10)
+    run.set_unit_status(RUN, "main", "U3", "blocked", "quota exhausted", {"provider": "x"})
+    run.add_usage(RUN, {"model_calls": 1})
+    overlay = run.run_overlay(RUN, "main")
+    assert overlay.head == run.get_head(RUN)
+    assert overlay.leases == run.leases(RUN, "main")
+    assert [le.unit for le in overlay.leases] == ["U2"]
+    assert overlay.statuses == run.unit_statuses(RUN) and set(overlay.statuses) == {"U3"}
+    assert overlay.budget == run.get_budget(RUN) and overlay.budget.used == {"model_calls": 1}
+
+
+def test_wait_for_change_returns_by_its_timeout(run: Store) -> None:
+    """wait_for_change waits at most its timeout (a backend that hears changes may return
+    sooner, True); either way it answers a bool."""
+    for _ in range(2):
+        started = time.monotonic()
+        woke = run.wait_for_change(RUN, 0.2)
+        assert isinstance(woke, bool) and time.monotonic() - started < 2.0
 
 
 def test_unit_status_is_runtime_state_cleared_by_a_commit(run: Store) -> None:
