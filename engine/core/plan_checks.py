@@ -162,8 +162,8 @@ def _kind_problems(u: Unit, units: dict[str, Unit], documents: dict[str, str],
         out.append(unit_problem(u.id, "inputs", "an extract unit names no sources",
                                 "add group:<G> or source:<id> inputs", code="extract_sources"))
     if kind == UnitKind.verify and not any(
-            d.unit in reaching_evidence or evidence_output(dep)
-            for d in u.depends_on if (dep := units.get(d.unit)) is not None):
+            d.unit in reaching_evidence or evidence_output(upstream)
+            for d in u.depends_on if (upstream := units.get(d.unit)) is not None):
         out.append(unit_problem(u.id, "depends_on", "a verify unit reaches no "
                                 "evidence-producing unit through its dependencies", "depend "
                                 "on an extract unit (or a unit that writes evidence.json), "

@@ -61,6 +61,7 @@ from keepstep.engine.run.baseline import (
 from keepstep.engine.run.budget import raise_budget
 from keepstep.engine.run.effects import SettleResult, compensate, compensation_key, settle_effect
 from keepstep.engine.run.facts_cache import FactsCache
+from keepstep.engine.run.folder_checks import file_problems
 from keepstep.engine.run.gates import (
     PendingApproval,
     bound_object,
@@ -191,10 +192,6 @@ class Project:
         signature = self._files_signature()
         files = load_project_files(self.root, validate=validate)
         if validate:
-            # Lazy: validation loads every kind and the model checks; a read-only command
-            # (status, explain) that opens the project never needs them (start-up).
-            from keepstep.engine.run.validation import file_problems
-
             # Checked before anything runs: a plan that cannot run spends no model call.
             problems = file_problems(files)
             if problems:
