@@ -40,6 +40,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from datetime import datetime
 from pathlib import Path
 
@@ -132,13 +134,37 @@ def real_model_round(work: Path, n: int, max_units: int) -> dict[str, float]:
             "answer": call - started, "wall": wall, "rss": rss}
 
 
-def compile_keepstep() -> None:
-    """Byte-compile keepstep's modules where this interpreter reads them (its pycache
-    prefix, or __pycache__ beside them): a user's install has them compiled."""
+@contextmanager
+def compiled_keepstep() -> Iterator[None]:
+    """Inside: keepstep's modules byte-compiled beside their sources and children allowed to
+    read them (PYTHONDONTWRITEBYTECODE unset), as a user's install has them. On the way out
+    the __pycache__ folders made here are removed, so later processes on a machine that sets
+    PYTHONDONTWRITEBYTECODE compile again, as they did before."""
     import compileall
 
-    for folder in ("app", "engine", "storage"):
-        compileall.compile_dir(str(ROOT / folder), quiet=1)
+    def caches() -> set[Path]:
+        return {d for f in ("app", "engine", "storage") for d in (ROOT / f).rglob("__pycache__")}
+
+    before = caches()
+    saved = os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    try:
+        for folder in ("app", "engine", "storage"):
+            compileall.compile_dir(str(ROOT / folder), quiet=1)
+        yield
+    finally:
+        if saved is not None:
+            os.environ["PYTHONDONTWRITEBYTECODE"] = saved
+        for d in caches() - before:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def bytecode_words() -> str:
+    """How keepstep's modules reach the children now."""
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        if any((ROOT / "engine").rglob("__pycache__")):
+            return "read from __pycache__ left by an earlier process"
+        return "compiled in every process (PYTHONDONTWRITEBYTECODE is set; --bytecode: not)"
+    return "compiled once, then read (as installed)"
 
 
 def baseline_round(work: Path) -> dict[str, float]:
@@ -178,14 +204,14 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="keepstep-startup-"))
     if args.real_model:
         os.environ.setdefault("OPENAI_API_KEY", "sk-bench-keepstep-dummy-0000")
-    if args.bytecode:
-        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-        compile_keepstep()
-    compiled = ("compiled once (--bytecode)" if not os.environ.get("PYTHONDONTWRITEBYTECODE")
-                else "compiled in every process (PYTHONDONTWRITEBYTECODE is set)")
+    with compiled_keepstep() if args.bytecode else nullcontext():
+        return measure(args, work)
+
+
+def measure(args: argparse.Namespace, work: Path) -> int:
     try:
         print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
-              f"keepstep's modules {compiled}")
+              f"keepstep's modules {bytecode_words()}")
         runs, base = [], []
         one_round = real_model_round if args.real_model else keepstep_round
         for n in range(args.rounds):

@@ -38,7 +38,7 @@ from keepstep.engine.files.convert import converter_versions
 from keepstep.engine.files.project import STATE_DIR, ProjectFiles, load_project_files
 from keepstep.engine.files.sources import require_readable_sources
 from keepstep.engine.gateway.call_ledger import StoreCallLedger
-from keepstep.engine.gateway.offline_provider import PROVIDER as OFFLINE_PROVIDER
+from keepstep.engine.gateway.keys import OFFLINE_PROVIDER
 from keepstep.engine.report.status import RunStatus, run_status
 from keepstep.engine.report.views import (
     CompensationPreview,
