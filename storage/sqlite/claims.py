@@ -6,8 +6,6 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlite_utils import Database
-
 from keepstep.storage.errors import (
     CheckpointConflict,
     LeaseHeld,
@@ -31,6 +29,7 @@ from keepstep.storage.models import (
 from keepstep.storage.sqlite.calls import add_usage_in
 from keepstep.storage.sqlite.connection import SQLiteBase, iso
 from keepstep.storage.sqlite.events import insert_events
+from keepstep.storage.sqlite.sqlite_lib import Database
 
 _ENDINGS = frozenset(AttemptStatus) - {AttemptStatus.claimed, AttemptStatus.committed}
 
