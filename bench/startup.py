@@ -163,7 +163,7 @@ def bytecode_words() -> str:
     if os.environ.get("PYTHONDONTWRITEBYTECODE"):
         if any((ROOT / "engine").rglob("__pycache__")):
             return "read from __pycache__ left by an earlier process"
-        return "compiled in every process (PYTHONDONTWRITEBYTECODE is set; --bytecode: not)"
+        return "compiled in every process (PYTHONDONTWRITEBYTECODE is set)"
     return "compiled once, then read (as installed)"
 
 
