@@ -10,6 +10,7 @@ import os
 import random
 import shutil
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -189,3 +190,79 @@ def test_no_state_folder_is_created_and_a_read_only_one_is_left_alone(
         assert list((root / ".keepstep").iterdir()) == []
     finally:
         os.chmod(root / ".keepstep", 0o700)
+
+
+# -- linear checks, by operation counts --------------------------------------------------------
+
+def lines_run(fn: Any) -> int:
+    """Python lines executed by ``fn()`` (every frame it reaches): an operation count that does
+    not depend on the machine's speed or load."""
+    count = 0
+
+    def trace(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal count
+        if event == "line":
+            count += 1
+        return trace
+
+    old = sys.gettrace()
+    sys.settrace(trace)
+    try:
+        fn()
+    finally:
+        sys.settrace(old)
+    return count
+
+
+def _unit(uid: str, kind: str, deps: list[str], **extra: Any) -> dict[str, Any]:
+    params = {"intake": {"step": "schema"}, "extract": {}, "verify": {}}[kind]
+    inputs = ["group:A"] if kind == "extract" else []
+    return {"id": uid, "title": "t", "phase": "p", "kind": kind, "params": params,
+            "inputs": inputs, "depends_on": deps, **extra}
+
+
+def chain_of_finals(n: int) -> Plan:
+    """Each unit final and depending on the one before (per-unit ancestor walks: n²)."""
+    return Plan.model_validate({"unit": [
+        _unit(f"C{i:05d}", "intake", [f"C{i - 1:05d}"] if i else [], required_final=True)
+        for i in range(n)]})
+
+
+def chain_of_verify_units(n: int) -> Plan:
+    """An extract unit, then verify units each over the one before (a walk up to the extract
+    from each verify unit: n²)."""
+    units = [_unit("X0", "extract", [])]
+    units += [_unit(f"V{i:05d}", "verify", [f"V{i - 1:05d}"] if i else ["X0"],
+                    required_final=i == n - 1) for i in range(n)]
+    return Plan.model_validate({"unit": units})
+
+
+def fan_in(n: int) -> Plan:
+    """One final unit gathering every other. (A scan of its dependency list per dependency,
+    as ``DependencyIndex`` did, runs in C and is not counted: ``lines_run`` catches walks.)"""
+    units = [_unit(f"F{i:05d}", "intake", []) for i in range(n)]
+    units.append(_unit("ALL", "intake", [f"F{i:05d}" for i in range(n)], required_final=True))
+    return Plan.model_validate({"unit": units})
+
+
+@pytest.mark.parametrize("shape", [chain_of_finals, chain_of_verify_units, fan_in])
+def test_the_plan_checks_do_linear_work(shape: Any) -> None:
+    """Eight times the units, at most about eight times the lines run by ``find_problems``
+    (a walk per unit would run ~64 times as many). Operation counts, not timings."""
+    small, large = shape(100), shape(800)
+    assert find_problems(small) == [] and find_problems(large) == []
+    ratio = lines_run(lambda: find_problems(large)) / lines_run(lambda: find_problems(small))
+    assert ratio < 10, f"{shape.__name__}: 8× the units ran {ratio:.1f}× the lines"
+
+
+def test_a_narrowed_scope_is_found_in_one_walk(tmp_path: Path) -> None:
+    """``takeover.scope_of`` over many units of a chain: linear work as well."""
+    from keepstep.engine.run.takeover import scope_of
+
+    def lines(n: int) -> int:
+        plan = chain_of_finals(n)
+        ids = [u.id for u in plan.units]
+        assert scope_of(plan, ids[-n // 2:]) == set(ids)
+        return lines_run(lambda: scope_of(plan, ids[-n // 2:]))
+
+    assert lines(800) / lines(100) < 10

@@ -44,3 +44,19 @@ def test_every_public_name_resolves_and_unknown_names_raise_attribute_error() ->
     assert storage.SQLiteStore.__module__ == "keepstep.storage.sqlite.store"
     with pytest.raises(AttributeError):
         storage.NoSuchName  # noqa: B018
+
+
+def test_the_sqlite_backend_loads_without_numpy_and_numpy_still_imports_after() -> None:
+    """sqlite-utils is imported with numpy hidden (its import cost every command's start);
+    the name is restored right after, so a later ``import numpy`` works as usual."""
+    code = """
+    import json, sys
+    from keepstep.storage.sqlite import SQLiteStore  # noqa: F401
+    loaded = "numpy" in sys.modules
+    import numpy
+    print(json.dumps([loaded, numpy.__name__]))
+    """
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=120, cwd=REPO, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [False, "numpy"]

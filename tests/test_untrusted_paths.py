@@ -10,12 +10,16 @@ import tomllib
 from pathlib import Path
 
 import tomli_w
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from keepstep.app.cli.main import app
 from keepstep.engine import open_project, validate_project
+from keepstep.engine.files import confine
 from keepstep.engine.files.confine import UnsafePathError, project_file, unsafe_name
 from tests.support.engine_harness import RUN, make_small_project
+from tests.support.hypothesis_profiles import examples
 
 RUNNER = CliRunner()
 SECRET = "TOP-SECRET-7d1e"
@@ -172,3 +176,12 @@ def test_a_source_swapped_for_an_outside_link_is_refused_at_use(tmp_path: Path) 
     with pytest.raises(SourceError, match=f"source {sid}.*outside the project"):
         files.source_text(sid)
     assert any("outside the project" in p["message"] for p in _problems(root))
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(st.text(alphabet=st.characters(codec="utf-8"), max_size=12)
+       | st.from_regex(r"[\w./\\:$ -]{0,12}", fullmatch=True))
+def test_the_plain_name_shortcut_answers_as_the_full_checks(name: str) -> None:
+    """``unsafe_name`` accepts a name at once when it is certainly plain; every answer is the
+    one the full checks give."""
+    assert unsafe_name(name) == confine._unsafe_name_checks(name)

@@ -30,6 +30,7 @@ from keepstep.app.cli.common import (
     check_dir,
     check_gates,
     check_unit,
+    collection_paused,
     dashboard,
     drive,
     existing_run,
@@ -69,7 +70,10 @@ def status(
       keepstep status --run ME-042
       keepstep status ~/packs/me042 --json
     """
-    with open_project_dir(root, read_only=True) as project:
+    # Read, printed, and the process exits: no garbage collection meanwhile. A full
+    # collection scans every object of the loaded plan (0.1–0.2 s each at 10,000 units), and
+    # nothing status builds is a reference cycle worth reclaiming before the exit.
+    with collection_paused(), open_project_dir(root, read_only=True) as project:
         runs = project.runs()
         if not runs and run is not None:
             existing_run(project, run, branch)  # names the run and how to start it

@@ -112,12 +112,19 @@ def held_for_release(plan: Plan, facts: RunFacts) -> dict[str, str]:
     return out
 
 
+def _gated(plan: Plan) -> set[str]:
+    """The units some gate holds (``plan.gate_for`` is not None), found once per call
+    instead of a scan of the gates per unit."""
+    return {uid for g in plan.gates for uid in g.held_units()}
+
+
 def waiting_on_gate(plan: Plan, facts: RunFacts) -> list[str]:
     """Units whose dependencies are current but whose gate has no applying approval."""
     out = []
     units = plan.unit_map()
+    gated = _gated(plan)
     for uid in topo_order(plan):
-        if plan.gate_for(uid) is None or facts.gates_open.get(uid, False):
+        if uid not in gated or facts.gates_open.get(uid, False):
             continue
         if facts.effective_state(uid) not in (UnitState.pending, UnitState.invalidated):
             continue
@@ -153,13 +160,14 @@ def ready_units(plan: Plan, facts: RunFacts) -> list[str]:
     # A stored budget, quota or key block means model calls are not available: other model
     # units wait for the decision (a raise, a retry) instead of each opening a blocked attempt.
     no_budget = model_calls_blocked(facts)
+    gated = _gated(plan)
     out = []
     for uid in topo_order(plan):
         if facts.effective_state(uid) not in (UnitState.pending, UnitState.invalidated):
             continue
         if not all(facts.is_current(d.unit) for d in units[uid].depends_on):
             continue
-        if plan.gate_for(uid) is not None and not facts.gates_open.get(uid, False):
+        if uid in gated and not facts.gates_open.get(uid, False):
             continue
         if no_budget and units[uid].kind in MODEL_KINDS:
             continue
@@ -176,23 +184,26 @@ def final_passed(plan: Plan, facts: RunFacts) -> bool:
     )
 
 
-def decide(plan: Plan, facts: RunFacts) -> Decision:
-    ready = ready_units(plan, facts)
+def decide(plan: Plan, facts: RunFacts, *, ready: list[str] | None = None) -> Decision:
+    """The next step; ``ready``: ``ready_units(plan, facts)`` when the caller has it already."""
+    if ready is None:
+        ready = ready_units(plan, facts)
     if ready:
         return Decision(kind=DecisionKind.claim, unit=ready[0], ready=ready)
     if plan.required_units() and final_passed(plan, facts):
         return Decision(kind=DecisionKind.done, reasons=["every required final unit is current "
                                                          "and the final validator passed"])
     running = sorted(u.id for u in plan.units if facts.effective_state(u.id) == UnitState.running)
+    units = plan.unit_map()  # once: per status or held unit it made decide quadratic
     reasons: list[str] = []
     for uid in sorted(facts.statuses):
         st = facts.statuses[uid]
-        if uid in plan.unit_map() and st.status in ("blocked", "failed", "cancelled"):
+        if uid in units and st.status in ("blocked", "failed", "cancelled"):
             reasons.append(f"{uid} {st.status}: {st.reason}")
     held = held_for_release(plan, facts)
     for uid, why in held.items():
         if facts.effective_state(uid) in (UnitState.pending, UnitState.invalidated) and all(
-                facts.is_current(d.unit) for d in plan.unit_map()[uid].depends_on):
+                facts.is_current(d.unit) for d in units[uid].depends_on):
             first = why.split(" ", 1)[0]
             reasons.append(f"{uid} (deliver) is held: {why} — nothing is asked or delivered "
                            f"until it passes: see `keepstep explain {first}`, fix the document "

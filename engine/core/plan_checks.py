@@ -44,7 +44,7 @@ from keepstep.engine.core.presets import (
     ListsSourcesCheck,
     PresentCheck,
     SectionsCheck,
-    evidence_sources,
+    evidence_output,
     params_model,
     parse_params,
     verified_output,
@@ -133,7 +133,27 @@ def _input_problems(u: Unit, sources: dict[str, Any] | None, groups: set[str] | 
     return out
 
 
-def _kind_problems(u: Unit, units: dict[str, Unit], documents: dict[str, str]) -> list[PlanProblem]:
+def _reaching_evidence(units: dict[str, Unit]) -> set[str]:
+    """The units that reach an evidence-producing unit through their dependencies (those
+    ``presets.evidence_sources`` finds something for), in one traversal from every producer
+    along its dependents: a walk up from each verify unit was quadratic in a chain of them."""
+    dependents: dict[str, list[str]] = {uid: [] for uid in units}
+    for u in units.values():
+        for d in u.depends_on:
+            if d.unit in units:
+                dependents[d.unit].append(u.id)
+    found: set[str] = set()
+    todo = [uid for uid, u in units.items() if evidence_output(u)]
+    while todo:
+        for nxt in dependents[todo.pop()]:
+            if nxt not in found:
+                found.add(nxt)
+                todo.append(nxt)
+    return found
+
+
+def _kind_problems(u: Unit, units: dict[str, Unit], documents: dict[str, str],
+                   reaching_evidence: set[str]) -> list[PlanProblem]:
     """What a kind needs of the plan around it (dependencies, documents, files)."""
     out: list[PlanProblem] = []
     kind = u.kind
@@ -141,7 +161,9 @@ def _kind_problems(u: Unit, units: dict[str, Unit], documents: dict[str, str]) -
     if kind == UnitKind.extract and not (u.input_refs("source") or u.input_refs("group")):
         out.append(unit_problem(u.id, "inputs", "an extract unit names no sources",
                                 "add group:<G> or source:<id> inputs", code="extract_sources"))
-    if kind == UnitKind.verify and not evidence_sources(u, units):
+    if kind == UnitKind.verify and not any(
+            d.unit in reaching_evidence or evidence_output(upstream)
+            for d in u.depends_on if (upstream := units.get(d.unit)) is not None):
         out.append(unit_problem(u.id, "depends_on", "a verify unit reaches no "
                                 "evidence-producing unit through its dependencies", "depend "
                                 "on an extract unit (or a unit that writes evidence.json), "
@@ -291,6 +313,7 @@ def _find_problems(plan: Plan, sources: dict[str, Any] | None, groups: set[str] 
     known = ids | set(other_ids)
     units = plan.unit_map()
     documents = plan.documents()
+    reaching_evidence = _reaching_evidence(units)
     for u in plan.units:
         if not UNIT_ID_RE.fullmatch(u.id):
             problems.append(unit_problem(u.id, "id", f"{u.id!r} is not a safe unit id",
@@ -322,7 +345,7 @@ def _find_problems(plan: Plan, sources: dict[str, Any] | None, groups: set[str] 
                                          code="timeout"))
         problems += _input_problems(u, sources, groups, contract_fields)
         problems += _param_problems(u)
-        problems += _kind_problems(u, units, documents)
+        problems += _kind_problems(u, units, documents, reaching_evidence)
     for doc, n in _duplicates([str(u.params.get("document")) for u in plan.units
                                if u.kind == UnitKind.render and u.params.get("document")]):
         problems.append(plan_problem(f"document {doc!r} is rendered by {n} units", "give each "

@@ -43,10 +43,15 @@ class DependencyIndex:
         known = set(self.ids)
         self.deps: dict[str, list[str]] = {i: [] for i in self.ids}
         self.dependents: dict[str, list[str]] = {i: [] for i in self.ids}
+        # A set per unit beside its list: a repeated dependency counts once without a scan of
+        # the list per dependency (quadratic for a unit that gathers thousands).
+        has: dict[str, set[str]] = {i: set() for i in self.ids}
         for u in plan.units:
+            deps, seen = self.deps[u.id], has[u.id]
             for d in u.depends_on:
-                if d.unit in known and d.unit not in self.deps[u.id]:
-                    self.deps[u.id].append(d.unit)
+                if d.unit in known and d.unit not in seen:
+                    seen.add(d.unit)
+                    deps.append(d.unit)
                     self.dependents[d.unit].append(u.id)
 
     def cycle(self) -> list[str] | None:

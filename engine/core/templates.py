@@ -236,6 +236,15 @@ def rendered_sections(text: str, template: str | None = None) -> dict[str, str]:
     return out
 
 
+# A column of a table template: a list item such as "- source_id" or "- `quote`".
+_COLUMN_ITEM_RE = re.compile(r"^\s*[-*+]\s+`?([A-Za-z_][A-Za-z0-9_]*)`?\s*$", re.MULTILINE)
+
+
+def table_columns(template: str) -> list[str]:
+    """A table document's columns: the template's Markdown list items, in order."""
+    return [m.group(1) for m in _COLUMN_ITEM_RE.finditer(template)]
+
+
 __all__ = ["SECTION_RE", "TemplateLayout", "TemplateSection", "fixed_text", "headings",
            "layout", "layout_hash", "placeholders", "rendered_sections", "section_ids",
-           "strip_sections", "syntax_error"]
+           "strip_sections", "syntax_error", "table_columns"]

@@ -22,6 +22,10 @@ TEMPLATES_DIR, DATA_DIR, PROMPTS_DIR = "templates", "data", "prompts"
 # Characters a shell or a file manager would treat specially; a plain name needs none.
 _SHELL_CHARS = set("$`;|&<>*?!{}[]()'\"\\~#%\n\r\t\x00")
 _NAME_PART = re.compile(r"[^/]+")
+# A name that is certainly plain: parts that start with a letter, digit or "_" and hold only
+# those and ". + = , @ -" (no shell character, no empty, "." or ".." part, no leading "-").
+# Checked first: the full checks cost ~15 µs a name, 0.15 s on a 10,000-unit plan.
+_PLAIN_NAME = re.compile(r"\w[\w.+=,@-]*(?:/\w[\w.+=,@-]*)*")
 
 
 class UnsafePathError(ProjectError):
@@ -37,6 +41,11 @@ def unsafe_name(name: str) -> str:
     """Why ``name`` is not a safe relative file name ("" when it is): absolute, ``..``,
     empty parts, or characters a shell would interpret."""
     text = str(name)
+    return "" if _PLAIN_NAME.fullmatch(text) else _unsafe_name_checks(text)
+
+
+def _unsafe_name_checks(text: str) -> str:
+    """``unsafe_name`` without its shortcut for plain names."""
     if not text.strip():
         return "is empty"
     if text.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", text):

@@ -2,11 +2,11 @@
 
 ``PlanCache`` keeps the parsed plan and its checked problems in ``.keepstep/plan-cache.json``
 (0600), keyed by the sha256 of plan.toml's bytes, keepstep's version and a hash of the
-checker's own source (the plan model, its checks and the kind presets): a second process
-reads JSON instead of parsing TOML (tomllib takes ~1 s for a 10,000-unit plan) and does not
-re-run the checks. Any change of the file, of keepstep or of the checker misses the cache.
-The cached plan is still validated by the pydantic model on load (a tampered cache cannot
-produce a plan the model refuses), and the unit-id rule is re-checked. A cache that cannot
+checker's own source (the plan model, its checks, their graph walks and the kind presets): a
+second process reads JSON instead of parsing TOML (tomllib takes ~1 s for a 10,000-unit plan)
+and does not re-run the checks. Any change of the file, of keepstep or of the checker misses
+the cache. The cached plan is still validated by the pydantic model on load (a tampered cache
+cannot produce a plan the model refuses), and the unit-id rule is re-checked. A cache that cannot
 be read or written is ignored: it is an optimisation only.
 
 ``save_plan`` compares the plan being saved with the plan the file holds now, both in the
@@ -33,7 +33,7 @@ import tomlkit
 from tomlkit.items import AoT, InlineTable, Table
 
 from keepstep.engine.core import plan as plan_module
-from keepstep.engine.core import plan_checks, presets
+from keepstep.engine.core import plan_checks, plan_graph, presets
 from keepstep.engine.core.plan import UNIT_ID_RE, Plan, PlanProblem, parse_plan
 from keepstep.engine.core.plan_graph import gc_paused
 from keepstep.engine.errors import ProjectError
@@ -55,7 +55,7 @@ def checker_key() -> str:
             h.update(metadata.version("keepstep").encode())
         except metadata.PackageNotFoundError:
             h.update(b"unknown")
-        for module in (plan_module, plan_checks, presets):
+        for module in (plan_module, plan_checks, plan_graph, presets):
             h.update(Path(str(module.__file__)).read_bytes())
         _checker_key = h.hexdigest()
     return _checker_key

@@ -633,8 +633,8 @@ def with_lines(root: Path, problems: list[Any]) -> list[Any]:
 def plan_problems(files: ProjectFiles, *, cache: PlanCache | None = None) -> list[Any]:
     """The plan's own problems (``core.plan.find_problems``) against the approved sources and
     the contract's fields. The checks against the rest of the folder (templates, data files,
-    adapters, prompts, providers) are ``run.validation.file_problems``: they need the kinds
-    and the gateway, which sit above this package."""
+    adapters, prompts, providers) are ``run.folder_checks.file_problems``: they need the
+    gateway, which sits above this package."""
     from keepstep.engine.core.plan_checks import find_problems
 
     approved = {s.id: s.approved for s in files.sources.sources}

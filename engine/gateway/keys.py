@@ -37,7 +37,11 @@ _ENV_VARS: dict[str, str] = {
 }
 
 # Providers that run on this machine and take no key.
-KEYLESS_PROVIDERS = frozenset({"local", "ollama", "ollama_chat", "lm_studio", "llamafile"})
+# The offline heuristic's provider prefix (``gateway.offline_provider``), named here so that
+# code that only tells it apart does not load the heuristic.
+OFFLINE_PROVIDER = "local"
+KEYLESS_PROVIDERS = frozenset({OFFLINE_PROVIDER, "ollama", "ollama_chat", "lm_studio",
+                               "llamafile"})
 
 KeySource = Literal["env", "keyring"]
 

@@ -24,10 +24,10 @@ import json
 import threading
 from typing import Any
 
-from keepstep.engine.gateway import offline_model
+from keepstep.engine.gateway import keys, offline_model
 from keepstep.engine.gateway.prompts import message_text, read_input_block, read_revise_problems
 
-PROVIDER = "local"
+PROVIDER = keys.OFFLINE_PROVIDER
 MODEL = f"{PROVIDER}/{offline_model.MODEL_NAME}"
 # Generous limits: the heuristic model has no context window, but litellm wants figures.
 MAX_TOKENS = 1_000_000

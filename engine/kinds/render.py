@@ -38,7 +38,12 @@ from keepstep.engine.core.presets import (
     document_format,
     document_output,
 )
-from keepstep.engine.core.templates import placeholders, strip_sections, syntax_error
+from keepstep.engine.core.templates import (
+    placeholders,
+    strip_sections,
+    syntax_error,
+    table_columns,
+)
 from keepstep.engine.gateway.answers import problem
 from keepstep.engine.gateway.offline_provider import PROVIDER as OFFLINE_PROVIDER
 from keepstep.engine.kinds.citable import (
@@ -64,9 +69,6 @@ from keepstep.engine.kinds.model_step import StepResult, run_model_step
 from keepstep.engine.kinds.parts import TABLE_COLUMNS, TOP_RISKS, Sources, fill_part
 from keepstep.engine.kinds.stale import label_for
 from keepstep.engine.kinds.synthesize import Claim, support_judge
-
-# A column of a table template: a list item such as "- source_id" or "- `quote`".
-_COLUMN_ITEM_RE = re.compile(r"^\s*[-*+]\s+`?([A-Za-z_][A-Za-z0-9_]*)`?\s*$", re.MULTILINE)
 
 SPEC = KindSpec(
     name="render",
@@ -95,11 +97,6 @@ class RenderAnswer(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     sentences: list[Sentence]
-
-
-def table_columns(template: str) -> list[str]:
-    """A table document's columns: the template's Markdown list items, in order."""
-    return [m.group(1) for m in _COLUMN_ITEM_RE.finditer(template)]
 
 
 def _cited_by(src: Sources, units: list[str]) -> set[str]:

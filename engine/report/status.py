@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from keepstep.engine.core.decide import Decision, DecisionKind, decide, ready_units
+from keepstep.engine.core.plan_graph import gc_paused
 from keepstep.engine.core.state import counts
 from keepstep.engine.core.timefmt import parse_iso
 from keepstep.engine.report.next_action import Need, needs
@@ -154,6 +155,14 @@ def recovery_stop(run: Run) -> str | None:
 
 
 def run_status(run: Run) -> RunStatus:
+    """The run's status, built with garbage collection paused: a view per unit of the plan
+    (10,000 at once) would otherwise set off full collections, each scanning every object of
+    the loaded plan (``plan_graph.gc_paused``)."""
+    with gc_paused():
+        return _run_status(run)
+
+
+def _run_status(run: Run) -> RunStatus:
     from keepstep.engine.report.next_action import next_action
 
     store = run.store
@@ -161,7 +170,7 @@ def run_status(run: Run) -> RunStatus:
     plan = run.plan
     head = store.get_head(run.run_id, run.branch_id)
     ready = ready_units(plan, facts)
-    decision = decide(plan, facts)
+    decision = decide(plan, facts, ready=ready)
     stopped = recovery_stop(run)
     if stopped is not None:
         decision = Decision(kind=DecisionKind.blocked, ready=decision.ready,

@@ -315,7 +315,8 @@ class AttemptContext:
 
     def call_model(self, call: StepCall, *, check: Any) -> CheckedAnswer:
         # Lazy on purpose (start-up): the client module is loaded by the first model call,
-        # or in the background from the first claim (Run.preload_model_client).
+        # or in the background from the start of a run that calls a real model
+        # (Run.preload_model_client).
         from keepstep.engine.gateway.client import CallContext, ModelRequest, request_hash
 
         self.safe_point()

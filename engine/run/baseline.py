@@ -18,7 +18,7 @@ from keepstep.engine.core.plan import UnitKind
 from keepstep.engine.core.templates import layout_hash
 from keepstep.engine.core.timefmt import iso_utc
 from keepstep.engine.files.project import ProjectFiles, snapshot_sources
-from keepstep.engine.gateway import offline_provider
+from keepstep.engine.gateway.keys import OFFLINE_PROVIDER
 from keepstep.storage import ArtifactImmutable, EventIn
 from keepstep.storage.hashing import file_sha256
 
@@ -178,7 +178,7 @@ def prose_writers(files: Any, plan: Plan) -> list[str]:
     """The render units whose model writes prose (any but the offline heuristic, which fills
     a template's written sections from the template instead): their estimates count those
     model steps (``engine.core.estimates.expected_calls``)."""
-    offline = offline_provider.PROVIDER + "/"
+    offline = OFFLINE_PROVIDER + "/"
     return [u.id for u in plan.units if u.kind == UnitKind.render
             and not files.config.model_for(u.id, u.kind.value).startswith(offline)]
 

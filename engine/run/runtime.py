@@ -38,6 +38,7 @@ from keepstep.engine.files.convert import converter_versions
 from keepstep.engine.files.project import STATE_DIR, ProjectFiles, load_project_files
 from keepstep.engine.files.sources import require_readable_sources
 from keepstep.engine.gateway.call_ledger import StoreCallLedger
+from keepstep.engine.gateway.keys import OFFLINE_PROVIDER
 from keepstep.engine.report.status import RunStatus, run_status
 from keepstep.engine.report.views import (
     CompensationPreview,
@@ -61,6 +62,7 @@ from keepstep.engine.run.baseline import (
 from keepstep.engine.run.budget import raise_budget
 from keepstep.engine.run.effects import SettleResult, compensate, compensation_key, settle_effect
 from keepstep.engine.run.facts_cache import FactsCache, plan_n_of, snapshot_of, templates_of
+from keepstep.engine.run.folder_checks import file_problems
 from keepstep.engine.run.gates import (
     PendingApproval,
     bound_object,
@@ -191,10 +193,6 @@ class Project:
         signature = self._files_signature()
         files = load_project_files(self.root, validate=validate)
         if validate:
-            # Lazy: validation loads every kind and the model checks; a read-only command
-            # (status, explain) that opens the project never needs them (start-up).
-            from keepstep.engine.run.validation import file_problems
-
             # Checked before anything runs: a plan that cannot run spends no model call.
             problems = file_problems(files)
             if problems:
@@ -521,9 +519,11 @@ class Run:
             return self._gateway
 
     def preload_model_client(self) -> threading.Thread | None:
-        """Import the model client (litellm: seconds) in a background thread while recovery
-        and the first claims run — only when the run has model units left to do and no
-        injected gateway. Returns the thread, or None when there is nothing to preload."""
+        """Import the model client (litellm and the tokenizers: seconds) in a background
+        thread while the sources are checked, recovery runs and the first units are claimed —
+        only when model units are left to do, one of them calls a model other than the
+        offline heuristic (which needs neither), and no gateway is injected. Returns the
+        thread, or None when there is nothing to preload."""
 
         if self.project.gateway_factory is not None:
             return None
@@ -531,13 +531,14 @@ class Run:
         model_units = {u.id for u in plan.units if u.kind in MODEL_KINDS}
         if not model_units:
             return None
-        records = self.facts_records()
-        if all(u in records and records[u].state == UnitState.succeeded for u in model_units):
-            return None
-
         config = self.project.files.config
         models = sorted({config.model_for(u.id, u.kind.value) for u in plan.units
                          if u.id in model_units})
+        if all(m.split("/", 1)[0] == OFFLINE_PROVIDER for m in models):
+            return None
+        records = self.facts_records()
+        if all(u in records and records[u].state == UnitState.succeeded for u in model_units):
+            return None
 
         def load() -> None:
             # Lazy on purpose: this is the background import of litellm (start-up).
@@ -595,6 +596,11 @@ class Run:
         # module), which a command that only looks never needs.
         from keepstep.engine.run.loop import RunLoop
 
+        # litellm's import (seconds) starts now, in the background, when the run will call a
+        # real model: the first request then waits only for what is left of it, not for the
+        # source check, recovery and the first claim as well. (It competes with them for
+        # the GIL, delaying the first claim a little; an offline run starts no thread.)
+        self.preload_model_client()
         # Every approved source must convert to text before any unit is claimed: a file that
         # cannot be read is refused here, naming it, never mid-run (conversions are cached,
         # so this converts only what no earlier check or run did).
@@ -604,28 +610,9 @@ class Run:
             report = self.recover(on_event=on_event, foreign_sources=foreign_sources)
             if report.blocked:
                 return self.status()
-        RunLoop(self, cancel=cancel, on_event=self._preload_at_first_claim(on_event),
-                approve=approve, max_units=max_units, stop_after=stop_after, jobs=jobs,
-                left_out=dict(left_out or {})).loop()
+        RunLoop(self, cancel=cancel, on_event=on_event, approve=approve, max_units=max_units,
+                stop_after=stop_after, jobs=jobs, left_out=dict(left_out or {})).loop()
         return self.status()
-
-    def _preload_at_first_claim(self, on_event: Progress | None) -> Progress:
-        """``on_event``, and litellm's background import started when the first unit is
-        claimed. Started earlier (before recovery) it competes for the GIL with recovery and
-        the first claim, which are CPU-bound Python too: on two cores it delayed the first
-        claim by 0.2–0.3 s and brought the first model call no sooner. From the claim on it
-        overlaps the unit's own preparation (reading and converting its sources, rendering
-        the prompt); a run that claims nothing never pays for it."""
-        started = threading.Event()
-
-        def forward(event: dict[str, Any]) -> None:
-            if event.get("kind") == "claimed" and not started.is_set():
-                started.set()
-                self.preload_model_client()
-            if on_event is not None:
-                on_event(event)
-
-        return forward
 
     def resume(self, **kwargs: Any) -> RunStatus:
         """Continue after a restart or interruption: the same as ``run()``, recovery first."""

@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
-
 from keepstep.engine.core.changes import Change, ChangeKind
 from keepstep.engine.core.invalidation import InvalidationResult, invalidate
 from keepstep.engine.core.plan import EdgeType
+from keepstep.engine.core.plan_graph import DependencyIndex
 from keepstep.engine.core.state import UnitState, unit_key
 from keepstep.engine.errors import KeepstepError
 from keepstep.engine.run.commit import commit
@@ -55,12 +54,10 @@ def check_units(plan: Plan, units: Iterable[str]) -> list[str]:
 
 
 def scope_of(plan: Plan, units: Iterable[str]) -> set[str]:
-    """The units themselves and everything they depend on (what a narrowed run still needs)."""
-    g = plan.graph()
-    keep: set[str] = set()
-    for uid in units:
-        keep |= nx.ancestors(g, uid) | {uid}
-    return keep
+    """The units themselves and everything they depend on (what a narrowed run still needs):
+    one traversal for all of them (an ancestor walk per unit was quadratic in the plan)."""
+    wanted = set(units)
+    return wanted | DependencyIndex(plan).upstream(wanted)
 
 
 def out_of_scope(run: Run, units: Iterable[str]) -> list[str]:

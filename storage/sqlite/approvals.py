@@ -11,13 +11,12 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlite_utils import Database
-
 from keepstep.storage.errors import ApprovalRefused, StorageError
 from keepstep.storage.hashing import canonical_json
 from keepstep.storage.models import ApprovalRecord, EventIn
 from keepstep.storage.sqlite.connection import SQLiteBase, iso
 from keepstep.storage.sqlite.events import insert_events
+from keepstep.storage.sqlite.sqlite_lib import Database
 
 
 def _approval(row: Mapping[str, Any]) -> ApprovalRecord:

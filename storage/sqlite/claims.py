@@ -6,8 +6,6 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlite_utils import Database
-
 from keepstep.storage.errors import (
     CheckpointConflict,
     LeaseHeld,
@@ -33,6 +31,7 @@ from keepstep.storage.sqlite.calls import BUDGET_SQL, add_usage_in, budget_of
 from keepstep.storage.sqlite.checkpoints import HEAD_SQL, head_of
 from keepstep.storage.sqlite.connection import SQLiteBase, iso
 from keepstep.storage.sqlite.events import insert_events
+from keepstep.storage.sqlite.sqlite_lib import Database
 
 _ENDINGS = frozenset(AttemptStatus) - {AttemptStatus.claimed, AttemptStatus.committed}
 

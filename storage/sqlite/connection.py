@@ -13,8 +13,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlite_utils import Database
-
 from keepstep.storage.artifacts import ArtifactStore
 from keepstep.storage.errors import (
     CommitOutcomeUnknown,
@@ -26,6 +24,7 @@ from keepstep.storage.errors import (
     disk_full_at_commit,
     permission_denied,
 )
+from keepstep.storage.sqlite.sqlite_lib import Database
 
 BUSY_TIMEOUT_MS = 30_000
 _CORRUPT_MARKERS = ("malformed", "not a database")

@@ -8,8 +8,6 @@ import os
 import sqlite3
 from pathlib import Path
 
-from sqlite_utils import Database
-
 from keepstep.storage.errors import (
     CorruptDatabase,
     DatabaseLost,
@@ -32,6 +30,7 @@ from keepstep.storage.sqlite.connection import (
     unreadable,
 )
 from keepstep.storage.sqlite.schema import MIGRATION_SET, SCHEMA_VERSION, migrations
+from keepstep.storage.sqlite.sqlite_lib import Database
 
 
 def read_schema_version(path: Path) -> tuple[int, list[str]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from sqlite_utils import Database, Migrations
+from keepstep.storage.sqlite.sqlite_lib import Database, Migrations
 
 MIGRATION_SET = "keepstep"
 migrations = Migrations(MIGRATION_SET)

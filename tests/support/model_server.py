@@ -236,7 +236,8 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
                      "max_tokens": body.get("max_tokens"),
                      "temperature": body.get("temperature"), "how": how, "status": status,
                      "feedback": _feedback(messages),
-                     "authorization": self.headers.get("Authorization")}
+                     "authorization": self.headers.get("Authorization"),
+                     "received_at": time.time()}
             with server._lock:
                 server.log.append(entry)
             if status == 429:
