@@ -49,17 +49,11 @@ RUN_B = RECORDING / "run-b"  # the earlier recording (older prompts), kept as a 
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The pack run on the recorded answers, then `conflicts --json` and `export`."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")
-    mp.setenv("OPENAI_API_KEY", "sk-relay")
     # The recording predates disagreements over advice: U04's request classifying them was
     # never sent to the model, so the offline heuristic answers it (named in
     # replay.unrecorded, and checked below); every other request gets its recorded answer.
-    try:
-        return replay_pack(PACK, tmp_path_factory.mktemp("replay") / "pack",
-                           RelayReplay(RECORDING, unrecorded="offline"))
-    finally:
-        mp.undo()
+    return replay_pack(PACK, tmp_path_factory.mktemp("replay") / "pack",
+                       RelayReplay(RECORDING, unrecorded="offline"))
 
 
 def test_the_replay_runs_the_pack_to_the_recorded_end(replayed: dict[str, Any]) -> None:

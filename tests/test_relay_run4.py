@@ -54,14 +54,8 @@ def replayed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     `conflicts --json` and `export`. A request the recording has no answer for is answered
     by the offline rules and named in ``replay.unrecorded`` (so the run ends and the test
     says which request it was), never passed off as recorded."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")
-    mp.setenv("OPENAI_API_KEY", "sk-relay")
-    try:
-        return replay_pack(PACK, tmp_path_factory.mktemp("replay4") / "pack",
-                           RelayReplay(RECORDING, unrecorded="offline"))
-    finally:
-        mp.undo()
+    return replay_pack(PACK, tmp_path_factory.mktemp("replay4") / "pack",
+                       RelayReplay(RECORDING, unrecorded="offline"))
 
 
 def test_every_request_is_answered_from_the_recording(replayed: dict[str, Any]) -> None:

@@ -128,8 +128,6 @@ class RelayReplay:
                                 total_tokens=prompt + len(content) // 4))
 
 
-
-
 RECORDED_MODEL = "openai/gpt-4o-mini"
 
 
@@ -149,9 +147,11 @@ def replay_pack(pack: Path, root: Path, replay: RelayReplay) -> dict[str, Any]:
     """Copy ``pack`` to ``root`` (no .keepstep), run it (run T1) with ``replay`` answering
     every model request, then list its disagreements (``keepstep conflicts --json``) and
     export its deliverables, as the recorded runs were: the status, the replay, the
-    conflicts records and the exported memo."""
+    conflicts records and the exported memo. The environment is the recorded run's while it
+    runs (``OPENAI_API_KEY=sk-relay``, no keyring)."""
     import shutil
 
+    import pytest
     from typer.testing import CliRunner
 
     from keepstep.app.cli.main import app
@@ -161,11 +161,14 @@ def replay_pack(pack: Path, root: Path, replay: RelayReplay) -> dict[str, Any]:
     shutil.copytree(pack, root, ignore=shutil.ignore_patterns(".keepstep"))
     as_recorded(root)
     cli = CliRunner()
-    with open_project(root, gateway_factory=lambda ledger: ModelGateway(
-            ledger=ledger, completion_fn=replay)) as project:
-        status = project.open_or_start("T1").run()
-    listed = cli.invoke(app, ["conflicts", str(root), "--json"])
-    exported = cli.invoke(app, ["export", str(root), "--out", str(root / "out")])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")
+        mp.setenv("OPENAI_API_KEY", "sk-relay")
+        with open_project(root, gateway_factory=lambda ledger: ModelGateway(
+                ledger=ledger, completion_fn=replay)) as project:
+            status = project.open_or_start("T1").run()
+        listed = cli.invoke(app, ["conflicts", str(root), "--json"])
+        exported = cli.invoke(app, ["export", str(root), "--out", str(root / "out")])
     assert listed.exit_code == 0 and exported.exit_code == 0, listed.output + exported.output
     return {"root": root, "status": status, "replay": replay,
             "conflicts": json.loads(listed.output)["conflicts"],
