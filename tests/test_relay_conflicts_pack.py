@@ -13,16 +13,11 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from keepstep.app.cli.main import app
-from keepstep.engine.api import open_project
-from keepstep.engine.gateway.client import ModelGateway
 from keepstep.engine.gateway.prompts import read_input_block
 from tests.support.memo_checks import (
     ADVICE,
@@ -39,50 +34,26 @@ from tests.support.memo_checks import (
     source_texts,
     unsupported_figures,
 )
-from tests.support.relay_replay import RelayReplay, load_pairs
+from tests.support.relay_replay import (
+    RECORDED_MODEL,
+    RelayReplay,
+    load_pairs,
+    replay_pack,
+    replays_reworded_by_place,
+)
 
 RECORDING = Path(__file__).parent / "fixtures" / "relay_conflicts_pack"
-RECORDED_MODEL = "openai/gpt-4o-mini"
 RUN_B = RECORDING / "run-b"  # the earlier recording (older prompts), kept as a record
-
-
-def _as_recorded(root: Path) -> None:
-    """keepstep.toml as the recorded run had it, but its api_base a closed port (the replay
-    transport answers every request: nothing may reach a server). The plan is the pack's own:
-    the audit runs every check, the settled-disagreement one included."""
-    path = root / "keepstep.toml"
-    path.write_text(path.read_text(encoding="utf-8").replace(
-        'default_model = "local/keepstep-offline"',
-        f'default_model = "{RECORDED_MODEL}"\napi_base = "http://127.0.0.1:9/v1"\n'
-        "request_timeout_s = 1500"), encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The pack run on the recorded answers, then `conflicts --json` and `export`."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")
-    mp.setenv("OPENAI_API_KEY", "sk-relay")
-    root = tmp_path_factory.mktemp("replay") / "pack"
-    shutil.copytree(PACK, root, ignore=shutil.ignore_patterns(".keepstep"))
-    _as_recorded(root)
     # The recording predates disagreements over advice: U04's request classifying them was
     # never sent to the model, so the offline heuristic answers it (named in
     # replay.unrecorded, and checked below); every other request gets its recorded answer.
-    replay = RelayReplay(RECORDING, unrecorded="offline")
-    cli = CliRunner()
-    try:
-        with open_project(root, gateway_factory=lambda ledger: ModelGateway(
-                ledger=ledger, completion_fn=replay)) as project:
-            status = project.open_or_start("T1").run()
-        listed = cli.invoke(app, ["conflicts", str(root), "--json"])
-        exported = cli.invoke(app, ["export", str(root), "--out", str(root / "out")])
-    finally:
-        mp.undo()
-    assert listed.exit_code == 0 and exported.exit_code == 0, listed.output + exported.output
-    return {"root": root, "status": status, "replay": replay,
-            "conflicts": json.loads(listed.output)["conflicts"],
-            "memo": (root / "out" / "memo.md").read_text(encoding="utf-8")}
+    return replay_pack(PACK, tmp_path_factory.mktemp("replay") / "pack",
+                       RelayReplay(RECORDING, unrecorded="offline"))
 
 
 def test_the_replay_runs_the_pack_to_the_recorded_end(replayed: dict[str, Any]) -> None:
@@ -227,13 +198,7 @@ def test_the_memo_answers_the_decisions_questions_first(replayed: dict[str, Any]
 def test_a_request_whose_prompt_changed_is_answered_by_its_place() -> None:
     """Prompts reworded since the recording (every message differs): each request still gets
     the answer recorded for its unit, task, source and turn, matched by place."""
-    replay = RelayReplay(RECORDING)
-    for number, request, content in load_pairs(RECORDING):
-        reworded = [{**m, "content": str(m["content"]) + "\nAnswer as a careful analyst."}
-                    if m["role"] == "system" else m for m in request["messages"]]
-        assert replay.answer_for(reworded) == content, number
-    assert {how for _, how in replay.matched} == {"position"}
-    assert len(replay.matched) == len(load_pairs(RECORDING))
+    replays_reworded_by_place(RECORDING)
 
 
 def test_an_options_ranking_is_asked_and_checked_as_options(replayed: dict[str, Any]) -> None:

@@ -128,4 +128,65 @@ class RelayReplay:
                                 total_tokens=prompt + len(content) // 4))
 
 
-__all__ = ["RelayReplay", "ReplayMiss", "load_pairs", "messages_hash", "request_key"]
+RECORDED_MODEL = "openai/gpt-4o-mini"
+
+
+def as_recorded(root: Path, model: str = RECORDED_MODEL) -> None:
+    """A copy of the conflicts pack's keepstep.toml as a recorded run had it (the recorded
+    model, ``request_timeout_s = 1500``), but its api_base a closed port: the replay
+    transport answers every request, nothing may reach a server. The plan is the pack's own
+    (the audit runs every check)."""
+    path = root / "keepstep.toml"
+    path.write_text(path.read_text(encoding="utf-8").replace(
+        'default_model = "local/keepstep-offline"',
+        f'default_model = "{model}"\napi_base = "http://127.0.0.1:9/v1"\n'
+        "request_timeout_s = 1500"), encoding="utf-8")
+
+
+def replay_pack(pack: Path, root: Path, replay: RelayReplay) -> dict[str, Any]:
+    """Copy ``pack`` to ``root`` (no .keepstep), run it (run T1) with ``replay`` answering
+    every model request, then list its disagreements (``keepstep conflicts --json``) and
+    export its deliverables, as the recorded runs were: the status, the replay, the
+    conflicts records and the exported memo. The environment is the recorded run's while it
+    runs (``OPENAI_API_KEY=sk-relay``, no keyring)."""
+    import shutil
+
+    import pytest
+    from typer.testing import CliRunner
+
+    from keepstep.app.cli.main import app
+    from keepstep.engine.api import open_project
+    from keepstep.engine.gateway.client import ModelGateway
+
+    shutil.copytree(pack, root, ignore=shutil.ignore_patterns(".keepstep"))
+    as_recorded(root)
+    cli = CliRunner()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")
+        mp.setenv("OPENAI_API_KEY", "sk-relay")
+        with open_project(root, gateway_factory=lambda ledger: ModelGateway(
+                ledger=ledger, completion_fn=replay)) as project:
+            status = project.open_or_start("T1").run()
+        listed = cli.invoke(app, ["conflicts", str(root), "--json"])
+        exported = cli.invoke(app, ["export", str(root), "--out", str(root / "out")])
+    assert listed.exit_code == 0 and exported.exit_code == 0, listed.output + exported.output
+    return {"root": root, "status": status, "replay": replay,
+            "conflicts": json.loads(listed.output)["conflicts"],
+            "memo": (root / "out" / "memo.md").read_text(encoding="utf-8")}
+
+
+def replays_reworded_by_place(folder: Path) -> None:
+    """Each recorded request of ``folder``, its system prompt reworded (so no message is the
+    same), gets its recorded answer, by its place (unit, task, source, first id, turn)."""
+    replay = RelayReplay(folder)
+    pairs = load_pairs(folder)
+    for number, request, content in pairs:
+        reworded = [{**m, "content": str(m["content"]) + "\nAnswer as a careful analyst."}
+                    if m["role"] == "system" else m for m in request["messages"]]
+        assert replay.answer_for(reworded) == content, number
+    assert {how for _, how in replay.matched} == {"position"}
+    assert [n for n, _ in replay.matched] == [n for n, _, _ in pairs]
+
+
+__all__ = ["RECORDED_MODEL", "RelayReplay", "ReplayMiss", "as_recorded", "load_pairs",
+           "messages_hash", "replay_pack", "replays_reworded_by_place", "request_key"]
