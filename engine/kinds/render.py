@@ -58,6 +58,7 @@ from keepstep.engine.kinds.common import (
     cited_source_ids,
     natural_key,
     result,
+    shown_calculation,
 )
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, run_model_step
@@ -192,7 +193,7 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
     # (kinds.stale): whatever the writer wrote, the reader is told.
     lines = [f"- {drop_record_labels(c.text.strip(), rests_on)}"
              + label_for(c.text, expand(c.evidence_ids, rests_on)[0], src.stale)
-             + (f" (calculated: `{c.calculation.strip()}`)" if c.calculation else "")
+             + (" " + shown_calculation(c.calculation) if c.calculation else "")
              # A cited record (a disagreement, a ranked item) stands for its evidence.
              + " " + cite(expand(figure_holders(c.text, c.evidence_ids, citable,
                                                 c.calculation), rests_on)[0],
@@ -304,6 +305,17 @@ def _covers(params: RenderParams, names: list[str]) -> set[str]:
         part = spec.part if spec is not None else name
         out |= set(spec.of) if part == "section" and spec is not None else {part}
     return out
+
+
+def _recommends(params: RenderParams, names: list[str]) -> bool:
+    """Whether the template recommends a course: a placeholder named ``recommendation`` or
+    filled with the recommendation part."""
+    for name in names:
+        spec = params.fill.get(name)
+        part = spec if isinstance(spec, str) else spec.part if spec is not None else name
+        if "recommendation" in (name, part):
+            return True
+    return False
 
 
 def _fill_values(ctx: UnitContext, params: RenderParams, names: list[str], src: Sources
@@ -425,6 +437,34 @@ def with_footnotes(text: str, src: Sources) -> str:
     return body.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
 
 
+_BRACKETED_RE = re.compile(r"\[[^\]\n]*\]")
+_PROSE_ID_RE = re.compile(r"\b([A-Za-z][A-Za-z0-9]*)-e\d+\b")
+
+
+def without_prose_ids(text: str) -> str:
+    """``text`` with each evidence id a sentence names in its words ("the broker note (R1-e3)
+    advises") replaced by its source's id ("(R1)"): an evidence id means nothing to a reader.
+    Citations keep theirs (a footnote's "[R1-e3]", a bracketed citation), and so does a table
+    cell holding only an id (the evidence appendix's first column)."""
+    def line_of(line: str) -> str:
+        if line.startswith("[^"):
+            return line  # a footnote: the citation itself
+        if line.startswith("|"):
+            cells = line.split("|")
+            return "|".join(c if _PROSE_ID_RE.fullmatch(c.strip()) else _words_of(c)
+                            for c in cells)
+        return _words_of(line)
+    return "\n".join(line_of(line) for line in text.split("\n"))
+
+
+def _words_of(text: str) -> str:
+    out, at = [], 0
+    for m in _BRACKETED_RE.finditer(text):
+        out += [_PROSE_ID_RE.sub(r"\1", text[at:m.start()]), m.group(0)]
+        at = m.end()
+    return "".join([*out, _PROSE_ID_RE.sub(r"\1", text[at:])])
+
+
 def _short(quote: str) -> str:
     text = " ".join(quote.split()).replace("|", "/")
     return text if len(text) <= _FOOTNOTE_QUOTE_CHARS else \
@@ -489,6 +529,7 @@ def run(ctx: UnitContext) -> KindOutcome:
         else:
             names = placeholders(template)
             src.covers = _covers(params, names)
+            src.recommends = _recommends(params, names)
             values, unknown, steps, failed = _fill_values(ctx, params, names, src)
             shape += failed
             # The section markers stay in the template (the audit finds a section by its
@@ -504,7 +545,7 @@ def run(ctx: UnitContext) -> KindOutcome:
             if "notice" not in names and src.notice_line():
                 # Every document names the models that answered, whatever its template.
                 text = text.rstrip("\n") + "\n\n" + src.notice_line() + "\n"
-            text = with_footnotes(text, src)
+            text = without_prose_ids(with_footnotes(text, src))
         shape += [f"template {name} uses unknown placeholder {{{{{u}}}}}" for u in unknown]
         cited = cited_evidence_ids(text)
         cited_sources = cited_source_ids(text)

@@ -10,7 +10,13 @@ from typing import Any
 
 from keepstep.engine.core.templates import rendered_sections
 from keepstep.engine.kinds.claims import figure_problems
-from keepstep.engine.kinds.common import LOCATED_CITE_RE, cited_evidence_ids, expand_footnotes
+from keepstep.engine.kinds.common import (
+    CALCULATED_RE,
+    LOCATED_CITE_RE,
+    cited_evidence_ids,
+    expand_footnotes,
+    recorded_calculation,
+)
 
 PACK = Path(__file__).parent.parent / "fixtures" / "conflicts_pack"
 
@@ -103,7 +109,7 @@ def repeated_across_sections(memo: str) -> list[str]:
             if len(where) > 1]
 
 
-_CALCULATED_RE = re.compile(r"\(calculated: `([^`]*)`\)")
+_CALCULATED_RE = CALCULATED_RE  # "(calculated: 2,600 × 140 = 364,000)"
 
 
 def _without_ids(text: str) -> str:
@@ -114,14 +120,14 @@ def _without_ids(text: str) -> str:
 def line_problems(line: str, ids: set[str], quotes: dict[str, str],
                   ranges: bool = False) -> list[str]:
     """Each figure ``line`` states that none of the quotes of ``ids`` holds and its checked
-    calculation (``(calculated: `...`)``) does not give, and that calculation's own problems
+    calculation (``(calculated: ...)``) does not give, and that calculation's own problems
     (recomputed, operands in the cited quotes: keepstep's claim rules). ``ranges``: a
     ranked item's row, where a difference written beside both its cited ends passes, as the
     rank step's rules let it (``kinds.claims.range_differences``)."""
     calculation = _CALCULATED_RE.search(line)
     text = _without_ids(_CALCULATED_RE.sub(" ", line))
     found = figure_problems("line", text, sorted(ids), quotes,
-                            calculation.group(1) if calculation else None, ranges=ranges)
+                            recorded_calculation(calculation) if calculation else None, ranges=ranges)
     return [f"{p.rule}: {p.message} ({p.value})" for p in found]
 
 
