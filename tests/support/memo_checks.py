@@ -127,7 +127,8 @@ def line_problems(line: str, ids: set[str], quotes: dict[str, str],
     calculation = _CALCULATED_RE.search(line)
     text = _without_ids(_CALCULATED_RE.sub(" ", line))
     found = figure_problems("line", text, sorted(ids), quotes,
-                            recorded_calculation(calculation) if calculation else None, ranges=ranges)
+                            recorded_calculation(calculation) if calculation else None,
+                            ranges=ranges)
     return [f"{p.rule}: {p.message} ({p.value})" for p in found]
 
 
