@@ -143,6 +143,9 @@ class Sources:
         # Whether the document recommends a course (a recommendation placeholder): a
         # disagreement over advice the sources leave open is then weighed, not left aside.
         self.recommends = False
+        # What the document's rankings of anything but risks rank ("options"), when it
+        # shows one (set by render from every dependency).
+        self.ranks: list[str] = []
         self.plan_title = str(getattr(getattr(ctx.plan, "plan", None), "title", "") or "")
         self.title = str(self.contract.get("title") or self.project_contract.get("title")
                          or self.plan_title or ctx.unit.title)
@@ -309,11 +312,9 @@ def _advice_line(c: dict[str, Any], src: Sources) -> str:
             "out here"
         if src.recommends:
             # The document recommends a course: it weighs the courses, it does not deny
-            # taking one (the options ranking, when there is one, shows how).
-            ranked = [str(d.get("ranks")) for d in src.rankings
-                      if str(d.get("ranks") or "risks") != "risks" and d.get("risks")]
+            # taking one (the document's ranking of options, when it has one, shows how).
             verdict += ("; the recommendation weighs the courses"
-                        + (f" in the ranking of the {ranked[0]}" if ranked else ""))
+                        + (f" in the ranking of the {src.ranks[0]}" if src.ranks else ""))
         else:
             verdict += " and none is taken as settled"
     else:
@@ -751,6 +752,7 @@ def fill_part(ctx: UnitContext, part: str, spec: FillSpec | None, default: Sourc
         src.shown = default.shown  # one document: what it showed, whatever a part draws from
         src.covers = default.covers
         src.recommends = default.recommends
+        src.ranks = default.ranks
     values = src.base_values()
     if part in values:
         return values[part]

@@ -146,8 +146,8 @@ def _evidence_table(src: Sources, template: str, params: RenderParams) -> tuple[
 
 def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
                     inputs: dict[str, Any], quotes: dict[str, str],
-                    records: tuple[dict[str, str], dict[str, list[str]]] | None = None
-                    ) -> tuple[str | None, list[StepResult]]:
+                    records: tuple[dict[str, str], dict[str, list[str]]] | None = None,
+                    words: int | None = None) -> tuple[str | None, list[StepResult]]:
     """Sentences a model writes for one section from ``inputs`` only, each checked (cited
     ids among ``quotes``, every figure in a quote it cites or given by a checked
     calculation, supported by its quotes) before the section is accepted. ``records``
@@ -167,7 +167,8 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
         return base_rules(answer, given) + [
             problem(f"sentences[{n}].text", "repeated", "the document already says this; "
                     "write what this section adds, or leave the sentence out", c.text)
-            for n, c in enumerate(answer.sentences) if _words(c.text) in shown]
+            for n, c in enumerate(answer.sentences) if _words(c.text) in shown
+        ] + over_budget(section, [c.text for c in answer.sentences], words)
 
     # The decision the document serves (the contract's goal): the section answers each of
     # its questions first (the render prompt says how). Only a goal the unit reads reaches the
@@ -201,6 +202,29 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
              for c in step.value.sentences]
     src.written |= {_words(c.text) for c in step.value.sentences}
     return "\n".join(lines) or "Nothing to add to what the sections above say.", steps
+
+
+# How far a written section may run over its word budget before it is sent back.
+OVER_BUDGET = 1.25
+
+
+def word_count(text: str) -> int:
+    """The words a reader reads in ``text`` (a figure such as "364,000" is one word)."""
+    return len(re.findall(r"[^\s—–-]+", text))
+
+
+def over_budget(section: str, texts: list[str], words: int | None) -> list[Any]:
+    """A problem when the section's sentences run more than a quarter over ``words`` (its
+    budget), naming the section and its count; none without a budget."""
+    if not words:
+        return []
+    count = sum(word_count(t) for t in texts)
+    if count <= words * OVER_BUDGET:
+        return []
+    return [problem("sentences", "too_long", f"the {section} section runs to {count} words, "
+                    f"over its budget of {words}: keep the sentences that answer the decision, "
+                    "say each once and briefly, and leave the rest to the sections after it",
+                    f"{count} words")]
 
 
 def decision_of(ctx: UnitContext, src: Sources) -> str:
@@ -244,10 +268,12 @@ def _prose(ctx: UnitContext, src: Sources, document: str,
 
 
 def _written_section(ctx: UnitContext, src: Sources, document: str, section: str,
-                     of: list[str]) -> tuple[str | None, list[StepResult]]:
+                     of: list[str], words: int | None = None
+                     ) -> tuple[str | None, list[StepResult]]:
     """A section a model writes from what ``of`` names (of ``src``'s units) and nothing
-    else: findings, rankings, disagreements, gaps, evidence."""
-    inputs: dict[str, Any] = {"made_of": of}
+    else: findings, rankings, disagreements, gaps, evidence; within ``words`` (the section's
+    word budget) when the template's fill declares one."""
+    inputs: dict[str, Any] = {"made_of": of, **({"words": words} if words else {})}
     cited: set[str] = set()
     if "findings" in of:
         # Only the findings the document has not shown yet: the section adds to it.
@@ -291,7 +317,7 @@ def _written_section(ctx: UnitContext, src: Sources, document: str, section: str
     cited_records = {k: v for k, v in texts.items()
                      if not rests_on.get(k) or set(rests_on[k]) & set(src.quotes)}
     return _sentences_step(ctx, src, document, section, inputs, quotes,
-                           (cited_records, rests_on))
+                           (cited_records, rests_on), words)
 
 
 def _covers(params: RenderParams, names: list[str]) -> set[str]:
@@ -343,7 +369,7 @@ def _fill_values(ctx: UnitContext, params: RenderParams, names: list[str], src: 
                 section_src.shown, section_src.written = src.shown, src.written
                 section_src.covers = src.covers
                 text, made = _written_section(ctx, section_src, params.document, name,
-                                              list(spec.of))
+                                              list(spec.of), spec.words)
             else:
                 text, made = _prose(ctx, src, params.document, name)
             steps += made
@@ -530,6 +556,9 @@ def run(ctx: UnitContext) -> KindOutcome:
             names = placeholders(template)
             src.covers = _covers(params, names)
             src.recommends = _recommends(params, names)
+            if src.covers & {"risks", "rankings"}:
+                src.ranks = [str(d["ranks"]) for d in src.rankings if d.get("risks")
+                             and str(d.get("ranks") or "risks") != "risks"]
             values, unknown, steps, failed = _fill_values(ctx, params, names, src)
             shape += failed
             # The section markers stay in the template (the audit finds a section by its
