@@ -216,13 +216,31 @@ _ARTEFACTS = {
     "note stub": re.compile(r"_\(Note: "),
     "bare confidence tag": re.compile(r"\(confidence: (?:high|medium|low)\)"),
     "'.;' run-on join": re.compile(r"\.;"),
+    # Production text a client must not read (the partner's review of relay run 4).
+    "model footer": re.compile(r"Models that answered"),
+    "code wording": re.compile(r"\bcode (?:adds|computes|checks)\b"),
+    "inline code": re.compile(r"`"),
+    "file name": re.compile(r"\bsources\.toml\b"),
 }
+_EVIDENCE_ID_RE = re.compile(r"\b[A-Z]\d+-e\d+\b")
+
+
+def _prose_ids(line: str) -> bool:
+    """Whether ``line`` names an evidence id in its words: not a footnote, a bracketed
+    citation ("[R1-e3]") or a table cell holding only an id (the evidence appendix)."""
+    if line.startswith("[^"):
+        return False
+    cells = line.split("|") if line.startswith("|") else [line]
+    return any(_EVIDENCE_ID_RE.search(re.sub(r"\[[^\]]*\]", " ", c)) for c in cells
+               if not _EVIDENCE_ID_RE.fullmatch(c.strip()))
 
 
 def production_artefacts(memo: str) -> list[str]:
     """Each production artefact the memo carries, named with the line it is on."""
     return [f"{name}: {line.strip()[:70]!r}" for line in memo.splitlines()
-            for name, pattern in _ARTEFACTS.items() if pattern.search(line)]
+            for name, pattern in _ARTEFACTS.items() if pattern.search(line)] + [
+        f"evidence id in prose: {line.strip()[:70]!r}" for line in memo.splitlines()
+        if _prose_ids(line)]
 
 
 def gaps_repeated(memo: str) -> list[str]:
