@@ -22,8 +22,15 @@ from keepstep.engine.gateway.classification import classify
 from keepstep.engine.gateway.profile import ModelProfile
 from keepstep.engine.kinds import get_kind
 from keepstep.engine.kinds.claims import CalculationError, evaluate, figure_problems
-from keepstep.engine.kinds.common import cited_evidence_ids, expand_footnotes
+from keepstep.engine.kinds.common import (
+    CALCULATED_RE,
+    cited_evidence_ids,
+    expand_footnotes,
+    recorded_calculation,
+    shown_calculation,
+)
 from keepstep.engine.kinds.model_step import run_model_step
+from keepstep.engine.kinds.render import without_prose_ids
 from keepstep.engine.kinds.synthesize import SynthesisAnswer
 from tests.support.fake_context import FakeContext, PackRunner
 
@@ -1067,3 +1074,35 @@ def test_footnotes_are_one_per_quote_and_read_back_as_one_citation() -> None:
     back = expand_footnotes(out)
     assert "- Fitted and on time. [A1-e1, A1-e2, B1-e1] (A1, p. 1; A1, p. 2; B1)" in back
     assert "- On time. [A1-e2] (A1, p. 2)" in back and "[^" not in back
+
+
+def test_evidence_ids_leave_the_prose_and_stay_in_citations_and_the_appendix() -> None:
+    """A disagreement's reason naming an evidence id ("the first list (B1-e1)") reaches the
+    memo with the source's id instead; the footnotes keep theirs, as does a table cell holding
+    only an id (an evidence appendix) and a bracketed citation."""
+    conflict = {**CONFLICT, "reason": "the first list (B1-e1) and the second (B1-e2) are of "
+                "the same date"}
+    artifacts = _synthesis_and_ranking([conflict])
+    ctx = _ctx("D1", artifacts, lambda p: {"sentences": []}, profile=None)
+    _run(ctx)
+    memo = ctx.outputs["memo.md"].decode()
+    assert "The first list (B1) and the second (B1) are of the same date." in memo
+    assert "[^1]: [A1-e1]" in memo  # the footnotes are the citations
+    assert without_prose_ids("| B1-e1 | B1 | figure | the list (B1-e2) |\n"
+                             "- NVK 40 [B1-e1] (B1, Prices); see B1-e2.") == (
+        "| B1-e1 | B1 | figure | the list (B1) |\n- NVK 40 [B1-e1] (B1, Prices); see B1.")
+
+
+def test_a_calculation_reads_as_arithmetic_and_reads_back_for_the_checks() -> None:
+    """A recorded calculation is shown with grouped thousands and ×, ÷, − (a year is not
+    grouped); the checks read the shown form back to arithmetic they recompute, and still
+    read an older document's inline-code form."""
+    shown = shown_calculation("2600 * 140 = 364000; 2600 * (140 - 120) = 52000")
+    assert shown == "(calculated: 2,600 × 140 = 364,000; 2,600 × (140 − 120) = 52,000)"
+    assert shown_calculation("2026 - 2024 = 2") == "(calculated: 2026 − 2024 = 2)"
+    match = CALCULATED_RE.search(f"the fees come to 364,000 euro {shown} [Q2-e1]")
+    assert match and recorded_calculation(match) == \
+        "2,600 * 140 = 364,000; 2,600 * (140 - 120) = 52,000"
+    assert evaluate("2,600 * (140 - 120)") == 52000
+    old = CALCULATED_RE.search("(calculated: `22 - 18 = 4`)")
+    assert old and recorded_calculation(old) == "22 - 18 = 4"
