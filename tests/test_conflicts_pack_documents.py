@@ -121,7 +121,9 @@ def test_the_disagreement_over_advice_is_listed_and_named_in_the_memo(
     disagreement over advice with each side's advice, source and evidence, unresolved (the
     offline rules read three different courses and no date or amending word); the memo's
     disagreement section sets out every side's advice with its citation and date (or that it
-    has none) and says that no course is followed as settled, and why."""
+    has none) and says that the sources do not settle it and that the memo's recommendation
+    weighs the courses in its ranking of the options (issue 20: it said "we follow none as
+    settled" beside a recommendation following one), and why."""
     [advice] = [c for c in offline["conflicts"] if c["about"] == "advice"]
     assert advice["class"] == "unexplained" and not advice["holds"] and not advice["holds_ids"]
     assert [(s["source_id"], s["value"][:30]) for s in advice["sides"]] == [
@@ -130,7 +132,10 @@ def test_the_disagreement_over_advice_is_listed_and_named_in_the_memo(
     line = disagreement_lines(offline["memo"])[ADVICE]
     assert all(f"“{q}" in line for q in ADVICE_QUOTES)
     assert line.count("undated") == 3  # the R sources carry no date
-    assert "**Unresolved**" in line and "we follow none as settled" in line
+    assert "**Unresolved**: the sources do not settle which course to follow, so every side " \
+        "is set out here; the recommendation weighs the courses in the ranking of the " \
+        "options." in line
+    assert "follow none" not in line
     assert advice["reason"].rstrip(".").lower() in line.lower()
     # cited by footnotes a reader can follow: one per side
     assert len(re.findall(r"\[R\d-e\d\]", line)) == 3
@@ -142,7 +147,7 @@ def test_the_memo_carries_no_production_artefact_and_lists_its_sources(
     template's headings and passed), no question line, note stub, bare confidence tag or
     '.;' join; the gaps are said once (the gaps section), not again in the findings; the
     sources section gives each source's metadata and where it came from; the models that
-    answered are named in a footer."""
+    answered are named in a closing line a client can read."""
     memo = offline["memo"]
     assert production_artefacts(memo) == []
     assert set(sections(memo)) == {"recommendation", "options", "findings", "gaps",
@@ -154,13 +159,12 @@ def test_the_memo_carries_no_production_artefact_and_lists_its_sources(
     # Q2's date and publisher are the source register's (its text has neither); P1's date
     # is its own header's.
     assert rows["Q2"][2:] == ["2025-02-01", "Kelvmoor Port Authority",
-                              "title, kind, date, publisher: the source register "
-                              "(sources.toml)"]
+                              "title, kind, date, publisher: the source register"]
     assert rows["P1"][2] == "2024-03-15" and "date, publisher: the document itself" in \
         rows["P1"][4]
     assert rows["R1"][2] == "not given"
-    assert memo.rstrip().splitlines()[-1].startswith("[^") and "_Models that answered: " in \
-        memo[memo.index("## Evidence"):]
+    assert memo.rstrip().splitlines()[-1].startswith("[^") and "_Prepared with " in \
+        memo[memo.index("## Appendix: the evidence"):]
 
 
 def test_no_finding_is_repeated_across_sections(offline: dict[str, Any]) -> None:
@@ -199,7 +203,7 @@ def test_the_ranking_of_options_renders_as_a_table_of_options(offline: dict[str,
     assert scores == sorted(scores, reverse=True)
     assert ("Score = hull price points + delivery points, so 2-10, higher is better: each "
             "option gets 1-5 points per criterion (5 meets it best) on the value shown, and "
-            "code adds them.") in memo
+            "the score is the sum of the points.") in memo
 
 
 def test_the_offline_ranking_states_one_checked_derived_figure(offline: dict[str, Any]) -> None:
@@ -214,7 +218,7 @@ def test_the_offline_ranking_states_one_checked_derived_figure(offline: dict[str
     assert "by 4 million from the lowest to the highest" in top["criteria"]["hull price"]
     assert top["score_from"] == "points" and top["score"] == sum(top["points"].values())
     memo = sections(offline["memo"])["recommendation"]
-    assert "(calculated: `22 - 18 = 4`)" in memo
+    assert "(calculated: 22 − 18 = 4)" in memo  # readable arithmetic, not inline code
     assert unsupported_figures(offline["memo"], source_texts(offline["root"])) == []
 
 
@@ -230,8 +234,9 @@ def test_provenance_names_the_offline_heuristic(offline: dict[str, Any]) -> None
     """The memo opens with the offline notice and names the model that answered."""
     memo = offline["memo"]
     assert memo.startswith("> **Written by keepstep's offline heuristic model")
-    assert ("_Models that answered: local/keepstep-offline (the offline heuristic model: "
-            "rules, no language model)._") in memo
+    assert ("_Prepared with keepstep's offline heuristic model (local/keepstep-offline: "
+            "rules, no language model); every figure is checked against the quoted "
+            "sources._") in memo
 
 
 def test_a_strict_rank_schema_names_each_criterion() -> None:

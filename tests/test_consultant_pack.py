@@ -106,7 +106,9 @@ def test_the_pack_runs_and_each_receiver_gets_the_audited_bytes_once(
     assert "2025-03-14" in memo and "draft for the steering group" in memo
     # The provenance line closes the memo's text; only the citations' footnotes follow it.
     body = memo.split("\n---\n")[0] if "[^1]:" in memo else memo
-    assert "Models that answered" in body.rstrip().splitlines()[-1]
+    # (issue 20: a closing line a client reads, naming the model; was "Models that answered")
+    assert body.rstrip().splitlines()[-1].startswith("_Prepared with keepstep's offline "
+                                                     "heuristic model (local/keepstep-offline")
     assert "Research pack" not in memo
     # The webhook: each document's bytes once, each the audited bytes.
     assert sorted(map(sha256_hex, hook.received)) == sorted(audited.values())

@@ -22,8 +22,15 @@ from keepstep.engine.gateway.classification import classify
 from keepstep.engine.gateway.profile import ModelProfile
 from keepstep.engine.kinds import get_kind
 from keepstep.engine.kinds.claims import CalculationError, evaluate, figure_problems
-from keepstep.engine.kinds.common import cited_evidence_ids, expand_footnotes
+from keepstep.engine.kinds.common import (
+    CALCULATED_RE,
+    cited_evidence_ids,
+    expand_footnotes,
+    recorded_calculation,
+    shown_calculation,
+)
 from keepstep.engine.kinds.model_step import run_model_step
+from keepstep.engine.kinds.render import without_prose_ids
 from keepstep.engine.kinds.synthesize import SynthesisAnswer
 from tests.support.fake_context import FakeContext, PackRunner
 
@@ -587,7 +594,10 @@ def test_provenance_names_the_answering_model_and_the_offline_notice_comes_first
     ctx = _ctx("D1", artifacts, lambda p: {"sentences": []}, profile=None)
     _run(ctx)
     memo = ctx.outputs["memo.md"].decode()
-    assert f"Models that answered: {MODEL}." in memo
+    # A closing line a client reads (issue 20): the model named, no production wording.
+    assert (f"\n_Prepared with the {MODEL} language model; every figure is checked against "
+            "the quoted sources._\n") in memo
+    assert "Models that answered" not in memo
     assert "offline heuristic" not in memo and memo.startswith("# Pilot review")
     ctx.templates["table"] = "- id\n- models\n"
     table = _ctx("T1", artifacts, lambda p: {}, profile=None)
@@ -600,7 +610,8 @@ def test_provenance_names_the_answering_model_and_the_offline_notice_comes_first
     for uid, name in (("U31", "report.md"), ("U33", "decision-brief.md")):
         text = pack.artifacts[uid][name].decode()
         assert text.startswith("> **Written by keepstep's offline heuristic model")
-        assert "Models that answered: local/keepstep-offline" in text
+        assert "Prepared with keepstep's offline heuristic model (local/keepstep-offline: " \
+            "rules, no language model)" in text
         assert "Research pack" not in text
 
 
@@ -647,7 +658,8 @@ def test_a_derived_figure_reaches_the_document_as_a_checked_calculation() -> Non
     ctx = _ctx("D1", artifacts, lambda p: {"sentences": []}, profile=None)
     _run(ctx)
     memo = ctx.outputs["memo.md"].decode()
-    assert "1,164 of the pilot's meters reported on time. (calculated: `1,200 * 97% = 1,164`)" \
+    # Readable arithmetic, not inline code (issue 20); the audit reads it back below.
+    assert "1,164 of the pilot's meters reported on time. (calculated: 1,200 × 97% = 1,164)" \
         " This is held with medium confidence: the on-time share is for the pilot only." in memo
     # A confidence the finding gives no reason for is not shown (no bare tag).
     assert "The pilot had 1,200 meters. (Pilot report" in memo and "confidence: low" not in memo
@@ -991,7 +1003,49 @@ def test_a_written_section_does_not_repeat_what_the_document_already_says() -> N
     assert brief.count("Readings arrived on time for 97% of meters.") == 1
     assert "- Two price lists disagree on the list price." in brief
     # Its template has no {{ notice }}: the models that answered are named all the same.
-    assert f"\n_Models that answered: {MODEL}._\n" in brief
+    assert f"\n_Prepared with the {MODEL} language model; every figure is checked against " \
+        "the quoted sources._\n" in brief
+
+
+def test_a_section_over_its_word_budget_is_sent_back_naming_the_section_and_its_count(
+) -> None:
+    """A written section may declare a word budget (`words`): the writer is told it, a
+    section more than a quarter over it comes back with the section named and its count,
+    and one within it is accepted; without a budget the long one would have passed."""
+    artifacts = _synthesis_and_ranking([CONFLICT])
+    long = {"sentences": [{"text": "The pilot covered 1,200 meters, and 97% of them reported "
+                           "their readings on time, which the pilot report states on its first "
+                           "and on its second page for every meter it covered.",
+                           "evidence_ids": ["A1-e1", "A1-e2"]}]}
+    short = {"sentences": [{"text": "The pilot covered 1,200 meters; 97% reported on time.",
+                            "evidence_ids": ["A1-e1", "A1-e2"]}]}
+    budgeted = PLAN.replace('fill = { case = { part = "section", of = ["findings", '
+                            '"conflicts"], from = ["S1"] } }', 'fill = { case = { part = '
+                            '"section", of = ["findings", "conflicts"], from = ["S1"], words = '
+                            '12 } }')
+    assert budgeted != PLAN
+
+    def written(plan_text: str) -> tuple[FakeContext, Any]:
+        script = Script(render=[long, short])
+        ctx = _ctx("D2", artifacts, lambda p: _all_supported(p) if p["task"] == "support"
+                   else script(p))
+        plan = parse_plan(plan_text)
+        ctx.plan, ctx.unit = plan, plan.unit_map()["D2"]
+        return ctx, _run(ctx)
+
+    ctx, outcome = written(budgeted)
+    assert outcome.passed
+    first, second = [c for c in ctx.calls if c["task"] == "render"]
+    assert first["payload"]["words"] == 12
+    assert "sentences [too_long]: the case section runs to 32 words, over its budget of 12" \
+        in second["messages"][-1]["content"]
+    brief = ctx.outputs["brief.md"].decode()
+    assert "- The pilot covered 1,200 meters; 97% reported on time." in brief
+    assert "their readings on time" not in brief
+
+    ctx, outcome = written(PLAN)  # no budget: the long section is accepted as it is
+    assert outcome.passed and [c["task"] for c in ctx.calls].count("render") == 1
+    assert "words" not in ctx.calls[0]["payload"]
 
 
 def test_footnotes_are_one_per_quote_and_read_back_as_one_citation() -> None:
@@ -1020,3 +1074,35 @@ def test_footnotes_are_one_per_quote_and_read_back_as_one_citation() -> None:
     back = expand_footnotes(out)
     assert "- Fitted and on time. [A1-e1, A1-e2, B1-e1] (A1, p. 1; A1, p. 2; B1)" in back
     assert "- On time. [A1-e2] (A1, p. 2)" in back and "[^" not in back
+
+
+def test_evidence_ids_leave_the_prose_and_stay_in_citations_and_the_appendix() -> None:
+    """A disagreement's reason naming an evidence id ("the first list (B1-e1)") reaches the
+    memo with the source's id instead; the footnotes keep theirs, as does a table cell holding
+    only an id (an evidence appendix) and a bracketed citation."""
+    conflict = {**CONFLICT, "reason": "the first list (B1-e1) and the second (B1-e2) are of "
+                "the same date"}
+    artifacts = _synthesis_and_ranking([conflict])
+    ctx = _ctx("D1", artifacts, lambda p: {"sentences": []}, profile=None)
+    _run(ctx)
+    memo = ctx.outputs["memo.md"].decode()
+    assert "The first list (B1) and the second (B1) are of the same date." in memo
+    assert "[^1]: [A1-e1]" in memo  # the footnotes are the citations
+    assert without_prose_ids("| B1-e1 | B1 | figure | the list (B1-e2) |\n"
+                             "- NVK 40 [B1-e1] (B1, Prices); see B1-e2.") == (
+        "| B1-e1 | B1 | figure | the list (B1) |\n- NVK 40 [B1-e1] (B1, Prices); see B1.")
+
+
+def test_a_calculation_reads_as_arithmetic_and_reads_back_for_the_checks() -> None:
+    """A recorded calculation is shown with grouped thousands and ×, ÷, − (a year is not
+    grouped); the checks read the shown form back to arithmetic they recompute, and still
+    read an older document's inline-code form."""
+    shown = shown_calculation("2600 * 140 = 364000; 2600 * (140 - 120) = 52000")
+    assert shown == "(calculated: 2,600 × 140 = 364,000; 2,600 × (140 − 120) = 52,000)"
+    assert shown_calculation("2026 - 2024 = 2") == "(calculated: 2026 − 2024 = 2)"
+    match = CALCULATED_RE.search(f"the fees come to 364,000 euro {shown} [Q2-e1]")
+    assert match and recorded_calculation(match) == \
+        "2,600 * 140 = 364,000; 2,600 * (140 - 120) = 52,000"
+    assert evaluate("2,600 * (140 - 120)") == 52000
+    old = CALCULATED_RE.search("(calculated: `22 - 18 = 4`)")
+    assert old and recorded_calculation(old) == "22 - 18 = 4"

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from keepstep.engine.gateway.prompts import read_input_block
+from keepstep.engine.kinds.render import over_budget
 from tests.support.memo_checks import (
     ADVICE,
     APPARENT,
@@ -40,10 +41,12 @@ from tests.support.relay_replay import (
     load_pairs,
     replay_pack,
     replays_reworded_by_place,
+    request_key,
 )
 
 RECORDING = Path(__file__).parent / "fixtures" / "relay_conflicts_pack"
 RUN_B = RECORDING / "run-b"  # the earlier recording (older prompts), kept as a record
+RECOMMENDATION_WORDS = 120  # the pack's memo: the recommendation's word budget
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +57,19 @@ def replayed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     # replay.unrecorded, and checked below); every other request gets its recorded answer.
     return replay_pack(PACK, tmp_path_factory.mktemp("replay") / "pack",
                        RelayReplay(RECORDING, unrecorded="offline"))
+
+
+def test_the_recorded_recommendation_runs_over_the_packs_word_budget() -> None:
+    """The recorded model wrote a 255-word recommendation (the partner's review: "the same
+    content appears three times"); under the budget the pack now declares it comes back to
+    the writer, the section and its count named."""
+    [answer] = [json.loads(content) for _, request, content in load_pairs(RECORDING)
+                if request_key(request["messages"])[:2] == ("D01", "render")]
+    [p] = over_budget("recommendation", [s["text"] for s in answer["sentences"]],
+                      RECOMMENDATION_WORDS)
+    assert p.rule == "too_long" and p.message.startswith(
+        f"the recommendation section runs to 255 words, over its budget of "
+        f"{RECOMMENDATION_WORDS}")
 
 
 def test_the_replay_runs_the_pack_to_the_recorded_end(replayed: dict[str, Any]) -> None:
@@ -144,10 +160,13 @@ def test_the_memo_repeats_nothing_cites_what_holds_each_figure_and_names_the_mod
     # earlier shape parses) and the line under the table says they cannot be rebuilt.
     assert "it has no points per criterion to rebuild it from" in memo
     assert "offline heuristic" not in memo.lower()
-    assert f"_Models that answered: {RECORDED_MODEL}" in memo
+    assert f"_Prepared with the {RECORDED_MODEL} language model; every figure is checked " \
+        "against the quoted sources._" in memo and "Models that answered" not in memo
     # The recommendation states a derived figure (the year's berth fees at 2,600 calls) as a
     # checked calculation; unsupported_figures above recomputed it from the cited quotes.
-    assert "(calculated: `" in sections(memo)["recommendation"]
+    # (as readable arithmetic, not inline code: "2,600 × 140 = 364,000")
+    assert re.search(r"\(calculated: [\d,]+ × [\d,]+ = [\d,]+", sections(memo)["recommendation"])
+    assert "`" not in memo
 
 
 def test_the_real_model_memo_carries_no_production_artefact(replayed: dict[str, Any]) -> None:
@@ -159,8 +178,8 @@ def test_the_real_model_memo_carries_no_production_artefact(replayed: dict[str, 
     assert production_artefacts(memo) == []
     assert sections(memo)["gaps"].count("\n- ") == 5  # the model's five gaps, said once
     assert gaps_repeated(memo) == [] and "Not answered by" not in sections(memo)["findings"]
-    assert source_rows(memo)["Q2"][4] == ("title, kind, date, publisher: the source register "
-                                          "(sources.toml)")
+    assert source_rows(memo)["Q2"][4] == "title, kind, date, publisher: the source register"
+    assert "sources.toml" not in memo
     berth = disagreement_lines(memo)[("berth", "kelvmoor")]
     assert "2025-02-01 in the source register" in berth
 

@@ -128,6 +128,10 @@ class FillSpec(_Params):
         default_factory=list, description="part = section: what the written section is made "
         "of (drawn from the from units); a language model writes it for the audience from "
         "these inputs only, the offline heuristic composes it by rule")
+    words: int | None = Field(default=None, ge=10, description="part = section: the section's "
+                              "word budget; the writer is asked for it and a section more "
+                              "than a quarter over it is sent back (the offline heuristic's "
+                              "rule-based section is not cut)")
     repeat: bool = Field(default=False, description="may repeat findings or ranked items an "
                          "earlier placeholder of the document already shows (default: each "
                          "appears once)")

@@ -41,6 +41,7 @@ from keepstep.engine.errors import KeepstepError
 from keepstep.engine.gateway.offline_rules import normalise
 from keepstep.engine.kinds.claims import calculation_problems, figures_of, stated_figures
 from keepstep.engine.kinds.common import (
+    CALCULATED_RE,
     JSON,
     LOCATED_CITE_RE,
     MARKDOWN,
@@ -51,6 +52,7 @@ from keepstep.engine.kinds.common import (
     dump_json,
     expand_footnotes,
     natural_key,
+    recorded_calculation,
     result,
     verified_deps,
 )
@@ -267,10 +269,11 @@ def _figures(docs: _Documents, check: FiguresCheck) -> tuple[list[str], str]:
                 # A derived figure passes when its calculation recomputes from cited figures.
                 quotes = {i: str(docs.evidence.get(i, {}).get("quote", "")) for i in ids}
                 rest = line.replace(calc.group(0), " ")
-                wrong, derived = calculation_problems("", rest, calc.group(1), sorted(ids),
+                wrong, derived = calculation_problems("", rest, recorded_calculation(calc),
+                                                      sorted(ids),
                                                       quotes)
                 if not wrong:
-                    quoted |= derived | set(figures_of(normalise(calc.group(1))))
+                    quoted |= derived | set(figures_of(normalise(recorded_calculation(calc))))
                 line = rest
             for f in _stated_figures(line):
                 checked += 1
@@ -303,8 +306,9 @@ def _cites_groups(docs: _Documents, check: CitesGroupsCheck) -> tuple[list[str],
                       f"{', '.join(sorted(groups))}")
 
 
-# A finding's checked calculation as a document shows it: "(calculated: `1,200 * 97% = 1,164`)".
-_CALCULATED_RE = re.compile(r"\(calculated: `([^`]*)`\)")
+# A finding's checked calculation as a document shows it: "(calculated: 1,200 × 97% = 1,164)"
+# (``kinds.common.shown_calculation``).
+_CALCULATED_RE = CALCULATED_RE
 # A document saying it found no disagreement ("No conflicting figures were found.").
 _NONE_FOUND_RE = re.compile(
     r"\bno (?:conflicting figures|conflicts?|disagreements?)(?: between (?:the )?sources)? "

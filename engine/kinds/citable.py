@@ -100,7 +100,8 @@ def _advice_text(c: Mapping[str, Any], cls: str) -> str:
     body = " Sides: " + "; ".join(sides) + "." if sides else ""
     ids = [str(i) for i in c.get("holds_ids") or []]
     used = (f" The advice followed: {', '.join(ids)}." if ids and cls != "unexplained" else
-            " No advice is followed as settled: the documents set every side out.")
+            " The sources do not settle which advice to follow: the documents set every side "
+            "out, and a recommendation weighs the courses.")
     applies = f" Which applies when: {c['applies']}." if c.get("applies") else ""
     reason = f" Why: {str(c['reason']).strip()}" if c.get("reason") else ""
     return (head + body + used + applies + reason).strip()

@@ -359,3 +359,44 @@ def cited_source_ids(text: str) -> set[str]:
 def notices(*docs: Any) -> list[str]:
     """The distinct ``notice`` strings of model-made artifacts, sorted."""
     return sorted({str(d["notice"]) for d in docs if isinstance(d, dict) and d.get("notice")})
+
+
+# --- a checked calculation as a reader sees it ----------------------------------------------
+# A finding's recorded calculation ("2600 * 140 = 364000") is shown as arithmetic a reader
+# reads ("(calculated: 2,600 × 140 = 364,000)"); checks reading a document turn it back.
+# An older document's inline-code form ("(calculated: `2600 * 140 = 364000`)") still reads.
+CALCULATED_RE = re.compile(r"\(calculated: (?:`([^`]*)`|((?:[^()`]|\([^()]*\))*))\)")
+_SHOWN_OPS = {"*": "×", "/": "÷", "-": "−"}
+_RECORDED_OPS = {v: k for k, v in _SHOWN_OPS.items()}
+_BARE_NUMBER_RE = re.compile(r"(?<![\d,.])(\d{4,})(?=(?:\.\d+)?(?![\d,]))")
+
+
+def _grouped(match: re.Match[str]) -> str:
+    digits = match.group(1)
+    if len(digits) == 4 and 1900 <= int(digits) <= 2099:
+        return digits  # a year, not an amount
+    return f"{int(digits):,}"
+
+
+def readable_calculation(calculation: str) -> str:
+    """A recorded calculation as readable arithmetic: "2600 * (140 - 120) = 52000" ->
+    "2,600 × (140 − 120) = 52,000" (thousands grouped, a year left alone; ×, ÷, −)."""
+    text = _BARE_NUMBER_RE.sub(_grouped, calculation.strip())
+    text = re.sub(r"\s*\*\s*", " × ", text)
+    text = re.sub(r"\s*/\s*", " ÷ ", text)
+    # A minus between two terms ("140 - 120"), not a sign ("-5") or a hyphen in a word.
+    text = re.sub(r"(?<=[\d%)])\s*-\s*(?=[\d(])", " − ", text)
+    return text
+
+
+def shown_calculation(calculation: str) -> str:
+    """How a document shows a finding's checked calculation: "(calculated: 2,600 × 140 =
+    364,000)"; ``CALCULATED_RE`` finds it, ``recorded_calculation`` reads it back."""
+    return f"(calculated: {readable_calculation(calculation)})"
+
+
+def recorded_calculation(match: re.Match[str]) -> str:
+    """The calculation a ``CALCULATED_RE`` match shows, in the form the checker reads
+    ("2,600 × 140 = 364,000" -> "2,600 * 140 = 364,000")."""
+    text = match.group(1) if match.group(1) is not None else match.group(2)
+    return "".join(_RECORDED_OPS.get(ch, ch) for ch in text)

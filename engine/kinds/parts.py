@@ -36,6 +36,7 @@ from keepstep.engine.kinds.common import (
     evidence_index,
     natural_key,
     notices,
+    shown_calculation,
     verified_deps,
 )
 from keepstep.engine.kinds.conflicts import run_id
@@ -139,6 +140,12 @@ class Sources:
         # What the document's template has a section for ("conflicts", "gaps", ...): a part
         # does not repeat what another section of the same document says.
         self.covers: set[str] = set()
+        # Whether the document recommends a course (a recommendation placeholder): a
+        # disagreement over advice the sources leave open is then weighed, not left aside.
+        self.recommends = False
+        # What the document's rankings of anything but risks rank ("options"), when it
+        # shows one (set by render from every dependency).
+        self.ranks: list[str] = []
         self.plan_title = str(getattr(getattr(ctx.plan, "plan", None), "title", "") or "")
         self.title = str(self.contract.get("title") or self.project_contract.get("title")
                          or self.plan_title or ctx.unit.title)
@@ -156,12 +163,21 @@ class Sources:
         return any(m.startswith(f"{OFFLINE_PROVIDER}/") for m in self.models)
 
     def notice_line(self) -> str:
-        """Which models answered (from the units' records of their calls)."""
+        """The document's closing line, for a client: every model that answered (from the
+        units' records of their calls) and how its figures were checked."""
         if not self.models:
             return ""
-        named = [f"{m} (the offline heuristic model: rules, no language model)"
-                 if m.startswith(f"{OFFLINE_PROVIDER}/") else m for m in self.models]
-        return f"_Models that answered: {', '.join(named)}._"
+        offline = [m for m in self.models if m.startswith(f"{OFFLINE_PROVIDER}/")]
+        models = [m for m in self.models if m not in offline]
+        named = []
+        if models:
+            named.append(f"the {_joined(models)} language model" + ("s" if len(models) > 1
+                                                                     else ""))
+        if offline:
+            named.append(f"keepstep's offline heuristic model ({_joined(offline)}: rules, "
+                         "no language model)")
+        return (f"_Prepared with {' and '.join(named)}; every figure is checked against the "
+                "quoted sources._")
 
     def offline_notice(self) -> str:
         """The first line of every document an offline heuristic answered for."""
@@ -292,8 +308,15 @@ def _advice_line(c: dict[str, Any], src: Sources) -> str:
         sides.append(f"“{s['value'].strip()}” {_cite([s['evidence_id']], src.index)}, "
                      + (f"dated {date}" if date else "undated"))
     if c["cls"] == "unexplained":
-        verdict = "nothing in the sources says which course to follow, so we follow none as " \
-            "settled and set every side out here"
+        verdict = "the sources do not settle which course to follow, so every side is set " \
+            "out here"
+        if src.recommends:
+            # The document recommends a course: it weighs the courses, it does not deny
+            # taking one (the document's ranking of options, when it has one, shows how).
+            verdict += ("; the recommendation weighs the courses"
+                        + (f" in the ranking of the {src.ranks[0]}" if src.ranks else ""))
+        else:
+            verdict += " and none is taken as settled"
     else:
         followed = [s for s in c["sides"] if s["evidence_id"] in c["holds_ids"]
                     or (c["holds"] and s["value"] == c["holds"])]
@@ -374,7 +397,8 @@ def score_scale(doc: dict[str, Any]) -> str:
         bottom = sum(low * int(weights.get(c, 1)) for c in criteria)
         return (f"Score = {' + '.join(terms)}, so {bottom}-{top}, higher is better: each "
                 f"{_noun(doc)} gets {low}-{high} points per criterion ({high} meets it best) "
-                "on the value shown, and code adds them. Rank 1 is the highest score.")
+                "on the value shown, and the score is the sum of the points. Rank 1 is the "
+                "highest score.")
     on = f" on {', '.join(criteria)}" if criteria else " on the question's criteria"
     return (f"Score: 1-25, higher is better, a judgement of each {_noun(doc)}{on} as stated "
             "by the ranking (the rationale says how its criteria give its score; it has no "
@@ -387,13 +411,13 @@ def _noun(doc: dict[str, Any]) -> str:
 
 
 # --- sources ------------------------------------------------------------------------------
-_ORIGIN_WORDS = {REGISTER: "the source register (sources.toml)",
+_ORIGIN_WORDS = {REGISTER: "the source register",
                  DOCUMENT: "the document itself"}
 
 
 def _meta_origin(sid: str, src: Sources) -> str:
-    """Where a source's metadata came from, in words: "title, date: the source register
-    (sources.toml); publisher: the document itself"."""
+    """Where a source's metadata came from, in words: "title, date: the source register;
+    publisher: the document itself"."""
     meta, origin = src.meta.get(sid, {}), src.meta_from.get(sid, {})
     by: dict[str, list[str]] = {}
     for f in META_FIELDS:
@@ -475,7 +499,7 @@ def claim_line(claim: dict[str, Any], index: dict[str, dict[str, str]],
     reason the finding gives for it, in words), then where it comes from."""
     extra = ""
     if claim.get("calculation"):
-        extra += f" (calculated: `{claim['calculation']}`)"
+        extra += " " + shown_calculation(str(claim['calculation']))
     reason = str(claim.get("confidence_reason") or "").strip().rstrip(".")
     if claim.get("confidence") in ("medium", "low") and reason:
         extra += f" This is held with {claim['confidence']} confidence: {reason}."
@@ -727,6 +751,8 @@ def fill_part(ctx: UnitContext, part: str, spec: FillSpec | None, default: Sourc
     if spec is not None and spec.from_:
         src.shown = default.shown  # one document: what it showed, whatever a part draws from
         src.covers = default.covers
+        src.recommends = default.recommends
+        src.ranks = default.ranks
     values = src.base_values()
     if part in values:
         return values[part]
@@ -774,3 +800,8 @@ def fill_part(ctx: UnitContext, part: str, spec: FillSpec | None, default: Sourc
 __all__ = ["PARTS", "TABLE_COLUMNS", "Sources", "claim_line", "conflict_records", "fill_part",
            "open_conflicts", "real_conflicts", "recommendation", "score_scale",
            "section_by_rule", "source_list", "with_provenance"]
+
+
+def _joined(names: list[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]

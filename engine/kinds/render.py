@@ -63,6 +63,7 @@ from keepstep.engine.kinds.common import (
     cited_source_ids,
     natural_key,
     result,
+    shown_calculation,
 )
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, run_model_step
@@ -142,8 +143,8 @@ def _evidence_table(src: Sources, template: str, params: RenderParams) -> tuple[
 
 def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
                     inputs: dict[str, Any], quotes: dict[str, str],
-                    records: tuple[dict[str, str], dict[str, list[str]]] | None = None
-                    ) -> tuple[str | None, list[StepResult]]:
+                    records: tuple[dict[str, str], dict[str, list[str]]] | None = None,
+                    words: int | None = None) -> tuple[str | None, list[StepResult]]:
     """Sentences a model writes for one section from ``inputs`` only, each checked (cited
     ids among ``quotes``, every figure in a quote it cites or given by a checked
     calculation, supported by its quotes) before the section is accepted. ``records``
@@ -163,7 +164,8 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
         return base_rules(answer, given) + [
             problem(f"sentences[{n}].text", "repeated", "the document already says this; "
                     "write what this section adds, or leave the sentence out", c.text)
-            for n, c in enumerate(answer.sentences) if _words(c.text) in shown]
+            for n, c in enumerate(answer.sentences) if _words(c.text) in shown
+        ] + over_budget(section, [c.text for c in answer.sentences], words)
 
     # The decision the document serves (the contract's goal): the section answers each of
     # its questions first (the render prompt says how). Only a goal the unit reads reaches the
@@ -189,7 +191,7 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
     # (kinds.stale): whatever the writer wrote, the reader is told.
     lines = [f"- {drop_record_labels(c.text.strip(), rests_on)}"
              + label_for(c.text, expand(c.evidence_ids, rests_on)[0], src.stale)
-             + (f" (calculated: `{c.calculation.strip()}`)" if c.calculation else "")
+             + (" " + shown_calculation(c.calculation) if c.calculation else "")
              # A cited record (a disagreement, a ranked item) stands for its evidence.
              + " " + cite(expand(figure_holders(c.text, c.evidence_ids, citable,
                                                 c.calculation), rests_on)[0],
@@ -197,6 +199,29 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
              for c in step.value.sentences]
     src.written |= {_words(c.text) for c in step.value.sentences}
     return "\n".join(lines) or "Nothing to add to what the sections above say.", steps
+
+
+# How far a written section may run over its word budget before it is sent back.
+OVER_BUDGET = 1.25
+
+
+def word_count(text: str) -> int:
+    """The words a reader reads in ``text`` (a figure such as "364,000" is one word)."""
+    return len(re.findall(r"[^\s—–-]+", text))
+
+
+def over_budget(section: str, texts: list[str], words: int | None) -> list[Any]:
+    """A problem when the section's sentences run more than a quarter over ``words`` (its
+    budget), naming the section and its count; none without a budget."""
+    if not words:
+        return []
+    count = sum(word_count(t) for t in texts)
+    if count <= words * OVER_BUDGET:
+        return []
+    return [problem("sentences", "too_long", f"the {section} section runs to {count} words, "
+                    f"over its budget of {words}: keep the sentences that answer the decision, "
+                    "say each once and briefly, and leave the rest to the sections after it",
+                    f"{count} words")]
 
 
 def decision_of(ctx: UnitContext, src: Sources) -> str:
@@ -240,10 +265,12 @@ def _prose(ctx: UnitContext, src: Sources, document: str,
 
 
 def _written_section(ctx: UnitContext, src: Sources, document: str, section: str,
-                     of: list[str]) -> tuple[str | None, list[StepResult]]:
+                     of: list[str], words: int | None = None
+                     ) -> tuple[str | None, list[StepResult]]:
     """A section a model writes from what ``of`` names (of ``src``'s units) and nothing
-    else: findings, rankings, disagreements, gaps, evidence."""
-    inputs: dict[str, Any] = {"made_of": of}
+    else: findings, rankings, disagreements, gaps, evidence; within ``words`` (the section's
+    word budget) when the template's fill declares one."""
+    inputs: dict[str, Any] = {"made_of": of, **({"words": words} if words else {})}
     cited: set[str] = set()
     if "findings" in of:
         # Only the findings the document has not shown yet: the section adds to it.
@@ -287,7 +314,7 @@ def _written_section(ctx: UnitContext, src: Sources, document: str, section: str
     cited_records = {k: v for k, v in texts.items()
                      if not rests_on.get(k) or set(rests_on[k]) & set(src.quotes)}
     return _sentences_step(ctx, src, document, section, inputs, quotes,
-                           (cited_records, rests_on))
+                           (cited_records, rests_on), words)
 
 
 def _covers(params: RenderParams, names: list[str]) -> set[str]:
@@ -301,6 +328,17 @@ def _covers(params: RenderParams, names: list[str]) -> set[str]:
         part = spec.part if spec is not None else name
         out |= set(spec.of) if part == "section" and spec is not None else {part}
     return out
+
+
+def _recommends(params: RenderParams, names: list[str]) -> bool:
+    """Whether the template recommends a course: a placeholder named ``recommendation`` or
+    filled with the recommendation part."""
+    for name in names:
+        spec = params.fill.get(name)
+        part = spec if isinstance(spec, str) else spec.part if spec is not None else name
+        if "recommendation" in (name, part):
+            return True
+    return False
 
 
 def _fill_values(ctx: UnitContext, params: RenderParams, names: list[str], src: Sources
@@ -328,7 +366,7 @@ def _fill_values(ctx: UnitContext, params: RenderParams, names: list[str], src: 
                 section_src.shown, section_src.written = src.shown, src.written
                 section_src.covers = src.covers
                 text, made = _written_section(ctx, section_src, params.document, name,
-                                              list(spec.of))
+                                              list(spec.of), spec.words)
             else:
                 text, made = _prose(ctx, src, params.document, name)
             steps += made
@@ -422,6 +460,34 @@ def with_footnotes(text: str, src: Sources) -> str:
     return body.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
 
 
+_BRACKETED_RE = re.compile(r"\[[^\]\n]*\]")
+_PROSE_ID_RE = re.compile(r"\b([A-Za-z][A-Za-z0-9]*)-e\d+\b")
+
+
+def without_prose_ids(text: str) -> str:
+    """``text`` with each evidence id a sentence names in its words ("the broker note (R1-e3)
+    advises") replaced by its source's id ("(R1)"): an evidence id means nothing to a reader.
+    Citations keep theirs (a footnote's "[R1-e3]", a bracketed citation), and so does a table
+    cell holding only an id (the evidence appendix's first column)."""
+    def line_of(line: str) -> str:
+        if line.startswith("[^"):
+            return line  # a footnote: the citation itself
+        if line.startswith("|"):
+            cells = line.split("|")
+            return "|".join(c if _PROSE_ID_RE.fullmatch(c.strip()) else _words_of(c)
+                            for c in cells)
+        return _words_of(line)
+    return "\n".join(line_of(line) for line in text.split("\n"))
+
+
+def _words_of(text: str) -> str:
+    out, at = [], 0
+    for m in _BRACKETED_RE.finditer(text):
+        out += [_PROSE_ID_RE.sub(r"\1", text[at:m.start()]), m.group(0)]
+        at = m.end()
+    return "".join([*out, _PROSE_ID_RE.sub(r"\1", text[at:])])
+
+
 def _short(quote: str) -> str:
     text = " ".join(quote.split()).replace("|", "/")
     return text if len(text) <= _FOOTNOTE_QUOTE_CHARS else \
@@ -486,6 +552,10 @@ def run(ctx: UnitContext) -> KindOutcome:
         else:
             names = placeholders(template)
             src.covers = _covers(params, names)
+            src.recommends = _recommends(params, names)
+            if src.covers & {"risks", "rankings"}:
+                src.ranks = [str(d["ranks"]) for d in src.rankings if d.get("risks")
+                             and str(d.get("ranks") or "risks") != "risks"]
             values, unknown, steps, failed = _fill_values(ctx, params, names, src)
             shape += failed
             # The section markers stay in the template (the audit finds a section by its
@@ -501,7 +571,7 @@ def run(ctx: UnitContext) -> KindOutcome:
             if "notice" not in names and src.notice_line():
                 # Every document names the models that answered, whatever its template.
                 text = text.rstrip("\n") + "\n\n" + src.notice_line() + "\n"
-            text = with_footnotes(text, src)
+            text = without_prose_ids(with_footnotes(text, src))
         shape += [f"template {name} uses unknown placeholder {{{{{u}}}}}" for u in unknown]
         cited = cited_evidence_ids(text)
         cited_sources = cited_source_ids(text)

@@ -54,6 +54,7 @@ from keepstep.engine.kinds.common import (
     reading_hints,
     result,
     risk_checklist,
+    shown_calculation,
     verified_deps,
     writer_evidence,
 )
@@ -783,7 +784,7 @@ def ranking_table(doc: dict[str, Any], cite_ids: Any) -> list[str]:
         values = [cell for c in criteria for cell in (
             [str(crit.get(c, "")), f"{points[c]}/{POINTS[1]}" if c in points else "-"]
             if pointed else [str(crit.get(c, ""))])]
-        calc = [f"(calculated: `{r['calculation']}`)" if r.get("calculation") else ""] \
+        calc = [shown_calculation(str(r["calculation"])) if r.get("calculation") else ""] \
             if calculated else []
         cells = [str(rank), r["title"], *values,
                  str(r.get("score")), *[str(r.get(k, "")) for k in extra], *calc,

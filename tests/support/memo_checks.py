@@ -10,7 +10,13 @@ from typing import Any
 
 from keepstep.engine.core.templates import rendered_sections
 from keepstep.engine.kinds.claims import figure_problems
-from keepstep.engine.kinds.common import LOCATED_CITE_RE, cited_evidence_ids, expand_footnotes
+from keepstep.engine.kinds.common import (
+    CALCULATED_RE,
+    LOCATED_CITE_RE,
+    cited_evidence_ids,
+    expand_footnotes,
+    recorded_calculation,
+)
 
 PACK = Path(__file__).parent.parent / "fixtures" / "conflicts_pack"
 
@@ -103,7 +109,7 @@ def repeated_across_sections(memo: str) -> list[str]:
             if len(where) > 1]
 
 
-_CALCULATED_RE = re.compile(r"\(calculated: `([^`]*)`\)")
+_CALCULATED_RE = CALCULATED_RE  # "(calculated: 2,600 × 140 = 364,000)"
 
 
 def _without_ids(text: str) -> str:
@@ -114,14 +120,15 @@ def _without_ids(text: str) -> str:
 def line_problems(line: str, ids: set[str], quotes: dict[str, str],
                   ranges: bool = False) -> list[str]:
     """Each figure ``line`` states that none of the quotes of ``ids`` holds and its checked
-    calculation (``(calculated: `...`)``) does not give, and that calculation's own problems
+    calculation (``(calculated: ...)``) does not give, and that calculation's own problems
     (recomputed, operands in the cited quotes: keepstep's claim rules). ``ranges``: a
     ranked item's row, where a difference written beside both its cited ends passes, as the
     rank step's rules let it (``kinds.claims.range_differences``)."""
     calculation = _CALCULATED_RE.search(line)
     text = _without_ids(_CALCULATED_RE.sub(" ", line))
     found = figure_problems("line", text, sorted(ids), quotes,
-                            calculation.group(1) if calculation else None, ranges=ranges)
+                            recorded_calculation(calculation) if calculation else None,
+                            ranges=ranges)
     return [f"{p.rule}: {p.message} ({p.value})" for p in found]
 
 
@@ -209,13 +216,31 @@ _ARTEFACTS = {
     "note stub": re.compile(r"_\(Note: "),
     "bare confidence tag": re.compile(r"\(confidence: (?:high|medium|low)\)"),
     "'.;' run-on join": re.compile(r"\.;"),
+    # Production text a client must not read (the partner's review of relay run 4).
+    "model footer": re.compile(r"Models that answered"),
+    "code wording": re.compile(r"\bcode (?:adds|computes|checks)\b"),
+    "inline code": re.compile(r"`"),
+    "file name": re.compile(r"\bsources\.toml\b"),
 }
+_EVIDENCE_ID_RE = re.compile(r"\b[A-Z]\d+-e\d+\b")
+
+
+def _prose_ids(line: str) -> bool:
+    """Whether ``line`` names an evidence id in its words: not a footnote, a bracketed
+    citation ("[R1-e3]") or a table cell holding only an id (the evidence appendix)."""
+    if line.startswith("[^"):
+        return False
+    cells = line.split("|") if line.startswith("|") else [line]
+    return any(_EVIDENCE_ID_RE.search(re.sub(r"\[[^\]]*\]", " ", c)) for c in cells
+               if not _EVIDENCE_ID_RE.fullmatch(c.strip()))
 
 
 def production_artefacts(memo: str) -> list[str]:
     """Each production artefact the memo carries, named with the line it is on."""
     return [f"{name}: {line.strip()[:70]!r}" for line in memo.splitlines()
-            for name, pattern in _ARTEFACTS.items() if pattern.search(line)]
+            for name, pattern in _ARTEFACTS.items() if pattern.search(line)] + [
+        f"evidence id in prose: {line.strip()[:70]!r}" for line in memo.splitlines()
+        if _prose_ids(line)]
 
 
 def gaps_repeated(memo: str) -> list[str]:

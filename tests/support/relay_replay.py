@@ -135,7 +135,13 @@ def as_recorded(root: Path, model: str = RECORDED_MODEL) -> None:
     """A copy of the conflicts pack's keepstep.toml as a recorded run had it (the recorded
     model, ``request_timeout_s = 1500``), but its api_base a closed port: the replay
     transport answers every request, nothing may reach a server. The plan is the pack's own
-    (the audit runs every check)."""
+    (the audit runs every check) but for its sections' word budgets (``words = N``), which the
+    recordings predate: a recorded section over its budget would be sent back, and the
+    recording holds no shorter one (test_relay_conflicts_pack checks that run 2's
+    recommendation would be)."""
+    plan = root / "plan.toml"
+    text = plan.read_text(encoding="utf-8")
+    plan.write_text(re.sub(r",\s*words\s*=\s*\d+", "", text), encoding="utf-8")
     path = root / "keepstep.toml"
     path.write_text(path.read_text(encoding="utf-8").replace(
         'default_model = "local/keepstep-offline"',
