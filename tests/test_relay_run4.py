@@ -23,6 +23,7 @@ from keepstep.engine.gateway.prompts import read_input_block
 from keepstep.engine.kinds.audit import settled_as_open
 from keepstep.engine.kinds.common import cited_evidence_ids, expand_footnotes
 from keepstep.engine.kinds.parts import conflict_records
+from keepstep.engine.kinds.render import without_prose_ids
 from tests.support.memo_checks import (
     ADVICE,
     PACK,
@@ -99,7 +100,9 @@ def test_the_advice_classification_is_the_real_models(replayed: dict[str, Any]) 
     assert planted_key(advice) == ADVICE
     assert advice["class"] == answer["class"] == "unexplained" and not advice["holds"]
     assert advice["reason"] == answer["reason"]
-    assert answer["reason"] in " ".join(disagreement_lines(replayed["memo"])[ADVICE].split())
+    # The memo names each side by its source, not its evidence id ("(R1)" for "(R1-e3)").
+    assert without_prose_ids(answer["reason"]) in " ".join(
+        disagreement_lines(replayed["memo"])[ADVICE].split())
 
 
 def test_the_run_ends_done_and_its_audit_passes(replayed: dict[str, Any]) -> None:
