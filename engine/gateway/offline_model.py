@@ -366,7 +366,10 @@ def _option_candidates(evidence: list[dict], criteria: list[str],
         named = {c: [o for o in support if _option_words(c) <= _option_words(
             " ".join(w.rstrip("s") + " " + w for w in str(o.get("quote", "")).split()))]
             for c in criteria}
-        points = {c: _points(len(named[c])) for c in criteria}
+        # A value the evidence does not state gets the lowest point (the rank prompt's
+        # rule, which code checks): unknown is never scored as good.
+        points = {c: 1 if values[c][0] == "not stated" else _points(len(named[c]))
+                  for c in criteria}
         reasons = "; ".join(
             f"{c}: {_COUNT_WORDS[min(len(named[c]), 9)]} statement(s) bearing on this course "
             "name it" for c in criteria)

@@ -28,6 +28,7 @@ when it does not. A claims answer that passes the rules is then checked against 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -140,8 +141,9 @@ class RankedOption(BaseModel):
                                      "each criterion INPUT names, as the cited quotes state it "
                                      "(\"not stated\" when they say nothing on it)")
     points: dict[str, int] = Field(default_factory=dict, description=(
-        f"per criterion, an integer from {POINTS[0]} (meets it worst) to {POINTS[1]} (meets it "
-        "best), judged on the value given"))
+        f"per criterion, an integer resting on the value given: {POINTS[1]} = the best value "
+        f"among the items ranked, {POINTS[0]} = the worst or \"not stated\" (an unknown is "
+        "never scored as good); equal values get equal points"))
     rationale: str = Field(default="", description="why each criterion gets its points, from "
                            "the quotes")
     evidence_ids: list[str]
@@ -578,6 +580,31 @@ def _on_scale(value: Any) -> bool:
         POINTS[0] <= value <= POINTS[1]
 
 
+# A criterion value that says the evidence gives none ("not stated", "Not stated: the 2026
+# price list is not in the evidence"): points rest on the value shown, so it gets the lowest.
+_NOT_STATED_RE = re.compile(r"\s*[(\[\"'“]*\s*(not stated|unknown|not given|not known)\b",
+                            re.IGNORECASE)
+
+
+def not_stated(value: str) -> bool:
+    """Whether a criterion value says (or starts by saying) that the evidence gives none."""
+    return bool(_NOT_STATED_RE.match(value))
+
+
+def unknown_scored(at: str, item: RankedOption) -> list[Problem]:
+    """A criterion whose value is "not stated" (or starts so) given points above the lowest:
+    points rest on the value shown, and an unknown is never scored as good. The feedback
+    names the item and the criterion."""
+    return [problem(f"{at}.points", "unknown_scored",
+                    f"{item.title or item.id}: its value on \"{c}\" is \"{value.strip()}\", "
+                    f"yet it gets {item.points[c]} points: a value the cited evidence does not "
+                    f"state gets {POINTS[0]} (unknown is never scored as good); give it "
+                    f"{POINTS[0]}, or state the value the cited quotes give", c)
+            for c, value in item.criteria.items()
+            if not_stated(str(value)) and _on_scale(item.points.get(c))
+            and int(item.points[c]) > POINTS[0]]
+
+
 def _options_rules(known: set[str], quotes: Mapping[str, str],
                    asks: Mapping[str, Any]) -> Any:
     """What a ranking of options must satisfy: the common rules, points on the scale for
@@ -603,6 +630,7 @@ def _options_rules(known: set[str], quotes: Mapping[str, str],
                                      f"{POINTS[0]} to {POINTS[1]} (an integer) for the "
                                      "criterion", c)
                              for c in weights_of(asks) if not _on_scale(item.points.get(c))]
+                problems += unknown_scored(at, item)
                 score = points_score(item.points, asks)
             if score is None:
                 continue
