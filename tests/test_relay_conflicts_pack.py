@@ -368,3 +368,20 @@ def test_figures_stated_before_their_period_ended_are_marked(replayed: dict[str,
         if "before the period it covers had ended" in line:
             assert re.search(r"\(stated \d{1,2} \w+ \d{4}(?: and \d{1,2} \w+ \d{4})*, "
                              r"before the period", line), line
+
+
+def test_writer_requests_say_which_source_dates_only_the_register_gives(
+        replayed: dict[str, Any]) -> None:
+    """The synthesize, rank and render requests carry each source's metadata and, under
+    ``from_register``, the date and publisher only sources.toml gives (Q2's document has no
+    front matter; P1's states its own), so a sentence resting on them can say so (relay
+    run 4's review: "Q2's date and publisher are not in Q2")."""
+    told: dict[str, dict[str, Any]] = {}
+    for messages in replayed["replay"].requests:
+        block = read_input_block(messages) or {}
+        if block.get("task") in ("synthesize", "rank", "render") and block.get("sources"):
+            told.setdefault(str(block["task"]), {}).update(block["sources"])
+    assert set(told) == {"synthesize", "rank", "render"}
+    for task, sources in told.items():
+        assert sources["Q2"]["from_register"] == ["date", "publisher"], task
+        assert "from_register" not in sources.get("P1", {}), task

@@ -55,7 +55,10 @@ class Quantity(BaseModel):
     unit: str = Field(default="", description="%, EUR, units, days ... no scale word "
                       "('' if none)")
     metric: str = Field(default="", description="what is measured, e.g. market share")
-    entity: str = Field(default="", description="whose or what's figure it is ('' if general)")
+    entity: str = Field(default="", description="whose or what's figure it is, as this "
+                        "statement (or the source's title or publisher) names it; when it "
+                        "names none, the source's own words (\"the yard\") or '' — never a "
+                        "name taken from another statement or source")
     period: str = Field(default="", description="the year, quarter or date it holds for "
                         "('' if none)")
 

@@ -60,6 +60,7 @@ from keepstep.engine.kinds.common import (
 )
 from keepstep.engine.kinds.conflicts import run_id
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
+from keepstep.engine.kinds.extract import REGISTER
 from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_step
 from keepstep.engine.kinds.stale import label_for, stale_labels
 
@@ -342,11 +343,55 @@ def sources_for(ctx: UnitContext, evidence: list[dict[str, Any]]) -> dict[str, A
     inferring it; empty fields are left out, and nothing when no source has any."""
     meta = recorded_source_meta(ctx)
     wanted = {str(e.get("source_id", "")) for e in evidence}
-    out = {sid: {k: str(m[k]) for k in META_FIELDS if isinstance(m, dict) and m.get(k)}
-           for sid, m in sorted(meta.items(), key=lambda kv: natural_key(kv[0]))
-           if sid in wanted}
+    out: dict[str, dict[str, Any]] = {
+        sid: {k: str(m[k]) for k in META_FIELDS if isinstance(m, dict) and m.get(k)}
+        for sid, m in sorted(meta.items(), key=lambda kv: natural_key(kv[0]))
+        if sid in wanted}
     out = {sid: m for sid, m in out.items() if m}
+    for sid, fields in register_only(ctx, out, recorded_origins(ctx)).items():
+        out[sid]["from_register"] = fields
     return {"sources": out} if out else {}
+
+
+# The fields a sentence may rest on that only the source register may give (a source's
+# title names it, whichever file gives it).
+REGISTER_FIELDS = ("date", "publisher")
+
+
+def recorded_origins(ctx: UnitContext) -> dict[str, Any]:
+    """source id -> where each metadata field came from, as the verify dependencies recorded
+    it (``source_meta_from``)."""
+    origins: dict[str, Any] = {}
+    for dep, name in verified_deps(ctx):
+        given = ctx.dep_json(dep.id, name).get("source_meta_from")
+        for sid, info in (given.items() if isinstance(given, dict) else []):
+            if isinstance(info, dict):
+                origins.setdefault(str(sid), info)
+    return origins
+
+
+def register_only(ctx: UnitContext, meta: Mapping[str, Mapping[str, Any]],
+                  origins: Mapping[str, Any]) -> dict[str, list[str]]:
+    """source id -> its date and publisher fields that come from the project's source register
+    (``sources.toml``, by ``origins``: where each field came from) and that the document's
+    own header lines do not state: a writer says so when a
+    sentence rests on one ("dated 1 February 2025 in the source register") instead of
+    writing it as the document's. Sources with none are left out."""
+    out: dict[str, list[str]] = {}
+    for sid, fields in meta.items():
+        registered = [f for f in REGISTER_FIELDS if fields.get(f)
+                      and (origins.get(sid) or {}).get(f) == REGISTER]
+        if not registered:
+            continue
+        try:
+            header = {k.lower(): str(v).strip() for k, v in ctx.source_header(sid).items()}
+        except Exception:  # noqa: BLE001 - an unreadable header states nothing
+            header = {}
+        shown = set(header.values())
+        registered = [f for f in registered if str(fields[f]).strip() not in shown]
+        if registered:
+            out[sid] = registered
+    return out
 
 
 def _source_ids(ids: list[str], index: dict[str, dict[str, str]]) -> list[str]:
