@@ -482,7 +482,7 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
     citable = {**quotes, **citable_conflicts(conflicts)}
     # A figure its source gave before the figure's period ended (kinds.stale): the request
     # says so beside the item, and a finding stating it without saying so is labelled.
-    stale = stale_labels(evidence, recorded_source_meta(ctx))
+    stale = stale_labels(evidence, recorded_source_meta(ctx), recorded_origins(ctx))
     if evidence:
         ctx.safe_point(f"synthesize over {len(evidence)} statement(s)")
         step = run_model_step(ctx, prompt=_prompt(ctx, "synthesize"), inputs={
