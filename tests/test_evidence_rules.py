@@ -80,3 +80,26 @@ def test_register_only_names_the_date_and_publisher_the_document_does_not_state(
                                  "date": "2024-03-15"}})
     assert register_only(ctx, meta, origins) == {  # type: ignore[arg-type]
         "Q2": ["date", "publisher"], "R9": ["date"]}
+
+
+def test_code_blanks_an_entity_neither_the_quote_nor_the_source_names() -> None:
+    """Relay run 4's R2: "Delivery takes about 30 months from the order." came back with
+    entity "Brisland Yards", a name from the sentence before. Code blanks an entity that
+    neither the quote nor the source's title or publisher names, and says so; a named one
+    (also by a word's stem: "German" names "Germany"), one from the publisher and one in the
+    source's own words ("the yard") stay."""
+    from keepstep.engine.kinds.extract import unnamed_entities
+
+    def item(i: str, quote: str, entity: str) -> dict[str, Any]:
+        return {"id": i, "quote": quote, "quantities": [{"figure": "30", "entity": entity}]}
+
+    items = [item("R2-e2", "Delivery takes about 30 months from the order.", "Brisland Yards"),
+             item("R2-e1", "Brisland Yards quoted 30 million euro.", "Brisland Yards"),
+             item("R2-e3", "German sales rose 30%.", "Germany"),
+             item("R2-e4", "We grew 30% last year.", "Northwind Ltd"),
+             item("R2-e5", "The yard delivers in 30 months.", "the yard")]
+    notes = unnamed_entities(items, {"title": "Interview notes: shipyard sales manager",
+                                     "publisher": "Northwind Ltd"})
+    assert [q["entity"] for i in items for q in i["quantities"]] == [
+        "", "Brisland Yards", "Germany", "Northwind Ltd", "the yard"]
+    assert len(notes) == 1 and notes[0].startswith('R2-e2: entity "Brisland Yards"')

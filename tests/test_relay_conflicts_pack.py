@@ -390,3 +390,22 @@ def test_writer_requests_say_which_source_dates_only_the_register_gives(
     for task, sources in told.items():
         assert sources["Q2"]["from_register"] == ["date", "publisher"], task
         assert "from_register" not in sources.get("P1", {}), task
+
+
+def test_an_entity_the_quote_does_not_name_reaches_no_writer(replayed: dict[str, Any]) -> None:
+    """The recorded extract of R2 gave "Delivery takes about 30 months from the order." the
+    entity "Brisland Yards", named only in the sentence before it (relay run 4's review: "R2
+    never names Brisland Yards"). Code blanks it at extraction, so the synthesize and rank
+    requests carry no owner for the delivery time; R2-e1, which names the yard, keeps it."""
+    seen = 0
+    for messages in replayed["replay"].requests:
+        block = read_input_block(messages) or {}
+        if block.get("task") not in ("synthesize", "rank"):
+            continue
+        items = {str(e.get("id")): e for e in block.get("evidence") or []}
+        if "R2-e2" not in items:
+            continue
+        seen += 1
+        assert [q["entity"] for q in items["R2-e2"]["quantities"]] == [""]
+        assert [q["entity"] for q in items["R2-e1"]["quantities"]] == ["Brisland Yards"]
+    assert seen >= 2
