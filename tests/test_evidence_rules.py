@@ -22,11 +22,10 @@ def test_extract_never_infers_an_entity() -> None:
     or source. The quantity schema's description says the same."""
     extract = load_prompt("extract")
     assert "Never infer an entity" in extract.system
-    assert "never a name taken from another sentence of the source or from another source" \
-        in extract.system
-    assert "the entity from the sentence (or the source's metadata) only" in extract.user
+    assert "never a name from another sentence or source" in extract.system
+    assert "the entity by the rule on entities" in extract.user
     described = Quantity.model_json_schema()["properties"]["entity"]["description"]
-    assert "never a name taken from another statement or source" in described
+    assert "never inferred from another statement or source" in described
 
 
 def test_writers_attribute_only_what_a_quote_names_and_say_register_dates() -> None:

@@ -68,7 +68,9 @@ def extract_evidence(source_id: str, text: str, first_id: int = 1,
     language model, but no rule here tells which of them matter.)
     """
     evidence: list[dict] = []
-    for kind, quote, header in rules.statements(text):
+    # Only a source's start holds its front matter: a later chunk (first_id past 1) that
+    # opens on a "---" block reads it as the whole source would, as body text.
+    for kind, quote, header in rules.statements(text, front_matter=first_id == 1):
         if not any(ch.isdigit() for ch in quote):
             continue
         item_id = f"{source_id}-e{first_id + len(evidence)}"
