@@ -244,6 +244,17 @@ def test_code_marks_a_figure_stated_before_its_period_ended() -> None:
     assert label_for("As of March 2024 the pilot covers 1,200 meters.", ["A1-e2"], labels) == ""
     assert label_for("The pilot covers two towns.", ["A1-e2"], labels) == ""
     assert label_for("Readings arrived on time for 97% of meters.", ["A1-e1"], labels) == ""
+    # A date only the source register gives is labelled so (relay run 4's review: the
+    # document does not carry it); a date the document's header gave is not.
+    from keepstep.engine.kinds.extract import DOCUMENT, REGISTER
+
+    registered = stale_labels(STALE_EVIDENCE, STALE_META, {"A1": {"date": REGISTER}})
+    assert registered == {"A1-e2": ("stated 15 March 2024 per the source register",
+                                    ["1,200"])}
+    assert label_for("The pilot covered 1,200 meters.", ["A1-e2"], registered) == (
+        " (stated 15 March 2024 per the source register, before the period it covers had "
+        "ended: not a final figure)")
+    assert stale_labels(STALE_EVIDENCE, STALE_META, {"A1": {"date": DOCUMENT}}) == labels
     # Two marked sources: one label naming both dates.
     both = {**labels, "C1-e1": ("stated 1 May 2024", ["1,200"])}
     assert label_for("The pilot covered 1,200 meters.", ["A1-e2", "C1-e1"], both) == (

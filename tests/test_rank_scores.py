@@ -220,3 +220,41 @@ def test_a_wrong_calculation_fails_the_check_and_is_revised(tampered: dict[str, 
     top = tampered["ranking"]["risks"][0]
     assert top["calculation"] == "22 - 18 = 4"
     assert "by 4 million" in top["criteria"]["hull price"]
+
+
+def test_a_value_not_stated_scored_above_the_lowest_is_sent_back_naming_item_and_criterion(
+) -> None:
+    """Points rest on the value shown: a criterion whose value is "not stated" (or starts
+    so, with a reason after it) gets 1; more points come back as feedback naming the item
+    and the criterion (relay run 4: "Option 1 gets 4/5 on a hull price that is 'not
+    stated'"). A stated value keeps whatever points the model gives it; 1 passes."""
+    unknown = _option(criteria={"hull price": "Not stated: a second yard's price is not in "
+                                              "the evidence", "delivery": "about 30 months"},
+                      points={"hull price": 4, "delivery": 3})
+    found = _problems([unknown])
+    assert [(p.field, p.rule, p.value) for p in found] == [
+        ("items[0].points", "unknown_scored", "hull price")]
+    assert "Seek a second yard's quote" in found[0].message
+    assert "gets 4 points" in found[0].message and "gets 1" in found[0].message
+    assert _problems([{**unknown, "points": {"hull price": 1, "delivery": 3}}]) == []
+    plain = _option(criteria={"hull price": "not stated", "delivery": "not stated"},
+                    points={"hull price": 1, "delivery": 2})
+    assert [p.value for p in _problems([plain])] == ["delivery"]
+    # A value that only mentions an unknown later is a stated value: not this rule's.
+    stated = _option(criteria={"hull price": "18 or 22 million euro; a second yard's price "
+                                             "is not stated", "delivery": "about 30 months"})
+    assert _problems([stated]) == []
+
+
+def test_the_rank_prompt_anchors_the_points_on_the_value_shown() -> None:
+    """The options prompt anchors the 1-5 scale (5 best value among the items, 1 worst or
+    not stated, equal values equal points) and the schema's points say the same."""
+    from keepstep.engine.gateway.prompts import load_prompt
+    from keepstep.engine.kinds.synthesize import _rank_schema
+
+    text = load_prompt("rank").system
+    assert "5 = the cited evidence shows the best value among the items" in text
+    assert "An unknown is never scored as good" in text
+    assert "Items with the same value on a criterion get the same points" in text
+    points = _rank_schema(ASKS)["$defs"]["RankedOption"]["properties"]["points"]
+    assert "never scored as good" in points["description"]

@@ -348,7 +348,48 @@ def test_figures_stated_before_their_period_ended_are_marked(replayed: dict[str,
     assert "_(stated 10 January 2023, before its period ended)_" in rows["Q1-e1"]
     marked = [i for i, line in rows.items() if "before its period ended" in line]
     assert marked and all(i.split("-e")[0] in {"P1", "P2", "Q1", "Q2"} for i in marked), marked
+    # A date only the source register gives (Q2's) is labelled so (h20w2: relay run 4's
+    # review, "Q2's date and publisher are not in Q2"); the documents' own dates are not.
+    date = r"\d{1,2} \w+ \d{4}(?: per the source register)?"
+    assert "_(stated 1 February 2025 per the source register, before its period ended)_" \
+        in rows["Q2-e1"]
     for line in memo.splitlines():
         if "before the period it covers had ended" in line:
-            assert re.search(r"\(stated \d{1,2} \w+ \d{4}(?: and \d{1,2} \w+ \d{4})*, "
-                             r"before the period", line), line
+            assert re.search(rf"\(stated {date}(?: and {date})*, before the period", line), line
+            assert "1 February 2025," not in line and "10 January 2023 per" not in line, line
+
+
+def test_writer_requests_say_which_source_dates_only_the_register_gives(
+        replayed: dict[str, Any]) -> None:
+    """The synthesize, rank and render requests carry each source's metadata and, under
+    ``from_register``, the date and publisher only sources.toml gives (Q2's document has no
+    front matter; P1's states its own), so a sentence resting on them can say so (relay
+    run 4's review: "Q2's date and publisher are not in Q2")."""
+    told: dict[str, dict[str, Any]] = {}
+    for messages in replayed["replay"].requests:
+        block = read_input_block(messages) or {}
+        if block.get("task") in ("synthesize", "rank", "render") and block.get("sources"):
+            told.setdefault(str(block["task"]), {}).update(block["sources"])
+    assert set(told) == {"synthesize", "rank", "render"}
+    for task, sources in told.items():
+        assert sources["Q2"]["from_register"] == ["date", "publisher"], task
+        assert "from_register" not in sources.get("P1", {}), task
+
+
+def test_an_entity_the_quote_does_not_name_reaches_no_writer(replayed: dict[str, Any]) -> None:
+    """The recorded extract of R2 gave "Delivery takes about 30 months from the order." the
+    entity "Brisland Yards", named only in the sentence before it (relay run 4's review: "R2
+    never names Brisland Yards"). Code blanks it at extraction, so the synthesize and rank
+    requests carry no owner for the delivery time; R2-e1, which names the yard, keeps it."""
+    seen = 0
+    for messages in replayed["replay"].requests:
+        block = read_input_block(messages) or {}
+        if block.get("task") not in ("synthesize", "rank"):
+            continue
+        items = {str(e.get("id")): e for e in block.get("evidence") or []}
+        if "R2-e2" not in items:
+            continue
+        seen += 1
+        assert [q["entity"] for q in items["R2-e2"]["quantities"]] == [""]
+        assert [q["entity"] for q in items["R2-e1"]["quantities"]] == ["Brisland Yards"]
+    assert seen >= 2

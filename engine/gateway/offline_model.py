@@ -68,7 +68,9 @@ def extract_evidence(source_id: str, text: str, first_id: int = 1,
     language model, but no rule here tells which of them matter.)
     """
     evidence: list[dict] = []
-    for kind, quote, header in rules.statements(text):
+    # Only a source's start holds its front matter: a later chunk (first_id past 1) that
+    # opens on a "---" block reads it as the whole source would, as body text.
+    for kind, quote, header in rules.statements(text, front_matter=first_id == 1):
         if not any(ch.isdigit() for ch in quote):
             continue
         item_id = f"{source_id}-e{first_id + len(evidence)}"
@@ -366,7 +368,10 @@ def _option_candidates(evidence: list[dict], criteria: list[str],
         named = {c: [o for o in support if _option_words(c) <= _option_words(
             " ".join(w.rstrip("s") + " " + w for w in str(o.get("quote", "")).split()))]
             for c in criteria}
-        points = {c: _points(len(named[c])) for c in criteria}
+        # A value the evidence does not state gets the lowest point (the rank prompt's
+        # rule, which code checks): unknown is never scored as good.
+        points = {c: 1 if values[c][0] == "not stated" else _points(len(named[c]))
+                  for c in criteria}
         reasons = "; ".join(
             f"{c}: {_COUNT_WORDS[min(len(named[c]), 9)]} statement(s) bearing on this course "
             "name it" for c in criteria)

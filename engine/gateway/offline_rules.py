@@ -81,7 +81,7 @@ def row_quote(line: str) -> str:
     return _ROW_EDGE_RE.sub("", line.strip())
 
 
-def _blocks(text: str) -> list[tuple[str, str, str]]:
+def _blocks(text: str, front_matter: bool = True) -> list[tuple[str, str, str]]:
     """(kind, text, table header) in document order: ``prose`` blocks and table ``row``s.
 
     A table is a pipe line directly followed by a separator line (``| --- |``); its data rows
@@ -90,7 +90,7 @@ def _blocks(text: str) -> list[tuple[str, str, str]]:
     blocks: list[tuple[str, str, str]] = []
     current: list[str] = []
     in_fence = False
-    lines = strip_front_matter(text).splitlines()
+    lines = (strip_front_matter(text) if front_matter else text).splitlines()
 
     def flush() -> None:
         if current:
@@ -158,11 +158,13 @@ def body_blocks(text: str) -> list[str]:
     return [b for kind, b, _ in _blocks(text) if kind == "prose"]
 
 
-def statements(text: str) -> list[tuple[str, str, str]]:
+def statements(text: str, front_matter: bool = True) -> list[tuple[str, str, str]]:
     """(kind, quote, table header) of every statement in document order: each prose
-    sentence (``sentence``) and each table data row (``row``, quoted by ``row_quote``)."""
+    sentence (``sentence``) and each table data row (``row``, quoted by ``row_quote``).
+    ``front_matter``: whether a leading ``---`` block is the text's front matter (False for
+    a later chunk of a source: a block that opens it is body text, as in the whole)."""
     out: list[tuple[str, str, str]] = []
-    for kind, block, header in _blocks(text):
+    for kind, block, header in _blocks(text, front_matter):
         if kind == "row":
             out.append(("row", block, header))
         else:

@@ -55,7 +55,8 @@ class Quantity(BaseModel):
     unit: str = Field(default="", description="%, EUR, units, days ... no scale word "
                       "('' if none)")
     metric: str = Field(default="", description="what is measured, e.g. market share")
-    entity: str = Field(default="", description="whose or what's figure it is ('' if general)")
+    entity: str = Field(default="", description="whose figure it is, as the statement names "
+                        "it ('' if none): never inferred from another statement or source")
     period: str = Field(default="", description="the year, quarter or date it holds for "
                         "('' if none)")
 

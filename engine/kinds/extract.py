@@ -408,6 +408,46 @@ def _rules(text: str, source_id: str, required: list[str], topics: list[str]) ->
     return rules
 
 
+# --- entities ------------------------------------------------------------------------------
+
+# A name in an entity: a capitalised word ("Brisland", "Yards", "EU").
+_NAME_RE = re.compile(r"[A-Z][A-Za-z'&.-]*")
+_WORD_RE = re.compile(r"[a-z0-9][a-z0-9'&.-]*")
+
+
+def _named_in(name: str, haystack: set[str]) -> bool:
+    """Whether a word of ``haystack`` (lowercase words) starts with ``name``'s stem (the
+    name less up to two trailing letters, at least four: "Germany" is named by "German")."""
+    name = name.lower().removesuffix("'s")
+    stem = name[:max(4, len(name) - 2)]
+    return any(w.startswith(stem) for w in haystack)
+
+
+def unnamed_entities(items: list[Any], meta: Mapping[str, str]) -> list[str]:
+    """Blank each quantity's ``entity`` that names an organisation neither its quote nor its
+    source's title or publisher names (an entity inferred from another sentence or source:
+    "Brisland Yards" for "Delivery takes about 30 months", said two lines after a sentence
+    naming the yard); one note per blanked entity. An entity in the source's own words
+    without a name ("the yard") stays. Code checks what the extract prompt's rule says, so
+    no writer reads an inferred owner as the source's."""
+    notes: list[str] = []
+    context = " ".join(str(meta.get(k) or "") for k in ("title", "publisher"))
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        haystack = set(_WORD_RE.findall(f"{item.get('quote', '')} {context}".lower()))
+        for q in item.get("quantities") or []:
+            if not isinstance(q, dict) or not str(q.get("entity") or "").strip():
+                continue
+            names = _NAME_RE.findall(str(q["entity"]))
+            if names and not any(_named_in(n, haystack) for n in names):
+                notes.append(f"{item.get('id')}: entity \"{q['entity']}\" of figure "
+                             f"{q.get('figure')} is named by neither its quote nor its "
+                             "source's title or publisher: left blank (never inferred)")
+                q["entity"] = ""
+    return notes
+
+
 # --- the kind --------------------------------------------------------------------------------
 
 def _locate(items: list[Any], conv: ConvertedSource, chunk: Chunk) -> int:
@@ -467,6 +507,7 @@ def run(ctx: UnitContext) -> KindOutcome:
     steps: list[tuple[str, StepResult]] = []
     shape: list[str] = [] if sources else ["the unit names no approved sources"]
     table_rows = 0
+    blanked: list[str] = []
     for n, source in enumerate(sources, start=1):
         conv = convs[source.id]
         chunks = planned[source.id]
@@ -493,6 +534,7 @@ def run(ctx: UnitContext) -> KindOutcome:
                 continue
             next_id += len(items)
             table_rows += _locate(items, conv, chunk)
+            blanked += unnamed_entities(items, metas[source.id])
             for item in items:
                 if isinstance(item, dict) and "group" not in item:
                     item = {**item, "group": source.group}
@@ -517,6 +559,8 @@ def run(ctx: UnitContext) -> KindOutcome:
         facts["chunked_sources"] = chunked
     if table_rows:
         facts["table_rows"] = table_rows
+    if blanked:
+        facts["entities_not_named"] = blanked
     formats = sorted({c.format for c in convs.values()} - {"md"})
     if formats:
         facts["formats"] = formats

@@ -192,7 +192,7 @@ class Sources:
         """The evidence whose figures were stated before their period ended, with each
         label (``kinds.stale``), from the sources' dates verify recorded."""
         if self._stale is None:
-            self._stale = stale_labels(self.evidence, self.meta)
+            self._stale = stale_labels(self.evidence, self.meta, self.meta_from)
             # A document reading syntheses, not the verified evidence: what they recorded.
             for doc in self.syntheses:
                 for i, mark in (doc.get("stated_before_period_end") or {}).items():

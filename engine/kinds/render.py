@@ -69,7 +69,7 @@ from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, re
 from keepstep.engine.kinds.model_step import StepResult, run_model_step
 from keepstep.engine.kinds.parts import TABLE_COLUMNS, TOP_RISKS, Sources, fill_part
 from keepstep.engine.kinds.stale import label_for
-from keepstep.engine.kinds.synthesize import Claim, support_judge
+from keepstep.engine.kinds.synthesize import META_FIELDS, Claim, register_only, support_judge
 
 SPEC = KindSpec(
     name="render",
@@ -176,6 +176,7 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
     step = run_model_step(ctx, prompt="render", inputs={
         "task": "render", "document": document, "section": section,
         "audience": src.audience, **({"decision": decision} if decision else {}), **inputs,
+        **_sources_told(ctx, src, quotes),
         "evidence": {k: v.strip() for k, v in sorted(quotes.items())},
         **({"stated_before_period_end": stale} if stale else {})},
         schema=RenderAnswer, rules=rules,
@@ -222,6 +223,22 @@ def over_budget(section: str, texts: list[str], words: int | None) -> list[Any]:
                     f"over its budget of {words}: keep the sentences that answer the decision, "
                     "say each once and briefly, and leave the rest to the sections after it",
                     f"{count} words")]
+
+
+def _sources_told(ctx: UnitContext, src: Sources, quotes: dict[str, str]) -> dict[str, Any]:
+    """INPUT's ``sources``: each source of the quotes a section may cite, with its title,
+    kind, date and publisher and (``from_register``) the date and publisher only the source
+    register gives, so a sentence resting on one says so rather than writing it as the
+    document's (``synthesize.register_only``). Nothing when no source has metadata."""
+    sids = sorted({str(src.index[i].get("source_id")) for i in quotes
+                   if i in src.index and src.index[i].get("source_id")}, key=natural_key)
+    told: dict[str, dict[str, Any]] = {
+        sid: {k: src.meta[sid][k] for k in META_FIELDS if src.meta.get(sid, {}).get(k)}
+        for sid in sids}
+    told = {sid: m for sid, m in told.items() if m}
+    for sid, fields in register_only(ctx, told, src.meta_from).items():
+        told[sid]["from_register"] = fields
+    return {"sources": told} if told else {}
 
 
 def decision_of(ctx: UnitContext, src: Sources) -> str:

@@ -33,6 +33,7 @@ from typing import Any
 from keepstep.engine.kinds.citable import human_date
 from keepstep.engine.kinds.claims import stated_figures
 from keepstep.engine.kinds.conflicts import quantities_of
+from keepstep.engine.kinds.extract import REGISTER
 
 _MONTHS = {m.lower(): n for n, m in enumerate(calendar.month_name) if m} | {
     m.lower(): n for n, m in enumerate(calendar.month_abbr) if m} | {"sept": 9}
@@ -110,10 +111,19 @@ def source_date(text: str) -> date | None:
     return period_end(text)
 
 
+# What a label adds to a date that only the project's source register gives (``origins``: a
+# source's date field recorded as the register's): the document itself does not state it.
+REGISTER_DATE = " per the source register"
+
+
 def stale_labels(evidence: Iterable[Mapping[str, Any]],
-                 meta: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[str, list[str]]]:
+                 meta: Mapping[str, Mapping[str, Any]],
+                 origins: Mapping[str, Mapping[str, Any]] | None = None
+                 ) -> dict[str, tuple[str, list[str]]]:
     """evidence id -> ("stated <the source's date>", the figures as written whose
-    period ends after it), for each item with at least one such figure."""
+    period ends after it), for each item with at least one such figure. A date ``origins``
+    records as the source register's (``extract.REGISTER``) is labelled so: "stated
+    1 February 2025 per the source register"."""
     out: dict[str, tuple[str, list[str]]] = {}
     for item in evidence:
         info = meta.get(str(item.get("source_id", ""))) or {}
@@ -124,7 +134,10 @@ def stale_labels(evidence: Iterable[Mapping[str, Any]],
         figures = [q.figure for q in quantities_of(item)
                    if (end := period_end(q.period)) is not None and end > dated]
         if figures:
-            out[str(item.get("id"))] = (f"{_LABEL}{human_date(written)}", figures)
+            sid = str(item.get("source_id", ""))
+            register = (origins or {}).get(sid, {}).get("date") == REGISTER
+            out[str(item.get("id"))] = (
+                f"{_LABEL}{human_date(written)}{REGISTER_DATE if register else ''}", figures)
     return out
 
 

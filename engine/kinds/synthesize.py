@@ -28,6 +28,7 @@ when it does not. A claims answer that passes the rules is then checked against 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -60,6 +61,7 @@ from keepstep.engine.kinds.common import (
 )
 from keepstep.engine.kinds.conflicts import run_id
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
+from keepstep.engine.kinds.extract import REGISTER
 from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_step
 from keepstep.engine.kinds.stale import label_for, stale_labels
 
@@ -141,8 +143,9 @@ class RankedOption(BaseModel):
                                      "each criterion INPUT names, as the cited quotes state it "
                                      "(\"not stated\" when they say nothing on it)")
     points: dict[str, int] = Field(default_factory=dict, description=(
-        f"per criterion, an integer from {POINTS[0]} (meets it worst) to {POINTS[1]} (meets it "
-        "best), judged on the value given"))
+        f"per criterion, an integer resting on the value given: {POINTS[1]} = the best value "
+        f"among the items ranked, {POINTS[0]} = the worst or \"not stated\" (an unknown is "
+        "never scored as good); equal values get equal points"))
     rationale: str = Field(default="", description="why each criterion gets its points, from "
                            "the quotes")
     evidence_ids: list[str]
@@ -341,11 +344,55 @@ def sources_for(ctx: UnitContext, evidence: list[dict[str, Any]]) -> dict[str, A
     inferring it; empty fields are left out, and nothing when no source has any."""
     meta = recorded_source_meta(ctx)
     wanted = {str(e.get("source_id", "")) for e in evidence}
-    out = {sid: {k: str(m[k]) for k in META_FIELDS if isinstance(m, dict) and m.get(k)}
-           for sid, m in sorted(meta.items(), key=lambda kv: natural_key(kv[0]))
-           if sid in wanted}
+    out: dict[str, dict[str, Any]] = {
+        sid: {k: str(m[k]) for k in META_FIELDS if isinstance(m, dict) and m.get(k)}
+        for sid, m in sorted(meta.items(), key=lambda kv: natural_key(kv[0]))
+        if sid in wanted}
     out = {sid: m for sid, m in out.items() if m}
+    for sid, fields in register_only(ctx, out, recorded_origins(ctx)).items():
+        out[sid]["from_register"] = fields
     return {"sources": out} if out else {}
+
+
+# The fields a sentence may rest on that only the source register may give (a source's
+# title names it, whichever file gives it).
+REGISTER_FIELDS = ("date", "publisher")
+
+
+def recorded_origins(ctx: UnitContext) -> dict[str, Any]:
+    """source id -> where each metadata field came from, as the verify dependencies recorded
+    it (``source_meta_from``)."""
+    origins: dict[str, Any] = {}
+    for dep, name in verified_deps(ctx):
+        given = ctx.dep_json(dep.id, name).get("source_meta_from")
+        for sid, info in (given.items() if isinstance(given, dict) else []):
+            if isinstance(info, dict):
+                origins.setdefault(str(sid), info)
+    return origins
+
+
+def register_only(ctx: UnitContext, meta: Mapping[str, Mapping[str, Any]],
+                  origins: Mapping[str, Any]) -> dict[str, list[str]]:
+    """source id -> its date and publisher fields that come from the project's source register
+    (``sources.toml``, by ``origins``: where each field came from) and that the document's
+    own header lines do not state: a writer says so when a
+    sentence rests on one ("dated 1 February 2025 in the source register") instead of
+    writing it as the document's. Sources with none are left out."""
+    out: dict[str, list[str]] = {}
+    for sid, fields in meta.items():
+        registered = [f for f in REGISTER_FIELDS if fields.get(f)
+                      and (origins.get(sid) or {}).get(f) == REGISTER]
+        if not registered:
+            continue
+        try:
+            header = {k.lower(): str(v).strip() for k, v in ctx.source_header(sid).items()}
+        except Exception:  # noqa: BLE001 - an unreadable header states nothing
+            header = {}
+        shown = set(header.values())
+        registered = [f for f in registered if str(fields[f]).strip() not in shown]
+        if registered:
+            out[sid] = registered
+    return out
 
 
 def _source_ids(ids: list[str], index: dict[str, dict[str, str]]) -> list[str]:
@@ -436,7 +483,7 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
     citable = {**quotes, **citable_conflicts(conflicts)}
     # A figure its source gave before the figure's period ended (kinds.stale): the request
     # says so beside the item, and a finding stating it without saying so is labelled.
-    stale = stale_labels(evidence, recorded_source_meta(ctx))
+    stale = stale_labels(evidence, recorded_source_meta(ctx), recorded_origins(ctx))
     if evidence:
         ctx.safe_point(f"synthesize over {len(evidence)} statement(s)")
         step = run_model_step(ctx, prompt=_prompt(ctx, "synthesize"), inputs={
@@ -579,6 +626,31 @@ def _on_scale(value: Any) -> bool:
         POINTS[0] <= value <= POINTS[1]
 
 
+# A criterion value that says the evidence gives none ("not stated", "Not stated: the 2026
+# price list is not in the evidence"): points rest on the value shown, so it gets the lowest.
+_NOT_STATED_RE = re.compile(r"\s*[(\[\"'“]*\s*(not stated|unknown|not given|not known)\b",
+                            re.IGNORECASE)
+
+
+def not_stated(value: str) -> bool:
+    """Whether a criterion value says (or starts by saying) that the evidence gives none."""
+    return bool(_NOT_STATED_RE.match(value))
+
+
+def unknown_scored(at: str, item: RankedOption) -> list[Problem]:
+    """A criterion whose value is "not stated" (or starts so) given points above the lowest:
+    points rest on the value shown, and an unknown is never scored as good. The feedback
+    names the item and the criterion."""
+    return [problem(f"{at}.points", "unknown_scored",
+                    f"{item.title or item.id}: its value on \"{c}\" is \"{value.strip()}\", "
+                    f"yet it gets {item.points[c]} points: a value the cited evidence does not "
+                    f"state gets {POINTS[0]} (unknown is never scored as good); give it "
+                    f"{POINTS[0]}, or state the value the cited quotes give", c)
+            for c, value in item.criteria.items()
+            if not_stated(str(value)) and _on_scale(item.points.get(c))
+            and int(item.points[c]) > POINTS[0]]
+
+
 def _options_rules(known: set[str], quotes: Mapping[str, str],
                    asks: Mapping[str, Any]) -> Any:
     """What a ranking of options must satisfy: the common rules, points on the scale for
@@ -604,6 +676,7 @@ def _options_rules(known: set[str], quotes: Mapping[str, str],
                                      f"{POINTS[0]} to {POINTS[1]} (an integer) for the "
                                      "criterion", c)
                              for c in weights_of(asks) if not _on_scale(item.points.get(c))]
+                problems += unknown_scored(at, item)
                 score = points_score(item.points, asks)
             if score is None:
                 continue
