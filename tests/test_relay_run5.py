@@ -1,6 +1,6 @@
-"""The conflicts test pack's fourth real-model run, replayed (issue 20).
+"""The conflicts test pack's fifth real-model run, replayed (issue 20).
 
-tests/fixtures/relay_conflicts_pack_run4 holds every request keepstep sent and every answer a
+tests/fixtures/relay_conflicts_pack_run5 holds every request keepstep sent and every answer a
 language model gave in that run (its README says how it was made). Unlike run 2's recording
 (tests/test_relay_conflicts_pack.py), this one was made after U04 began classifying the
 disagreements over advice, so the real model answered that request too: here every request
@@ -41,7 +41,8 @@ from tests.support.relay_replay import (
     request_key,
 )
 
-RECORDING = Path(__file__).parent / "fixtures" / "relay_conflicts_pack_run4"
+RECORDING = Path(__file__).parent / "fixtures" / "relay_conflicts_pack_run5"
+RUN_4 = Path(__file__).parent / "fixtures" / "relay_conflicts_pack_run4"  # kept as a record
 ADVICE_REQUEST = "0009"  # U04's second request: the advice candidates, no claim to judge
 
 
@@ -51,11 +52,11 @@ def _kinds(requests: list[list[dict[str, Any]]]) -> Counter[tuple[str, str, str,
 
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The pack run on run 4's recorded answers (api_base a closed port), then
+    """The pack run on run 5's recorded answers (api_base a closed port), then
     `conflicts --json` and `export`. A request the recording has no answer for is answered
     by the offline rules and named in ``replay.unrecorded`` (so the run ends and the test
     says which request it was), never passed off as recorded."""
-    return replay_pack(PACK, tmp_path_factory.mktemp("replay4") / "pack",
+    return replay_pack(PACK, tmp_path_factory.mktemp("replay5") / "pack",
                        RelayReplay(RECORDING, unrecorded="offline"))
 
 
@@ -66,7 +67,7 @@ def test_every_request_is_answered_from_the_recording(replayed: dict[str, Any]) 
     replay = replayed["replay"]
     assert [key for key, _ in replay.unrecorded] == []
     pairs = load_pairs(RECORDING)
-    assert len(pairs) == 15
+    assert len(pairs) == 16
     assert _kinds(replay.requests) == _kinds([r["messages"] for _, r, _ in pairs])
     numbers = [n for n, _ in replay.matched]
     assert sorted(numbers) == [n for n, _, _ in pairs]
@@ -106,9 +107,8 @@ def test_the_advice_classification_is_the_real_models(replayed: dict[str, Any]) 
 
 
 def test_the_run_ends_done_and_its_audit_passes(replayed: dict[str, Any]) -> None:
-    """The recorded run ended blocked on a misread of "which holds over the 120" (fixed in
-    60a1dfd, then `keepstep retry A01`); replayed now, it ends done at the audit's first
-    attempt, every check of it passed, the settled-disagreement one included."""
+    """The run ends done at the audit's first attempt (as the recorded run did), every check
+    of it passed, the settled-disagreement one included."""
     assert replayed["status"].decision == "done", replayed["status"]
     [audit] = sorted((replayed["root"] / ".keepstep" / "artifacts" / "T1" / "A01")
                      .glob("a*/audit.json"))
@@ -135,20 +135,40 @@ def test_every_figure_is_quoted_or_calculated(replayed: dict[str, Any]) -> None:
 
 
 def test_the_berth_fee_line_is_not_flagged_as_open(replayed: dict[str, Any]) -> None:
-    """The recommendation's berth-fee line ("140 euro ..., which holds over the 120 euro in
-    its older notice") gives both sides of K1 and says which holds: settled_as_open flags
-    no line of the memo for it (it flagged that line before 60a1dfd)."""
-
+    """The recommendation's port-fee line gives both sides of K1 (140 and 120 euro) and says
+    which holds: settled_as_open flags no line of the memo for it."""
     memo = replayed["memo"]
     [berth] = [c for c in conflict_records([{"conflicts": replayed["conflicts"]}])
                if c["id"] == "K1"]
     assert berth["metric"] == "berth fee per call" and berth["holds"] == "140"
     [line] = [line for line in sections(memo)["recommendation"].splitlines()
-              if "berth fee" in line.lower()]
-    assert "which holds over the 120 euro" in line
+              if "140" in line and "120" in line]
+    assert "holds" in line
     assert {"Q1-e1", "Q2-e1"} <= cited_evidence_ids(line)
     assert settled_as_open(line, berth) == []
     assert settled_as_open(expand_footnotes(memo), berth) == []
+
+
+def test_run_4s_ranking_is_sent_back_by_the_points_rule() -> None:
+    """Run 4 (kept as a record in relay_conflicts_pack_run4) was reviewed "do not send":
+    among its faults, an option given 2 of 5 points on a hull price it calls "Not stated".
+    Today's rank rules send that answer back, naming the option and the criterion; run 5's
+    ranking passes them."""
+    from keepstep.engine.kinds.synthesize import OptionsAnswer, unknown_scored
+
+    def problems(folder: Path, number: str) -> list[Any]:
+        content = json.loads((folder / "answers" / f"{number}.json").read_text(
+            encoding="utf-8"))["content"]
+        answer = OptionsAnswer.model_validate_json(content)
+        return [p for n, item in enumerate(answer.items)
+                for p in unknown_scored(f"items[{n}]", item)]
+
+    found = problems(RUN_4, "0010")
+    assert {p.rule for p in found} == {"unknown_scored"}
+    assert sorted((p.message.split(":")[0], p.value) for p in found) == [
+        ("Defer the order until the yard's 2026 price list", "hull price"),
+        ("Seek a second yard's quote before ordering in 2025", "delivery")]
+    assert problems(RECORDING, "0012") == []  # run 5's second round, the one it used
 
 
 def test_a_reworded_prompt_is_answered_by_its_place() -> None:
