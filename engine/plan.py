@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from keepstep.engine.core.plan_checks import (
         validate_plan,
     )
+    from keepstep.engine.core.plan_graph import gc_paused
     from keepstep.engine.files.plan_file import (
         save_plan,
     )
@@ -52,6 +53,7 @@ _EXPORTS: dict[str, str] = {
     "load_plan": "keepstep.engine.core.plan",
     "parse_plan": "keepstep.engine.core.plan",
     "validate_plan": "keepstep.engine.core.plan_checks",
+    "gc_paused": "keepstep.engine.core.plan_graph",
     "save_plan": "keepstep.engine.files.plan_file",
     "PLAN_FILE": "keepstep.engine.files.project",
     "expected_outputs": "keepstep.engine.kinds",
@@ -69,6 +71,7 @@ __all__ = [
     "compact_ids",
     "estimate_costs",
     "expected_outputs",
+    "gc_paused",
     "load_plan",
     "parse_plan",
     "save_plan",

@@ -225,9 +225,10 @@ def test_a_wrong_calculation_fails_the_check_and_is_revised(tampered: dict[str, 
 def test_a_value_not_stated_scored_above_the_lowest_is_sent_back_naming_item_and_criterion(
 ) -> None:
     """Points rest on the value shown: a criterion whose value is "not stated" (or starts
-    so, with a reason after it) gets 1; more points come back as feedback naming the item
-    and the criterion (relay run 4: "Option 1 gets 4/5 on a hull price that is 'not
-    stated'"). A stated value keeps whatever points the model gives it; 1 passes."""
+    so, with a reason after it) gets no more than the lowest a stated value gets on it (1
+    when no item states one); more points come back as feedback naming the item and the
+    criterion (relay run 4: "Option 1 gets 4/5 on a hull price that is 'not stated'"). A
+    stated value keeps whatever points the model gives it."""
     unknown = _option(criteria={"hull price": "Not stated: a second yard's price is not in "
                                               "the evidence", "delivery": "about 30 months"},
                       points={"hull price": 4, "delivery": 3})
@@ -235,7 +236,7 @@ def test_a_value_not_stated_scored_above_the_lowest_is_sent_back_naming_item_and
     assert [(p.field, p.rule, p.value) for p in found] == [
         ("items[0].points", "unknown_scored", "hull price")]
     assert "Seek a second yard's quote" in found[0].message
-    assert "gets 4 points" in found[0].message and "gets 1" in found[0].message
+    assert "gets 4 points" in found[0].message and "gets 1 here at most" in found[0].message
     assert _problems([{**unknown, "points": {"hull price": 1, "delivery": 3}}]) == []
     plain = _option(criteria={"hull price": "not stated", "delivery": "not stated"},
                     points={"hull price": 1, "delivery": 2})
@@ -244,11 +245,21 @@ def test_a_value_not_stated_scored_above_the_lowest_is_sent_back_naming_item_and
     stated = _option(criteria={"hull price": "18 or 22 million euro; a second yard's price "
                                              "is not stated", "delivery": "about 30 months"})
     assert _problems([stated]) == []
+    # Beside a stated value: the unknown may tie the lowest stated points, never pass them
+    # (relay run 5: the option falling back on the quoted price was given 1 against 5).
+    known = _option(id="R1", title="Order now", points={"hull price": 2, "delivery": 3})
+    tied = {**unknown, "id": "R2", "points": {"hull price": 2, "delivery": 3}}
+    assert _problems([known, tied]) == []
+    above = {**unknown, "id": "R2", "points": {"hull price": 3, "delivery": 3}}
+    [p] = _problems([above, known])  # listed from the highest score down (6, then 5)
+    assert (p.field, p.rule, p.value) == ("items[0].points", "unknown_scored", "hull price")
+    assert "gets 3 points" in p.message and "gets 2 here at most" in p.message
 
 
 def test_the_rank_prompt_anchors_the_points_on_the_value_shown() -> None:
-    """The options prompt anchors the 1-5 scale (5 best value among the items, 1 worst or
-    not stated, equal values equal points) and the schema's points say the same."""
+    """The options prompt anchors the 1-5 scale (5 best value among the items, 1 worst, an
+    unknown never above a known value, equal values equal points) and the schema's points say
+    the same."""
     from keepstep.engine.gateway.prompts import load_prompt
     from keepstep.engine.kinds.synthesize import _rank_schema
 

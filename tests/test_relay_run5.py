@@ -151,23 +151,29 @@ def test_the_berth_fee_line_is_not_flagged_as_open(replayed: dict[str, Any]) -> 
 
 def test_run_4s_ranking_is_sent_back_by_the_points_rule() -> None:
     """Run 4 (kept as a record in relay_conflicts_pack_run4) was reviewed "do not send":
-    among its faults, an option given 2 of 5 points on a hull price it calls "Not stated".
+    among its faults, points on values the evidence does not state ("Option 1 gets 4/5 on a
+    hull price that is 'not stated'").
     Today's rank rules send that answer back, naming the option and the criterion; run 5's
     ranking passes them."""
-    from keepstep.engine.kinds.synthesize import OptionsAnswer, unknown_scored
+    from keepstep.engine.kinds.synthesize import (
+        OptionsAnswer,
+        unknown_floors,
+        unknown_scored,
+    )
 
     def problems(folder: Path, number: str) -> list[Any]:
         content = json.loads((folder / "answers" / f"{number}.json").read_text(
             encoding="utf-8"))["content"]
         answer = OptionsAnswer.model_validate_json(content)
+        floors = unknown_floors(answer.items)
         return [p for n, item in enumerate(answer.items)
-                for p in unknown_scored(f"items[{n}]", item)]
+                for p in unknown_scored(f"items[{n}]", item, floors)]
 
+    # Its delivery "Not stated for a second yard" got 3 points where "about 30 months from a
+    # later order" got 2; its 2026 price "Not stated" got 2, tying the lowest stated (2).
     found = problems(RUN_4, "0010")
-    assert {p.rule for p in found} == {"unknown_scored"}
-    assert sorted((p.message.split(":")[0], p.value) for p in found) == [
-        ("Defer the order until the yard's 2026 price list", "hull price"),
-        ("Seek a second yard's quote before ordering in 2025", "delivery")]
+    assert [(p.rule, p.message.split(":")[0], p.value) for p in found] == [
+        ("unknown_scored", "Seek a second yard's quote before ordering in 2025", "delivery")]
     assert problems(RECORDING, "0012") == []  # run 5's second round, the one it used
 
 

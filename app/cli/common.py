@@ -8,7 +8,6 @@ command module stays cheap and ``keepstep status`` never loads litellm or textua
 from __future__ import annotations
 
 import functools
-import gc
 import getpass
 import os
 import signal
@@ -280,19 +279,6 @@ def open_project_dir(root: Path | None, *, validate: bool = True,
         yield project
     finally:
         project.close()
-
-
-@contextmanager
-def collection_paused() -> Iterator[None]:
-    """No garbage collection inside (reference counting still frees): for a short command
-    that builds its whole output at once and exits."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def run_id_of(project: Project, run_id: str | None) -> str:

@@ -8,8 +8,8 @@ dataclasses and str/int subclasses are passed to ``default=str`` as the standard
 (orjson would write dates in ISO form with a ``T``); whatever orjson refuses (an integer wider
 than 64 bits, a key that is not a str) is written by the standard library. One difference,
 on purpose: a float that is not finite is written as ``null`` (valid JSON), where the standard
-library writes ``Infinity`` or ``NaN``, which JSON readers refuse. ``tests/test_json_text.py`` holds it to the standard library's
-output on generated data.
+library writes ``Infinity`` or ``NaN``, which JSON readers refuse. ``tests/test_json_text.py``
+holds it to the standard library's output on generated data.
 """
 
 from __future__ import annotations

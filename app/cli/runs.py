@@ -30,7 +30,6 @@ from keepstep.app.cli.common import (
     check_dir,
     check_gates,
     check_unit,
-    collection_paused,
     dashboard,
     drive,
     existing_run,
@@ -42,6 +41,7 @@ from keepstep.app.cli.common import (
     unit_and_dir,
     who_or_login,
 )
+from keepstep.engine import plan
 
 if TYPE_CHECKING:
     from keepstep.engine import Project
@@ -73,7 +73,7 @@ def status(
     # Read, printed, and the process exits: no garbage collection meanwhile. A full
     # collection scans every object of the loaded plan (0.1–0.2 s each at 10,000 units), and
     # nothing status builds is a reference cycle worth reclaiming before the exit.
-    with collection_paused(), open_project_dir(root, read_only=True) as project:
+    with plan.gc_paused(), open_project_dir(root, read_only=True) as project:
         runs = project.runs()
         if not runs and run is not None:
             existing_run(project, run, branch)  # names the run and how to start it

@@ -55,11 +55,7 @@ def conflict_text(c: Mapping[str, Any]) -> str:
         f" ({about})" if about else "") + f": {_CLASS_WORDS.get(cls, cls)}."
     sides = []
     for s in c.get("sides") or []:
-        source = str(s.get("source_title") or s.get("source_id") or "")
-        sid = str(s.get("source_id") or "")
-        where = f"{source} ({sid})" if source and sid and source != sid else source
-        dated = f", dated {human_date(str(s['source_date']))}" if s.get("source_date") \
-            else ", undated"
+        where, dated = _where_dated(s)
         quote = f": “{s['quote']}”" if s.get("quote") else ""
         sides.append(f"{s.get('value', '')} in {s.get('evidence_id', '')} from {where}"
                      f"{dated}{quote}")
@@ -72,6 +68,16 @@ def conflict_text(c: Mapping[str, Any]) -> str:
     applies = f" Which applies when: {c['applies']}." if c.get("applies") else ""
     reason = f" Why: {str(c['reason']).strip()}" if c.get("reason") else ""
     return (head + body + used + applies + reason).strip()
+
+
+def _where_dated(side: Mapping[str, Any]) -> tuple[str, str]:
+    """A side's source as "Title (id)" and ", dated <date>" (or ", undated")."""
+    source = str(side.get("source_title") or side.get("source_id") or "")
+    sid = str(side.get("source_id") or "")
+    where = f"{source} ({sid})" if source and sid and source != sid else source
+    dated = f", dated {human_date(str(side['source_date']))}" if side.get("source_date") \
+        else ", undated"
+    return where, dated
 
 
 _ADVICE_CLASS_WORDS = {
@@ -90,11 +96,7 @@ def _advice_text(c: Mapping[str, Any], cls: str) -> str:
             f"{_ADVICE_CLASS_WORDS.get(cls, cls)}.")
     sides = []
     for s in c.get("sides") or []:
-        source = str(s.get("source_title") or s.get("source_id") or "")
-        sid = str(s.get("source_id") or "")
-        where = f"{source} ({sid})" if source and sid and source != sid else source
-        dated = f", dated {human_date(str(s['source_date']))}" if s.get("source_date") \
-            else ", undated"
+        where, dated = _where_dated(s)
         sides.append(f"{where}{dated} advises in {s.get('evidence_id', '')}: "
                      f"“{s.get('value', '')}”")
     body = " Sides: " + "; ".join(sides) + "." if sides else ""

@@ -144,8 +144,9 @@ class RankedOption(BaseModel):
                                      "(\"not stated\" when they say nothing on it)")
     points: dict[str, int] = Field(default_factory=dict, description=(
         f"per criterion, an integer resting on the value given: {POINTS[1]} = the best value "
-        f"among the items ranked, {POINTS[0]} = the worst or \"not stated\" (an unknown is "
-        "never scored as good); equal values get equal points"))
+        f"among the items ranked, {POINTS[0]} = the worst; a value \"not stated\" gets no more "
+        "than the lowest a stated value gets (an unknown is never scored as good); equal "
+        "values, or items resting on the same quoted values, get equal points"))
     rationale: str = Field(default="", description="why each criterion gets its points, from "
                            "the quotes")
     evidence_ids: list[str]
@@ -637,18 +638,38 @@ def not_stated(value: str) -> bool:
     return bool(_NOT_STATED_RE.match(value))
 
 
-def unknown_scored(at: str, item: RankedOption) -> list[Problem]:
-    """A criterion whose value is "not stated" (or starts so) given points above the lowest:
-    points rest on the value shown, and an unknown is never scored as good. The feedback
-    names the item and the criterion."""
-    return [problem(f"{at}.points", "unknown_scored",
-                    f"{item.title or item.id}: its value on \"{c}\" is \"{value.strip()}\", "
-                    f"yet it gets {item.points[c]} points: a value the cited evidence does not "
-                    f"state gets {POINTS[0]} (unknown is never scored as good); give it "
-                    f"{POINTS[0]}, or state the value the cited quotes give", c)
-            for c, value in item.criteria.items()
-            if not_stated(str(value)) and _on_scale(item.points.get(c))
-            and int(item.points[c]) > POINTS[0]]
+def unknown_floors(items: list[RankedOption]) -> dict[str, int]:
+    """Per criterion, the most points a value that is "not stated" may get: the lowest points
+    a stated value gets on it among ``items`` (the lowest of the scale when none states one)."""
+    floors: dict[str, int] = {}
+    for item in items:
+        for c, value in item.criteria.items():
+            if not not_stated(str(value)) and _on_scale(item.points.get(c)):
+                floors[c] = min(floors.get(c, POINTS[1]), int(item.points[c]))
+    return floors
+
+
+def unknown_scored(at: str, item: RankedOption,
+                   floors: Mapping[str, int] | None = None) -> list[Problem]:
+    """A criterion whose value is "not stated" (or starts so) given more points than the
+    lowest a stated value gets on it (``unknown_floors``; the lowest of the scale when no
+    item states one): points rest on the value shown, and an unknown is never scored above a
+    known value. The feedback names the item and the criterion."""
+    floors = floors or {}
+    out = []
+    for c, value in item.criteria.items():
+        most = floors.get(c, POINTS[0])
+        lowest = "a stated value gets on it" if c in floors else "of the scale"
+        if not_stated(str(value)) and _on_scale(item.points.get(c)) \
+                and int(item.points[c]) > most:
+            out.append(problem(
+                f"{at}.points", "unknown_scored",
+                f"{item.title or item.id}: its value on \"{c}\" is \"{value.strip()}\", "
+                f"yet it gets {item.points[c]} points: a value the cited evidence does not "
+                f"state gets {most} here at most, the lowest {lowest} (an unknown is never "
+                "scored above a known value); lower its points, or state the value the cited "
+                "quotes give", c))
+    return out
 
 
 def _options_rules(known: set[str], quotes: Mapping[str, str],
@@ -663,6 +684,7 @@ def _options_rules(known: set[str], quotes: Mapping[str, str],
         problems: list[Problem] = []
         seen: set[str] = set()
         previous: int | None = None
+        floors = unknown_floors(answer.items)
         for n, item in enumerate(answer.items):
             at = f"items[{n}]"
             problems += _common_rules(at, item, seen, known, quotes, asks)
@@ -676,7 +698,7 @@ def _options_rules(known: set[str], quotes: Mapping[str, str],
                                      f"{POINTS[0]} to {POINTS[1]} (an integer) for the "
                                      "criterion", c)
                              for c in weights_of(asks) if not _on_scale(item.points.get(c))]
-                problems += unknown_scored(at, item)
+                problems += unknown_scored(at, item, floors)
                 score = points_score(item.points, asks)
             if score is None:
                 continue
