@@ -41,7 +41,6 @@ from keepstep.app.cli.common import (
     unit_and_dir,
     who_or_login,
 )
-from keepstep.engine import plan
 
 if TYPE_CHECKING:
     from keepstep.engine import Project
@@ -73,6 +72,8 @@ def status(
     # Read, printed, and the process exits: no garbage collection meanwhile. A full
     # collection scans every object of the loaded plan (0.1–0.2 s each at 10,000 units), and
     # nothing status builds is a reference cycle worth reclaiming before the exit.
+    from keepstep.engine import plan  # here: importing the CLI loads no engine
+
     with plan.gc_paused(), open_project_dir(root, read_only=True) as project:
         runs = project.runs()
         if not runs and run is not None:
