@@ -35,13 +35,9 @@ def invoke(*args: object):
     return RUNNER.invoke(app, [str(a) for a in args])
 
 
-def test_a_pack_from_init_with_the_users_own_sources_runs_to_done_offline(
-        tmp_path: Path) -> None:
-    """init, remove the example's sources, add one's own: validate names the rank unit's
-    offline need and what to do; a source that names a risk fixes it; the run is done."""
-    root = tmp_path / "ebikes"
-    assert invoke("init", root).exit_code == 0
-    assert (root / "README.md").is_file() and (root / "data" / "risks.toml").is_file()
+def own_sources(tmp_path: Path, root: Path) -> Path:
+    """The init pack's example sources removed (their files deleted), the user's market.md
+    (A1) and dealers.csv (B1) added and approved; the folder the user's files are in."""
     for sid in ("A1", "A2", "B1", "B2"):
         result = invoke("sources", "remove", root, sid, "--delete-file", "--yes")
         assert result.exit_code == 0, result.output
@@ -56,6 +52,17 @@ def test_a_pack_from_init_with_the_users_own_sources_runs_to_done_offline(
         result = invoke("sources", "add", root, mine / name, "--id", sid, "--group", group,
                         "--approve")
         assert result.exit_code == 0, result.output
+    return mine
+
+
+def test_a_pack_from_init_with_the_users_own_sources_runs_to_done_offline(
+        tmp_path: Path) -> None:
+    """init, remove the example's sources, add one's own: validate names the rank unit's
+    offline need and what to do; a source that names a risk fixes it; the run is done."""
+    root = tmp_path / "ebikes"
+    assert invoke("init", root).exit_code == 0
+    assert (root / "README.md").is_file() and (root / "data" / "risks.toml").is_file()
+    mine = own_sources(tmp_path, root)
 
     check = invoke("validate", root)
     assert check.exit_code == 2, check.output
@@ -94,16 +101,7 @@ def test_a_failed_rank_unit_runs_again_on_resume_once_its_data_file_is_added(
     figures, not ~0 calls) and resume runs it: the preview and the run agree."""
     root = tmp_path / "ebikes"
     assert invoke("init", root).exit_code == 0
-    for sid in ("A1", "A2", "B1", "B2"):
-        assert invoke("sources", "remove", root, sid, "--delete-file", "--yes").exit_code == 0
-    mine = tmp_path / "mine"
-    mine.mkdir()
-    (mine / "market.md").write_text(MARKET, encoding="utf-8")
-    (mine / "dealers.csv").write_text(DEALERS, encoding="utf-8")
-    for sid, group, name in (("A1", "A", "market.md"), ("B1", "B", "dealers.csv")):
-        added = invoke("sources", "add", root, mine / name, "--id", sid, "--group", group,
-                       "--approve")
-        assert added.exit_code == 0, added.output
+    own_sources(tmp_path, root)
     (root / "data" / "risks.toml").unlink()
 
     check = invoke("validate", root)
