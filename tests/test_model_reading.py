@@ -234,7 +234,7 @@ def test_code_marks_a_figure_stated_before_its_period_ended() -> None:
 
     labels = stale_labels(STALE_EVIDENCE, STALE_META)
     assert labels == {"A1-e2": ("stated 15 March 2024", ["1,200"])}
-    assert stated_before(STALE_EVIDENCE, STALE_META) == {
+    assert stated_before(stale_labels(STALE_EVIDENCE, STALE_META)) == {
         "A1-e2": "stated 15 March 2024"}
     label = label_for("The pilot covered 1,200 meters.", ["A1-e2"], labels)
     assert label == (" (stated 15 March 2024, before the period it covers had "

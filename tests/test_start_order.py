@@ -67,3 +67,18 @@ def test_only_a_run_that_calls_a_real_model_preloads(tmp_path: Path,
 
     with open_project(root, gateway_factory=lambda ledger: FakeGateway(ledger)) as p:
         assert p.get_run("R").preload_model_client() is None
+
+
+def test_a_run_whose_model_units_are_all_done_preloads_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every model unit current: nothing left will call the model, so even with a real model
+    configured no client is imported."""
+    warmed: list[list[str]] = []
+    monkeypatch.setattr(client, "warm_up", lambda models: warmed.append(list(models)))
+    root = make_small_project(tmp_path / "p")
+    with open_project(root) as p:
+        assert p.start_run("R").run(jobs=1).decision == "done"
+    write_config(root, default_model=REAL_MODEL)
+    with open_project(root) as p:
+        assert p.get_run("R").preload_model_client() is None
+    assert warmed == []

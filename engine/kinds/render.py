@@ -68,7 +68,7 @@ from keepstep.engine.kinds.common import (
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.model_step import StepResult, run_model_step
 from keepstep.engine.kinds.parts import TABLE_COLUMNS, TOP_RISKS, Sources, fill_part
-from keepstep.engine.kinds.stale import label_for
+from keepstep.engine.kinds.stale import label_for, stated_before
 from keepstep.engine.kinds.synthesize import META_FIELDS, Claim, register_only, support_judge
 
 SPEC = KindSpec(
@@ -172,7 +172,7 @@ def _sentences_step(ctx: UnitContext, src: Sources, document: str, section: str,
     # request: a contract dependency's (its contract.json) or, when the unit declares
     # contract:goal, the project's — so a goal edit invalidates exactly the renders that use it.
     decision = decision_of(ctx, src)
-    stale = {i: label for i, (label, _) in src.stale.items() if i in quotes}
+    stale = stated_before(src.stale, quotes)
     step = run_model_step(ctx, prompt="render", inputs={
         "task": "render", "document": document, "section": section,
         "audience": src.audience, **({"decision": decision} if decision else {}), **inputs,

@@ -141,11 +141,13 @@ def stale_labels(evidence: Iterable[Mapping[str, Any]],
     return out
 
 
-def stated_before(evidence: Iterable[Mapping[str, Any]],
-                  meta: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
-    """evidence id -> its label, for the marked items (what a request carries as INPUT's
-    ``stated_before_period_end``)."""
-    return {i: label for i, (label, _figures) in stale_labels(evidence, meta).items()}
+def stated_before(labels: Mapping[str, tuple[str, list[str]]],
+                  ids: Iterable[str] | None = None) -> dict[str, str]:
+    """evidence id -> its label, for the marked items of ``labels`` (``stale_labels``; only
+    ``ids`` when given): what a request carries as INPUT's ``stated_before_period_end``."""
+    wanted = None if ids is None else set(ids)
+    return {i: label for i, (label, _figures) in labels.items()
+            if wanted is None or i in wanted}
 
 
 def label_for(text: str, ids: Iterable[str],

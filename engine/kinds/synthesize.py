@@ -63,7 +63,7 @@ from keepstep.engine.kinds.conflicts import run_id
 from keepstep.engine.kinds.context import KindOutcome, KindSpec, UnitContext, register
 from keepstep.engine.kinds.extract import REGISTER
 from keepstep.engine.kinds.model_step import StepResult, known_ids, run_model_step
-from keepstep.engine.kinds.stale import label_for, stale_labels
+from keepstep.engine.kinds.stale import label_for, stale_labels, stated_before
 
 GENERAL_AUDIENCE = "general"
 
@@ -491,7 +491,7 @@ def run_synthesize(ctx: UnitContext) -> KindOutcome:
             "task": "synthesize", "question": question, "audience": audience,
             **decision_for(ctx), **sources_for(ctx, evidence),
             "evidence": writer_evidence(evidence),
-            **({"stated_before_period_end": {i: label for i, (label, _) in stale.items()}}
+            **({"stated_before_period_end": stated_before(stale)}
                if stale else {}),
             **({"conflicts": conflicts} if conflicts else {}),
             **reading_hints(ctx, audience)}, schema=SynthesisAnswer,
@@ -773,7 +773,7 @@ def _risks_of(response: Any, index: dict[str, dict[str, str]],
                 given = r.get("points")
                 points: dict[str, Any] = given if isinstance(given, dict) else {}
                 computed = points_score(points, asks)
-                if points or computed is not None or r.get("score") is None:
+                if points or r.get("score") is None:  # computed needs points
                     item["points"] = {str(k): v for k, v in points.items()}
                     item["score"] = computed
                     item["score_from"] = "points"

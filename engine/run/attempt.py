@@ -155,6 +155,9 @@ class AttemptContext:
         self.adapters = dict(adapters or {})
         self.staged: list[ArtifactEntry] = []
         self.progress = "claimed"
+        # A dependency's committed artifact, read and hash-checked once per attempt (committed
+        # files never change; kinds read one verify output several times).
+        self._dep_cache: dict[tuple[str, str], bytes] = {}
         self._call_seq = 0
         self.model_calls = 0
         self.reused_calls = 0
@@ -231,6 +234,9 @@ class AttemptContext:
         return self._dep_ref(unit_id, name).path
 
     def dep_bytes(self, unit_id: str, name: str) -> bytes:
+        cached = self._dep_cache.get((unit_id, name))
+        if cached is not None:
+            return cached
         ref = self._dep_ref(unit_id, name)
         data = (self.store.artifacts.root / ref.path).read_bytes()
         if sha256_hex(data) != ref.sha256:
@@ -239,6 +245,7 @@ class AttemptContext:
                 hint="run `keepstep resume`: recovery invalidates the changed artifact and "
                 "redoes it",
             )
+        self._dep_cache[(unit_id, name)] = data
         return data
 
     def dep_json(self, unit_id: str, name: str) -> Any:

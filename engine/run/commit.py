@@ -91,14 +91,15 @@ class UnitCommitter:
         # applied to it, the scheduler refreshed it before the claim): the commit is made
         # on its version without reading the head first. Another executor's commit makes
         # the compare-and-swap fail; only then is the head read (and the rebase checked).
-        stale = [cache.version is None]
+        stale = cache.version is None
 
         def moved() -> None:
-            stale[0] = True
+            nonlocal stale
+            stale = True
 
         def build() -> CommitRequest:
             nonlocal kept
-            expected = cache.refresh() if stale[0] else cache.version
+            expected = cache.refresh() if stale else cache.version
             assert expected is not None  # refreshed when it was None
             current = cache.records
             if expected != claim.claimed_at_version:

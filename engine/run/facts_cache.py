@@ -138,8 +138,7 @@ class FactsCache:
                     self.generation += 1  # a plan change: views on the plan rebuild
                 self.keys[key] = value
 
-    def apply(self, version: int, records: Mapping[str, UnitRecord],
-              keys: Mapping[str, Any] | None = None) -> None:
+    def apply(self, version: int, records: Mapping[str, UnitRecord]) -> None:
         """Apply this process's own commit of ``version`` (its records already parsed). A
         cache that is not at ``version - 1`` is left for ``refresh`` to catch up."""
         with self.lock:
@@ -147,9 +146,6 @@ class FactsCache:
                 return
             for uid, rec in records.items():
                 self._set(uid, rec)
-            for key, value in (keys or {}).items():
-                if key not in self.UNMIRRORED:
-                    self.keys[key] = value
             self.version, self.hash = version, None  # the hash is learnt at the next refresh
 
     def drain(self) -> list[tuple[str, UnitRecord | None]]:

@@ -224,10 +224,10 @@ def reaudit(run: Run, facts: RunFacts, stale: list[AuditOfBytes]) -> list[str]:
     head = store.get_head(run.run_id, run.branch_id)
     if head.version != facts.head_version:
         return []
-    delta["budget"] = store.get_budget(run.run_id, run.branch_id).used
     try:
         store.commit_checkpoint(
             run.run_id, run.branch_id, head.version, delta, kind="repair", current=current,
+            budget_key="budget",  # the budget as of the commit, read in its transaction
             events=[EventIn(kind="decision.repair", payload={
                 "changes": [c.model_dump(mode="json") for c in changes.values()],
                 "invalidated": explained, "reused": sorted(result.reused)})])

@@ -367,7 +367,6 @@ class Recovery:
             kind = "plan-change"
         elif not input_level:
             kind = "repair"  # only lost or changed artifacts: same plan, same inputs
-        delta["budget"] = store.get_budget(run.run_id, run.branch_id).used
         # A unit that failed on the old inputs runs again on the new ones (the same rule the
         # preview states its "then run …" by).
         released = released_by_change(result, store.unit_statuses(run.run_id, run.branch_id))
@@ -376,6 +375,7 @@ class Recovery:
         return CommitRequest(
             run_id=run.run_id, branch_id=run.branch_id, expected_version=head.version,
             delta=delta, kind=kind, current=current, clear_unit_status=tuple(released),
+            budget_key="budget",  # the budget as of the commit, read in its transaction
             events=(EventIn(kind=f"decision.{kind.replace('-', '_')}", payload=event_payload),))
 
     def _artifact_changes(self) -> list[Any]:

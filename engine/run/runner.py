@@ -151,14 +151,11 @@ class AttemptRunner:
         self.emit = emit
 
     def run_unit(self, unit: Unit, claim: Claim, deps: dict[str, UnitRecord],
-                 started: float, committed: Mapping[str, Any] | None = None) -> AttemptResult:
+                 started: float, committed: Mapping[str, Any]) -> AttemptResult:
         """Run ``claim``'s attempt. ``committed``: the run's state keys (plan, inputs,
         versions) at the head the unit was claimed at — the facts cache's, so the attempt
-        reads no state from the store; None reads them from the store now."""
+        reads no state from the store."""
         run, store = self.run, self.store
-        if committed is None:
-            committed = {"plan": run.plan_info, "versions": run.versions,
-                         "inputs": store.read_key(run.run_id, "inputs", run.branch_id)}
         plan_info = committed.get("plan") or {}
         snapshot = snapshot_of(committed.get("inputs"))
         fingerprint_inputs = (snapshot, templates_of(plan_info),

@@ -191,9 +191,9 @@ def rerun_unit(run: Run, unit: str, *, who: str = "user", note: str = "") -> lis
                 "state": UnitState.invalidated,
                 "explanations": result.affected[u]}).model_dump(mode="json")
             for u in affected}
-        delta["budget"] = run.store.get_budget(run.run_id, run.branch_id).used
         return CommitRequest(run_id=run.run_id, branch_id=run.branch_id,
                              expected_version=head.version, delta=delta, kind="takeover",
+                             budget_key="budget",
                              unit=unit, events=(event,), current=dict.fromkeys(affected))
 
     # Another executor committed meanwhile: recompute from the new head.
