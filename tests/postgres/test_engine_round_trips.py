@@ -6,7 +6,6 @@ dependency changed under it."""
 
 from __future__ import annotations
 
-import shutil
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ from keepstep.engine.api import open_project
 from keepstep.engine.core.state import OutputRef, unit_key
 from keepstep.engine.kinds.context import REGISTRY, KindOutcome, ValidatorResult
 from keepstep.storage import CommitRequest
-from tests.support.engine_harness import RUN, make_small_project
+from tests.support.engine_harness import RUN, make_small_project, second_host
 
 pytestmark = pytest.mark.postgres
 
@@ -96,9 +95,7 @@ def trivial_plan(root: Path, units: dict[str, list[str]]) -> None:
 def two_hosts(tmp_path: Path, units: dict[str, list[str]]) -> tuple[Path, Path]:
     a = make_small_project(tmp_path / "hostA" / "p")
     trivial_plan(a, units)
-    b = tmp_path / "hostB" / "p"
-    shutil.copytree(a, b, ignore=shutil.ignore_patterns(".keepstep"))
-    return a, b
+    return a, second_host(a, tmp_path)
 
 
 def test_a_trivial_unit_costs_five_round_trips_through_the_engine(

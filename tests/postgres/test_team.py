@@ -12,7 +12,13 @@ import pytest
 
 from keepstep.engine.api import open_project
 from keepstep.storage.postgres import PostgresStore
-from tests.support.engine_harness import RUN, finish, make_small_project, start_worker
+from tests.support.engine_harness import (
+    RUN,
+    finish,
+    make_small_project,
+    second_host,
+    start_worker,
+)
 from tests.support.fake_provider import running_provider
 
 pytestmark = pytest.mark.postgres
@@ -21,9 +27,7 @@ pytestmark = pytest.mark.postgres
 def two_hosts(tmp_path: Path, **project: str) -> tuple[Path, Path]:
     """The small project in two folders: host A starts the run, host B is a checkout."""
     a = make_small_project(tmp_path / "hostA" / "small", per_group=3, **project)
-    b = tmp_path / "hostB" / "small"
-    shutil.copytree(a, b, ignore=shutil.ignore_patterns(".keepstep"))
-    return a, b
+    return a, second_host(a, tmp_path)
 
 
 def committed_once(store: PostgresStore) -> Counter[str]:

@@ -45,7 +45,8 @@ __all__ = [
     "KILLED", "PACK", "RUN", "StepClock", "WorkerProcess", "WorkerResult", "attempts_by_unit",
     "budget_used", "calls_by_attempt", "copy_pack", "finish", "in_flight_unit",
     "kill_in_call_main", "ledger_ids", "make_small_project", "redone_units",
-    "run_kill_in_call", "run_worker", "start_kill_in_call", "start_worker", "wait_for",
+    "run_kill_in_call", "run_worker", "second_host", "start_kill_in_call", "start_worker",
+    "wait_for",
     "worker_env", "write_config",
 ]
 
@@ -55,6 +56,14 @@ def copy_pack(dest: Path) -> Path:
     """A fresh copy of the ME-042 pack (without any state)."""
     shutil.copytree(PACK, dest, ignore=shutil.ignore_patterns(".keepstep"))
     return dest
+
+
+def second_host(a: Path, root: Path) -> Path:
+    """Project ``a``'s checkout on a second host: its files (no state) under
+    ``root/hostB/<a's folder name>``, as a git checkout or a synced folder gives it."""
+    b = root / "hostB" / a.name
+    shutil.copytree(a, b, ignore=shutil.ignore_patterns(".keepstep"))
+    return b
 
 
 # -- worker processes --------------------------------------------------------------------------
